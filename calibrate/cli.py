@@ -1,0 +1,100 @@
+"""``calibrate``: fit the roofline cost model to traces; list the model and GPU catalog."""
+from __future__ import annotations
+
+import click
+
+from schemas.calibration import sha256_of
+from schemas.cli_support import DataError, user_errors, version_option
+from schemas.errors import SpecError
+from schemas.specs import get_gpu, get_model, list_gpus, list_models
+from schemas.tables import STEP_TRACE
+
+from .errors import CalibrationError
+from .step_fit import calibration_from_fit, fit_steps
+
+_errors = user_errors(data_errors=(CalibrationError,), usage_errors=(SpecError,))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option()
+def main():
+    """Fit the simulator's cost model to measured traces.
+
+    \b
+    Example:
+      calibrate fit steps.parquet --model llama-3.1-8b --gpu rtx-pro-6000 -o cal.json
+      calibrate catalog
+    """
+
+
+def print_fit(fits, dropped) -> None:
+    """Print lmfit's report of the best fit, R^2, residual percentiles and warnings."""
+    best = fits[0]
+    click.echo(best.report)
+    for reason, n in dropped.items():
+        click.echo(f"dropped {n} row(s): {reason}")
+    click.echo(f"\nform={best.form}  R^2={best.r2:.4f}  |rel residual| p50={best.rel_residual_pct['p50']:.2%} "
+               f"p90={best.rel_residual_pct['p90']:.2%} p99={best.rel_residual_pct['p99']:.2%}  "
+               f"compute-bound steps {best.n_compute_bound}/{best.n_rows}")
+    for f in fits[1:]:
+        click.echo(f"other form={f.form}: R^2={f.r2:.4f}, |rel residual| p50={f.rel_residual_pct['p50']:.2%}")
+    for k, v in best.values.items():
+        se = best.stderr.get(k)
+        unit = " s" if k.endswith("_s") else ""
+        state = "" if best.identifiable[k] else f"  NOT IDENTIFIED ({best.bounds[k]})"
+        click.echo(f"  {k} = {v:.6g}{unit} +/- {se:.2g}{unit}{state}" if se is not None else f"  {k} = {v:.6g}{unit}{state}")
+    for w in best.warnings:
+        click.echo(f"warning: {w}", err=True)
+
+
+@main.command()
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--model", required=True, help="Catalog key, Hugging Face id, or path to a config.json.")
+@click.option("--gpu", required=True, help="Catalog key, nvidia-smi name, or path to a GPU spec JSON.")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel degree of the trace.")
+@click.option("--form", default="max,sum", show_default=True,
+              help="Roofline forms to fit (comma separated); the best is written.")
+@click.option("--loss", type=click.Choice(["linear", "soft_l1", "huber", "cauchy"]), default="soft_l1",
+              show_default=True, help="Robust loss of the least squares.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Calibration JSON to write.")
+@_errors
+def fit(trace, model, gpu, tp, form, loss, output):
+    """Fit eta_compute, eta_mem and t_launch_s to a step trace.
+
+    \b
+    Example:
+      calibrate fit steps.parquet --model llama-3.1-8b --gpu rtx-pro-6000 -o cal.json
+    """
+    from traces.io import read_trace
+
+    forms = tuple(f.strip() for f in form.split(",") if f.strip())
+    bad = [f for f in forms if f not in ("max", "sum")]
+    if bad or not forms:
+        raise click.BadParameter(f"{form!r}: expected max, sum or max,sum", param_hint="--form")
+    model_spec, gpu_spec = get_model(model), get_gpu(gpu)
+    kind, frame, _ = read_trace(trace)
+    if kind != STEP_TRACE:
+        raise DataError(f"{trace}: is a {kind}; 'calibrate fit' from request logs needs issue #5's "
+                        "simulation-in-the-loop fit; give a step trace (step_trace/1)")
+    fits, dropped = fit_steps(frame, model_spec, gpu_spec, tp, forms, loss)
+    print_fit(fits, dropped)
+    cal = calibration_from_fit(fits, model_spec, gpu_spec, tp,
+                               {"path": str(trace), "sha256": sha256_of(trace), "kind": kind}, dropped)
+    cal.write(output)
+    click.echo(f"wrote {output}")
+
+
+@main.command()
+def catalog():
+    """List the built-in models and GPUs with their sources.
+
+    \b
+    Example:
+      calibrate catalog
+    """
+    click.echo("GPUs:")
+    for row in list_gpus():
+        click.echo("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+    click.echo("Models:")
+    for row in list_models():
+        click.echo("  " + "  ".join(f"{k}={v}" for k, v in row.items()))

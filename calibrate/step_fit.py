@@ -1,0 +1,76 @@
+"""Calibration from a step trace: fit the roofline to measured step durations."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from replay.cost_model import CostParams, RooflineCostModel
+from schemas.calibration import Calibration, FittedParam
+from schemas.specs import GpuSpec, ModelSpec
+
+from .errors import FitError
+from .roofline_fit import FitResult, RooflineData, fit_roofline
+
+
+def step_data(steps: pd.DataFrame, cost_model: RooflineCostModel) -> tuple[RooflineData, dict]:
+    """Per-step FLOPs, bytes and durations of a step trace, dropping unusable rows.
+
+    Returns the data and a dict reason -> number of dropped rows (``missing``,
+    ``non-positive``); rows with no tokens are dropped as ``empty``.
+    """
+    dur = steps["step_duration_s"].to_numpy(float)
+    tokens = (steps["num_prefill_tokens"] + steps["num_decode_seqs"]).to_numpy(float)
+    ctx = steps["decode_context_tokens"].to_numpy(float)
+    if "prefill_context_tokens" in steps:
+        ctx = ctx + steps["prefill_context_tokens"].fillna(0).to_numpy(float)
+    dropped = {"missing": int(np.sum(~np.isfinite(dur))),
+               "non-positive": int(np.sum(np.isfinite(dur) & (dur <= 0))),
+               "empty": int(np.sum(np.isfinite(dur) & (dur > 0) & (tokens <= 0)))}
+    keep = np.isfinite(dur) & (dur > 0) & (tokens > 0)
+    tokens, ctx, dur = tokens[keep], ctx[keep], dur[keep]
+    data = RooflineData(flops=cost_model.flops(tokens), bytes_=cost_model.bytes_read(ctx),
+                        n_launch=np.ones_like(dur), duration_s=dur, peak_flops=cost_model.peak_flops,
+                        bandwidth_bytes_per_s=cost_model.bandwidth_bytes_per_s,
+                        fixed_s=cost_model.allreduce_s(tokens) if cost_model.tp > 1 else None)
+    return data, {k: v for k, v in dropped.items() if v}
+
+
+def fit_steps(steps: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int = 1, forms=("max",),
+              loss: str = "soft_l1", fixed: dict | None = None) -> tuple[list[FitResult], dict]:
+    """Fit each roofline form in ``forms`` to a step trace.
+
+    Returns the fits (best first: lowest median |relative residual|) and the dropped-row counts.
+
+    Raises
+    ------
+    FitError
+        No usable rows, or too few for the free parameters.
+    """
+    data, dropped = step_data(steps, RooflineCostModel(model, gpu, CostParams(), tp))
+    if data.duration_s.size == 0:
+        raise FitError("no usable step rows (all missing, non-positive or empty)")
+    fits = [fit_roofline(data, form=f, loss=loss, fixed=fixed) for f in forms]
+    fits.sort(key=lambda r: r.rel_residual_pct["p50"])
+    return fits, dropped
+
+
+def calibration_from_fit(fits: list[FitResult], model: ModelSpec, gpu: GpuSpec, tp: int, source: dict,
+                         dropped: dict) -> Calibration:
+    """The calibration file contents of the best fit (``fits[0]``), with every form's statistics."""
+    best = fits[0]
+    params = {}
+    for k in ("eta_compute", "eta_mem", "t_launch_s"):
+        params[k] = FittedParam(value=best.values[k], stderr=best.stderr.get(k), identifiable=best.identifiable[k],
+                                bound=best.bounds.get(k) if best.bounds.get(k) != "fixed" else None,
+                                vary=best.bounds.get(k) != "fixed")
+    params["t_cpu_s"] = FittedParam(value=0.0, stderr=None, identifiable=False, vary=False,
+                                    bound="not separable from t_launch_s in a step trace (both per step)")
+    fit = {
+        "method": "lmfit least_squares, relative residuals",
+        "n_rows": best.n_rows, "dropped_rows": dropped, "r2": best.r2,
+        "rel_residual_pct": best.rel_residual_pct, "correlations": best.correlations,
+        "n_compute_bound": best.n_compute_bound, "warnings": best.warnings,
+        "forms": {f.form: {"values": f.values, "r2": f.r2, "rel_residual_pct": f.rel_residual_pct} for f in fits},
+    }
+    return Calibration(model=model, gpu=gpu, tp=tp, form=best.form, params=params, fit=fit, source=source)
+

@@ -1,0 +1,223 @@
+"""The roofline cost model of one replica's forward pass (step).
+
+The engine sees a cost model only through :class:`StepCostModel`: the duration of a step
+from the step's aggregates. :class:`RooflineCostModel` is the seed's roofline
+(``shared/seed/theory.md`` section 1) with the parameters calibration fits.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import numpy as np
+
+from schemas.calibration import Calibration
+from schemas.specs import GpuSpec, ModelSpec
+
+
+class StepCostModel(Protocol):
+    """What the engine needs from a cost model."""
+
+    def step_time_s(self, num_prefill_tokens: int, num_decode_seqs: int,
+                    decode_context_tokens: int, prefill_context_tokens: int = 0) -> float:
+        """Duration in seconds of one step with these aggregates (0 tokens -> 0 s)."""
+        ...
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """Fitted parameters of the roofline.
+
+    Attributes
+    ----------
+    eta_compute : float
+        Fraction of the GPU's dense peak FLOP/s reached, in (0, 1].
+    eta_mem : float
+        Fraction of the datasheet memory bandwidth reached, in (0, 1].
+    t_launch_s : float
+        Kernel launch latency per step, seconds (seed: ~0.05-0.10 ms).
+    t_cpu_s : float
+        Per-step CPU overhead (scheduling, sampling, detokenising), seconds.
+    form : str
+        ``"max"`` (the seed's roofline) or ``"sum"`` (compute and memory times added).
+    """
+
+    eta_compute: float = 0.5
+    eta_mem: float = 1.0
+    t_launch_s: float = 1e-4
+    t_cpu_s: float = 0.0
+    form: str = "max"
+
+    def __post_init__(self):
+        if not (0 < self.eta_compute <= 1.5 and 0 < self.eta_mem <= 1.5):
+            raise ValueError(f"efficiencies must be in (0, 1.5]: eta_compute={self.eta_compute}, eta_mem={self.eta_mem}")
+        if self.t_launch_s < 0 or self.t_cpu_s < 0:
+            raise ValueError("t_launch_s and t_cpu_s must be >= 0")
+        if self.form not in ("max", "sum"):
+            raise ValueError(f"form must be 'max' or 'sum', not {self.form!r}")
+
+
+@dataclass(frozen=True)
+class Link:
+    """An interconnect: bandwidth in bytes/s and one-way latency in seconds."""
+
+    name: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
+
+
+#: Link presets (unidirectional bandwidth per direction as usually quoted; latency typical).
+LINKS: dict[str, Link] = {
+    "pcie4": Link("pcie4", 32e9, 5e-6),      # PCIe 4.0 x16: 16 GT/s x 16 lanes ~ 32 GB/s
+    "pcie5": Link("pcie5", 64e9, 5e-6),      # PCIe 5.0 x16 ~ 64 GB/s
+    "nvlink4": Link("nvlink4", 450e9, 2e-6),  # H100 NVLink 4: 900 GB/s bidirectional
+    "100gbe": Link("100gbe", 12.5e9, 10e-6),
+    "200gbe": Link("200gbe", 25e9, 10e-6),
+    "400gbe": Link("400gbe", 50e9, 10e-6),
+}
+
+
+@dataclass(frozen=True)
+class RooflineCostModel:
+    """Roofline step time of one replica (``tp`` GPUs) for one model.
+
+    Parameters
+    ----------
+    model : ModelSpec
+    gpu : GpuSpec
+    params : CostParams
+    tp : int
+        Tensor-parallel degree: weights, KV and FLOPs split over ``tp`` GPUs.
+    tp_link : Link
+        Link the all-reduces of tensor parallelism run over.
+
+    Notes
+    -----
+    With P the (active) parameter count, b bytes per weight, D_kv the KV bytes per token
+    (``2 * n_layers * n_kv_heads * head_dim * b``), peak the dense FLOP/s and bw the memory
+    bandwidth of one GPU (seed, theory.md section 1)::
+
+        compute_s = 2 * P * N_tokens / (eta_compute * peak * tp)
+        memory_s  = (P * b + (L_decode + L_prefill_ctx) * D_kv) / (eta_mem * bw * tp)
+        step_s    = t_launch + t_cpu + max(compute_s, memory_s)     (form "max")
+                                      or compute_s + memory_s         (form "sum")
+                    + 2 * n_layers * allreduce(N_tokens * hidden * b)  (tp > 1)
+
+    For a prefill-only step of N tokens this is the seed's ``T_prefill(N)``; for a
+    decode-only step of B sequences holding L_total context tokens it is the seed's
+    ``T_decode(B, L_total)``, never below its compute bound. The ring all-reduce of S bytes
+    over K GPUs takes ``2 (K-1)/K * S / link_bw + 2 (K-1) * link_latency`` (Patarasuk &
+    Yuan 2009), twice per layer (attention and MLP outputs, Megatron-LM).
+    """
+
+    model: ModelSpec
+    gpu: GpuSpec
+    params: CostParams = field(default_factory=CostParams)
+    tp: int = 1
+    tp_link: Link = LINKS["nvlink4"]
+
+    def __post_init__(self):
+        if self.tp < 1:
+            raise ValueError(f"tp must be >= 1, not {self.tp}")
+
+    def with_params(self, params: CostParams) -> "RooflineCostModel":
+        """A copy with other parameters."""
+        return replace(self, params=params)
+
+    def flops(self, num_tokens):
+        """FLOPs of a step feeding ``num_tokens`` tokens: ``2 * P * N`` (seed section 1)."""
+        return 2.0 * self.model.num_active_params * num_tokens
+
+    def bytes_read(self, context_tokens):
+        """Bytes a step reads: all weights plus ``context_tokens`` tokens of KV (seed section 1)."""
+        return self.model.weight_bytes + context_tokens * self.model.kv_bytes_per_token
+
+    @property
+    def peak_flops(self) -> float:
+        """Dense peak FLOP/s of the replica's ``tp`` GPUs."""
+        return self.gpu.peak_flops * self.tp
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        """Memory bandwidth of the replica's ``tp`` GPUs, bytes/s."""
+        return self.gpu.mem_bandwidth_bytes_per_s * self.tp
+
+    def compute_s(self, num_tokens):
+        """Compute-bound time of ``num_tokens`` tokens (scalar or array), seconds."""
+        return self.flops(num_tokens) / (self.params.eta_compute * self.peak_flops)
+
+    def memory_s(self, context_tokens):
+        """Memory-bound time of reading all weights and ``context_tokens`` tokens of KV, seconds."""
+        return self.bytes_read(context_tokens) / (self.params.eta_mem * self.bandwidth_bytes_per_s)
+
+    def allreduce_s(self, num_tokens):
+        """All-reduce time of one step for ``num_tokens`` tokens (0 when tp == 1), seconds."""
+        if self.tp == 1:
+            return 0.0 * num_tokens
+        k = self.tp
+        size = num_tokens * self.model.hidden_size * self.model.dtype_bytes
+        one = 2 * (k - 1) / k * size / self.tp_link.bandwidth_bytes_per_s + 2 * (k - 1) * self.tp_link.latency_s
+        return 2 * self.model.num_layers * one
+
+    def step_time_s(self, num_prefill_tokens, num_decode_seqs, decode_context_tokens,
+                    prefill_context_tokens=0):
+        """Duration of one step, seconds (scalars or numpy arrays of equal shape).
+
+        A step with no tokens takes 0 s.
+        """
+        p = self.params
+        tokens = num_prefill_tokens + num_decode_seqs
+        c = self.compute_s(tokens)
+        m = self.memory_s(decode_context_tokens + prefill_context_tokens)
+        body = np.maximum(c, m) if p.form == "max" else c + m
+        t = p.t_launch_s + p.t_cpu_s + body + self.allreduce_s(tokens)
+        if np.ndim(t) == 0:
+            return float(t) if tokens > 0 else 0.0
+        return np.where(np.asarray(tokens) > 0, t, 0.0)
+
+    def prefill_time_s(self, num_tokens: int) -> float:
+        """Seed's ``T_prefill(N)``: one prefill-only step of ``num_tokens`` tokens, seconds."""
+        return self.step_time_s(num_tokens, 0, 0)
+
+    def decode_time_s(self, batch_size: int, context_tokens: int) -> float:
+        """Seed's ``T_decode(B, L_total)``: one decode-only step, seconds."""
+        return self.step_time_s(0, batch_size, context_tokens)
+
+
+def kv_transfer_time_s(num_prompt_tokens: int, model: ModelSpec, link: Link) -> float:
+    """Time to move a prompt's KV cache between instances, seconds.
+
+    Notes
+    -----
+    Seed, theory.md section 2: ``T = L_prompt * D_kv / link_bw + latency``.
+    """
+    return num_prompt_tokens * model.kv_bytes_per_token / link.bandwidth_bytes_per_s + link.latency_s
+
+
+def kv_capacity_blocks(model: ModelSpec, gpu: GpuSpec, tp: int, gpu_memory_utilization: float,
+                       block_size: int) -> int:
+    """Number of KV blocks that fit beside the weights, as vLLM sizes its cache.
+
+    ``floor((mem * util * tp - weight_bytes) / (block_size * D_kv))``; activations and CUDA
+    graphs are ignored (they take a few GB in vLLM, a small fraction of a large GPU).
+
+    Raises
+    ------
+    ValueError
+        If the weights do not fit.
+    """
+    free = gpu.mem_bytes * gpu_memory_utilization * tp - model.weight_bytes
+    if free <= 0:
+        raise ValueError(f"{model.name} weights ({model.weight_bytes / 1e9:.1f} GB) do not fit in "
+                         f"{tp} x {gpu.name} at gpu_memory_utilization={gpu_memory_utilization}")
+    return int(math.floor(free / (block_size * model.kv_bytes_per_token)))
+
+
+def cost_model_from_calibration(cal: Calibration, model: ModelSpec | None = None,
+                                tp: int | None = None) -> RooflineCostModel:
+    """The roofline of a calibration file, optionally for another model on the same GPU or
+    another tensor-parallel degree (the efficiencies and latencies carry over)."""
+    params = CostParams(eta_compute=cal.value("eta_compute"), eta_mem=cal.value("eta_mem"),
+                        t_launch_s=cal.value("t_launch_s"), t_cpu_s=cal.value("t_cpu_s"), form=cal.form)
+    return RooflineCostModel(model or cal.model, cal.gpu, params, tp or cal.tp)

@@ -1,0 +1,179 @@
+"""The discrete-event engine: arrivals, steps of each replica, completions.
+
+A heap of ``(time, priority, seq, event)`` drives the simulation; ``seq`` is a
+per-engine counter, so equal times resolve deterministically: arrivals, then step ends,
+then the wake-up of an idle replica (so it sees every request that arrived at that instant).
+At every step end of a replica its scheduler picks the next batch; the cost model gives
+the step's duration; at the step's end tokens are emitted and requests completed.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+from .cost_model import StepCostModel
+from .errors import ConfigError
+from .kv_cache import KVCache
+from .request import Request
+from .schedulers.base import Batch, ReplicaState, Scheduler, SchedulerConfig
+
+_ARRIVAL, _STEP_END, _WAKE = 0, 1, 2
+
+
+@dataclass
+class EngineConfig:
+    """Per-replica engine settings.
+
+    Attributes
+    ----------
+    num_gpu_blocks : int
+        KV cache blocks per replica.
+    block_size : int
+        Tokens per KV block.
+    max_model_len : int | None
+        Longest prompt + output accepted; longer requests are rejected (vLLM's check).
+    record_token_times : bool
+        Keep every output token's time (needed for ITL); costs memory on big traces.
+    record_steps : bool
+        Keep one row per simulated step (the step trace of the replay).
+    """
+
+    num_gpu_blocks: int
+    block_size: int = 16
+    max_model_len: int | None = None
+    record_token_times: bool = False
+    record_steps: bool = False
+
+
+class Engine:
+    """Replays requests through ``num_replicas`` identical replicas.
+
+    Parameters
+    ----------
+    cost_model : StepCostModel
+    scheduler_factory : callable () -> Scheduler
+        Builds one scheduler per replica.
+    scheduler_config : SchedulerConfig
+    engine_config : EngineConfig
+    num_replicas : int
+    router : callable (Request, list[ReplicaState]) -> int, optional
+        Chooses the replica of an arriving request (default: round robin).
+    """
+
+    def __init__(self, cost_model: StepCostModel, scheduler_factory, scheduler_config: SchedulerConfig,
+                 engine_config: EngineConfig, num_replicas: int = 1, router=None):
+        if num_replicas < 1:
+            raise ConfigError("--replicas must be >= 1")
+        self.cost_model = cost_model
+        self.config = engine_config
+        self.replicas = [ReplicaState(i, scheduler_config, KVCache(engine_config.num_gpu_blocks, engine_config.block_size))
+                         for i in range(num_replicas)]
+        self.schedulers: list[Scheduler] = [scheduler_factory() for _ in range(num_replicas)]
+        self.router = router
+        self._rr = 0
+        self._heap: list = []
+        self._seq = 0
+        self._busy = [False] * num_replicas
+        self._batches: list[Batch | None] = [None] * num_replicas
+        self._step_start = [0.0] * num_replicas
+        self.steps: list[tuple] = []
+        self.num_steps = 0
+
+    # -- events -------------------------------------------------------------------------------
+    def _push(self, time: float, kind: int, payload) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (time, kind, self._seq, payload))
+
+    def rejection_reason(self, req: Request) -> str | None:
+        """Why ``req`` can never run here (``None`` if it can).
+
+        A request is rejected when prompt + output exceeds ``max_model_len`` (vLLM refuses
+        it) or when its peak KV (prompt + output - 1 tokens) exceeds the whole cache.
+        """
+        total = req.num_prompt_tokens + req.num_output_tokens
+        if self.config.max_model_len is not None and total > self.config.max_model_len:
+            return "rejected: exceeds max_model_len"
+        kv = self.replicas[0].kv
+        if kv.blocks_for(req.peak_kv_tokens) > kv.num_gpu_blocks:
+            return "rejected: exceeds KV cache capacity"
+        return None
+
+    def run(self, requests: list[Request]) -> list[Request]:
+        """Simulate until every request has finished or been rejected.
+
+        ``requests`` must be sorted by arrival time. Returns the same list, updated.
+        """
+        for req in requests:
+            reason = self.rejection_reason(req)
+            if reason:
+                req.status = reason
+                continue
+            if self.config.record_token_times and req.token_times_s is None:
+                req.token_times_s = []
+            self._push(req.arrival_time_s, _ARRIVAL, req)
+        heap = self._heap
+        while heap:
+            now, kind, _, payload = heapq.heappop(heap)
+            if kind == _ARRIVAL:
+                rid = self._route(payload)
+                payload.replica_id = rid
+                self.replicas[rid].waiting.append(payload)
+                if not self._busy[rid]:
+                    # wake after every arrival of this instant has been queued
+                    self._busy[rid] = True
+                    self._push(now, _WAKE, rid)
+            elif kind == _STEP_END:
+                self._end_step(payload, now)
+                self._start_step(payload, now)
+            else:
+                self._start_step(payload, now)
+        return requests
+
+    def _route(self, req: Request) -> int:
+        if len(self.replicas) == 1:
+            return 0
+        if self.router is not None:
+            return self.router(req, self.replicas)
+        self._rr = (self._rr + 1) % len(self.replicas)
+        return (self._rr - 1) % len(self.replicas)
+
+    def _start_step(self, rid: int, now: float) -> None:
+        state = self.replicas[rid]
+        batch = self.schedulers[rid].schedule(now, state)
+        if not batch.requests:
+            self._busy[rid] = False
+            self._batches[rid] = None
+            return
+        duration = self.cost_model.step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs,
+                                               batch.decode_context_tokens, batch.prefill_context_tokens)
+        self._busy[rid] = True
+        self._batches[rid] = batch
+        self._step_start[rid] = now
+        if self.config.record_steps:
+            self.steps.append((rid, now, duration, batch.num_prefill_tokens, batch.num_prefill_seqs,
+                               batch.num_decode_seqs, batch.decode_context_tokens, batch.prefill_context_tokens))
+        self.num_steps += 1
+        self._push(now + duration, _STEP_END, rid)
+
+    def _end_step(self, rid: int, now: float) -> None:
+        state = self.replicas[rid]
+        batch = self._batches[rid]
+        kv = state.kv
+        finished = False
+        for req, n in zip(batch.requests, batch.num_new_tokens):
+            req.num_computed_tokens += n
+            if req.num_computed_tokens < req.num_tokens:
+                continue  # an intermediate prefill chunk emits nothing
+            req.num_generated_tokens += 1
+            if req.num_generated_tokens == 1:
+                req.first_token_time_s = now
+            req.last_token_time_s = now
+            if req.token_times_s is not None:
+                req.token_times_s.append(now)
+            if req.num_generated_tokens == req.num_output_tokens:
+                req.status = "ok"
+                kv.free(req)
+                finished = True
+        if finished:
+            state.running = [r for r in state.running if r.status != "ok"]

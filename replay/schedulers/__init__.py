@@ -1,0 +1,50 @@
+"""Built-in schedulers and the loader of user schedulers.
+
+``get_scheduler_factory(name)`` accepts a built-in name, ``package.module:ClassName``,
+or a name registered in the ``servecal.schedulers`` entry-point group.
+"""
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from ..errors import ConfigError
+from .base import Batch, ReplicaState, Scheduler, SchedulerConfig
+from .chunked import ChunkedScheduler
+from .fcfs import FcfsScheduler
+
+#: Built-in schedulers by name.
+BUILTIN = {
+    "chunked": ChunkedScheduler,
+    "fcfs": FcfsScheduler,
+}
+
+
+def get_scheduler_factory(name: str):
+    """A zero-argument callable that builds a scheduler named ``name``.
+
+    Raises
+    ------
+    ConfigError
+        Unknown name, unimportable module, or a class without ``schedule``.
+    """
+    if name in BUILTIN:
+        return BUILTIN[name]
+    if ":" in name:
+        mod, _, attr = name.partition(":")
+        try:
+            cls = getattr(importlib.import_module(mod), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"--scheduler {name}: cannot load ({exc})") from None
+    else:
+        eps = [ep for ep in entry_points(group="servecal.schedulers") if ep.name == name]
+        if not eps:
+            raise ConfigError(f"--scheduler {name}: unknown; built in: {', '.join(sorted(BUILTIN))}, "
+                              "or give package.module:ClassName")
+        cls = eps[0].load()
+    if not callable(getattr(cls, "schedule", None)):
+        raise ConfigError(f"--scheduler {name}: {cls!r} has no schedule(now, state) method")
+    return cls
+
+
+__all__ = ["Batch", "ReplicaState", "Scheduler", "SchedulerConfig", "get_scheduler_factory", "BUILTIN"]

@@ -1,0 +1,56 @@
+"""Errors of the data contract.
+
+Every user-facing problem with a file or a spec is a :class:`SchemaError`; the CLI maps
+it to one message and exit code 1 (invalid data) without a traceback.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One broken rule: where (file, column, rows) and what was expected."""
+
+    rule: str
+    column: str | None = None
+    rows: tuple[int, ...] = ()
+    expected: str = ""
+    num_rows: int = 0
+
+    def render(self) -> str:
+        where = f"column '{self.column}'" if self.column else "table"
+        rows = ""
+        if self.rows:
+            shown = ", ".join(str(r) for r in self.rows[:5])
+            more = f" (+{self.num_rows - len(self.rows[:5])} more)" if self.num_rows > 5 else ""
+            rows = f", row(s) {shown}{more}"
+        exp = f"; expected {self.expected}" if self.expected else ""
+        return f"{where}{rows}: {self.rule}{exp}"
+
+
+class SchemaError(Exception):
+    """Base class of data-contract errors (bad table, bad spec, unknown catalog key)."""
+
+
+class ValidationError(SchemaError):
+    """A table breaks one or more rules of its schema.
+
+    Attributes
+    ----------
+    path : str
+        The file (or a description of the source) that was validated.
+    problems : list[Problem]
+        Every broken rule, reported at once.
+    """
+
+    def __init__(self, path: str, problems: list[Problem]):
+        self.path = path
+        self.problems = list(problems)
+        lines = [f"{path}: {len(self.problems)} problem(s)"]
+        lines += [f"  - {p.render()}" for p in self.problems]
+        super().__init__("\n".join(lines))
+
+
+class SpecError(SchemaError):
+    """A model or GPU spec is unknown, incomplete or inconsistent."""

@@ -1,0 +1,179 @@
+"""Arrow schemas of the servecal tables and atomic Parquet I/O.
+
+Every table is Parquet with key ``servecal.schema`` in the file metadata naming its
+kind and version (``request_trace/1``, ``step_trace/1``, ``replay_result/1``).
+Times are float64 seconds; token counts int64.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import SchemaError
+
+SCHEMA_KEY = b"servecal.schema"
+REQUEST_TRACE = "request_trace/1"
+STEP_TRACE = "step_trace/1"
+REPLAY_RESULT = "replay_result/1"
+
+_f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
+
+#: Columns of a request trace: name -> (arrow type, required).
+REQUEST_COLUMNS: dict[str, tuple[pa.DataType, bool]] = {
+    "request_id": (_str, True),
+    "arrival_time_s": (_f64, True),
+    "num_prompt_tokens": (_i64, True),
+    "num_output_tokens": (_i64, True),
+    "queue_wait_s": (_f64, False),
+    "ttft_s": (_f64, False),
+    "tpot_s": (_f64, False),
+    "e2e_s": (_f64, False),
+    "token_times_s": (pa.list_(_f64), False),
+    "num_cached_tokens": (_i64, False),
+    "block_hashes": (pa.list_(_i64), False),
+    "replica_id": (_i64, False),
+    "priority": (_i64, False),
+    "slo_ttft_s": (_f64, False),
+    "slo_tpot_s": (_f64, False),
+    "status": (_str, False),
+}
+
+#: Columns of a step trace (one row per forward pass of one replica).
+STEP_COLUMNS: dict[str, tuple[pa.DataType, bool]] = {
+    "replica_id": (_i64, True),
+    "step_start_time_s": (_f64, True),
+    "step_duration_s": (_f64, True),
+    "num_prefill_tokens": (_i64, True),
+    "num_prefill_seqs": (_i64, True),
+    "num_decode_seqs": (_i64, True),
+    "decode_context_tokens": (_i64, True),
+    "prefill_context_tokens": (_i64, False),
+}
+
+#: Predicted columns a replay adds to the request trace.
+PREDICTED_COLUMNS: dict[str, tuple[pa.DataType, bool]] = {
+    "pred_queue_wait_s": (_f64, True),
+    "pred_ttft_s": (_f64, True),
+    "pred_tpot_s": (_f64, True),
+    "pred_e2e_s": (_f64, True),
+    "pred_replica_id": (_i64, True),
+    "pred_num_preemptions": (_i64, True),
+    "pred_status": (_str, True),
+    "pred_token_times_s": (pa.list_(_f64), False),
+}
+
+COLUMNS_BY_KIND = {
+    REQUEST_TRACE: REQUEST_COLUMNS,
+    STEP_TRACE: STEP_COLUMNS,
+    REPLAY_RESULT: {**REQUEST_COLUMNS, **PREDICTED_COLUMNS},
+}
+
+#: Measured latency columns shared by request traces and replay results.
+MEASURED_METRICS = ("queue_wait_s", "ttft_s", "tpot_s", "e2e_s")
+
+
+def arrow_schema(kind: str, columns: list[str]) -> pa.Schema:
+    """The Arrow schema of ``kind`` restricted to ``columns`` (in that order), with metadata."""
+    spec = COLUMNS_BY_KIND[kind]
+    fields = [pa.field(c, spec[c][0]) for c in columns if c in spec]
+    return pa.schema(fields, metadata={SCHEMA_KEY: kind.encode()})
+
+
+def to_table(kind: str, data: "dict | object", extra_metadata: dict[str, str] | None = None) -> pa.Table:
+    """Build a table of ``kind`` from a pandas DataFrame or a dict of columns.
+
+    Known columns are cast to their contract type; unknown columns are kept as they are.
+    ``extra_metadata`` (str -> str) is stored beside ``servecal.schema``.
+
+    Raises
+    ------
+    SchemaError
+        If a known column cannot be cast to its type (e.g. a float token count).
+    """
+    import pandas as pd
+
+    if isinstance(data, pd.DataFrame):
+        table = pa.Table.from_pandas(data, preserve_index=False)
+    else:
+        table = pa.table(data)
+    spec = COLUMNS_BY_KIND[kind]
+    fields = []
+    for f in table.schema:
+        fields.append(pa.field(f.name, spec[f.name][0]) if f.name in spec else f)
+    try:
+        table = table.cast(pa.schema(fields), safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SchemaError(f"cannot store columns as {kind}: {exc}") from None
+    meta = {SCHEMA_KEY: kind.encode()}
+    for k, v in (extra_metadata or {}).items():
+        meta[f"servecal.{k}".encode()] = str(v).encode()
+    return table.replace_schema_metadata(meta)
+
+
+def write_table(table: pa.Table, path: str | os.PathLike) -> None:
+    """Write ``table`` to Parquet atomically (temp file in the same folder, then rename).
+
+    A failure never leaves a partial or overwritten output file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(text: str, path: str | os.PathLike) -> None:
+    """Write ``text`` atomically (temp file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def table_kind(table: pa.Table) -> str | None:
+    """The ``servecal.schema`` value of a table, or None when absent."""
+    meta = table.schema.metadata or {}
+    v = meta.get(SCHEMA_KEY)
+    return v.decode() if v else None
+
+
+def table_metadata(table: pa.Table) -> dict[str, str]:
+    """The ``servecal.*`` metadata of a table other than the schema key, without prefix."""
+    meta = table.schema.metadata or {}
+    out = {}
+    for k, v in meta.items():
+        if k.startswith(b"servecal.") and k != SCHEMA_KEY:
+            out[k.decode()[len("servecal."):]] = v.decode()
+    return out
+
+
+def read_table(path: str | os.PathLike) -> pa.Table:
+    """Read a Parquet file.
+
+    Raises
+    ------
+    SchemaError
+        If the file does not exist or is not Parquet.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise SchemaError(f"{path}: no such file")
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise SchemaError(f"{path}: not a readable Parquet file ({exc})") from None

@@ -1,0 +1,166 @@
+"""Validation of servecal tables: every broken rule, reported at once.
+
+``validate(table, path)`` returns the table cast to its contract types or raises
+:class:`~schemas.errors.ValidationError` naming the file, the column, the first offending
+rows (0-based data rows) and the rule.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import Problem, ValidationError
+from .tables import COLUMNS_BY_KIND, REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE, table_kind
+
+_MAX_ROWS = 5
+
+#: Columns that must be > 0, >= 0, and >= 1 (numbers), by kind.
+_POSITIVE = {STEP_TRACE: ("step_duration_s",)}
+_NONNEG = {
+    REQUEST_TRACE: ("arrival_time_s", "num_prompt_tokens", "queue_wait_s", "ttft_s", "tpot_s", "e2e_s",
+                    "num_cached_tokens", "slo_ttft_s", "slo_tpot_s"),
+    STEP_TRACE: ("step_start_time_s", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
+                 "decode_context_tokens", "prefill_context_tokens"),
+}
+_NONNEG[REPLAY_RESULT] = _NONNEG[REQUEST_TRACE]
+_AT_LEAST_ONE = {REQUEST_TRACE: ("num_output_tokens", "num_prompt_tokens"),
+                 REPLAY_RESULT: ("num_output_tokens", "num_prompt_tokens")}
+#: Measured columns that may be null (a failed request has no latency).
+_NULLABLE = {"queue_wait_s", "ttft_s", "tpot_s", "e2e_s", "token_times_s", "num_cached_tokens", "block_hashes",
+             "replica_id", "priority", "status", "slo_ttft_s", "slo_tpot_s"}
+
+
+def _rows(mask: np.ndarray) -> tuple[tuple[int, ...], int]:
+    idx = np.flatnonzero(mask)
+    return tuple(int(i) for i in idx[:_MAX_ROWS]), int(idx.size)
+
+
+def _problem(rule: str, column: str | None, mask: np.ndarray, expected: str) -> Problem:
+    rows, n = _rows(mask)
+    return Problem(rule=f"{rule} ({n} row(s))", column=column, rows=rows, expected=expected, num_rows=n)
+
+
+def _cast(col: pa.ChunkedArray, name: str, typ: pa.DataType, problems: list[Problem]):
+    """Cast one column to its contract type, recording why it cannot be."""
+    if col.type == typ:
+        return col
+    if pa.types.is_timestamp(col.type) or pa.types.is_date(col.type) or pa.types.is_duration(col.type):
+        problems.append(Problem(rule=f"has type {col.type}", column=name,
+                                expected=f"{typ} seconds relative to the trace start, no units or time zone "
+                                         "(convert with 'traces import csv --time-unit')"))
+        return None
+    if pa.types.is_integer(typ) and pa.types.is_floating(col.type):
+        arr = col.to_numpy(zero_copy_only=False)
+        finite = np.isfinite(arr)
+        frac = finite & (arr != np.round(arr))
+        if frac.any():
+            problems.append(_problem("has non-integer values", name, frac, "whole token counts (int64)"))
+            return None
+        if (~finite).any():
+            problems.append(_problem("is NaN or missing", name, ~finite, "a value in every row"))
+            return None
+    try:
+        return col.cast(typ, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        problems.append(Problem(rule=f"has type {col.type}", column=name, expected=str(typ)))
+        return None
+
+
+def validate(table: pa.Table, path: str, kind: str | None = None) -> pa.Table:
+    """Check ``table`` against its schema and return it cast to the contract types.
+
+    Parameters
+    ----------
+    table : pyarrow.Table
+    path : str
+        Named in every message.
+    kind : str, optional
+        ``request_trace/1``, ``step_trace/1`` or ``replay_result/1``; default: from the
+        table's ``servecal.schema`` metadata.
+
+    Raises
+    ------
+    ValidationError
+        With every problem: missing column, wrong type, NaN/null, negative or zero
+        duration, duplicate ``request_id``, unsorted arrivals, ``ttft_s > e2e_s``,
+        ``num_output_tokens < 1``, ...
+    """
+    kind = kind or table_kind(table)
+    if kind not in COLUMNS_BY_KIND:
+        raise ValidationError(path, [Problem(rule=f"file metadata 'servecal.schema' is {kind!r}",
+                                             expected=f"one of {', '.join(COLUMNS_BY_KIND)} "
+                                                      "(import foreign formats with 'traces import')")])
+    spec = COLUMNS_BY_KIND[kind]
+    problems: list[Problem] = []
+    missing = [c for c, (_, req) in spec.items() if req and c not in table.column_names]
+    for c in missing:
+        problems.append(Problem(rule="missing required column", column=c, expected=str(spec[c][0])))
+    cols = {}
+    for name in table.column_names:
+        if name not in spec:
+            continue
+        cast = _cast(table.column(name), name, spec[name][0], problems)
+        if cast is None:
+            continue
+        cols[name] = cast
+        nulls = cast.is_null().to_numpy(zero_copy_only=False)
+        if pa.types.is_floating(cast.type):
+            nulls |= np.isnan(cast.to_numpy(zero_copy_only=False).astype(float))
+        if name not in _NULLABLE and nulls.any():
+            problems.append(_problem("is NaN or missing", name, nulls, "a value in every row"))
+    if table.num_rows == 0:
+        problems.append(Problem(rule="has no rows", expected="at least one row"))
+
+    def num(name):
+        c = cols.get(name)
+        if c is None or not (pa.types.is_integer(c.type) or pa.types.is_floating(c.type)):
+            return None
+        return c.to_numpy(zero_copy_only=False).astype(float)
+
+    for name in _POSITIVE.get(kind, ()):
+        v = num(name)
+        if v is not None and (bad := v <= 0).any():
+            problems.append(_problem("is zero or negative", name, bad, "> 0"))
+    for name in _NONNEG.get(kind, ()):
+        v = num(name)
+        if v is not None and (bad := v < 0).any():
+            problems.append(_problem("is negative", name, bad, ">= 0"))
+    for name in _AT_LEAST_ONE.get(kind, ()):
+        v = num(name)
+        if v is not None and (bad := v < 1).any():
+            problems.append(_problem("is below 1", name, bad, ">= 1 token"))
+    for name in ("arrival_time_s", "step_start_time_s", "ttft_s", "e2e_s", "queue_wait_s"):
+        v = num(name)
+        if v is not None and (bad := np.isinf(v)).any():
+            problems.append(_problem("is infinite", name, bad, "a finite number of seconds"))
+    if kind in (REQUEST_TRACE, REPLAY_RESULT):
+        _request_rules(cols, num, problems)
+    if problems:
+        raise ValidationError(path, problems)
+    out = table
+    for name, c in cols.items():
+        out = out.set_column(out.schema.get_field_index(name), pa.field(name, c.type), c)
+    return out.replace_schema_metadata({**(table.schema.metadata or {}), b"servecal.schema": kind.encode()})
+
+
+def _request_rules(cols, num, problems: list[Problem]) -> None:
+    if "request_id" in cols:
+        ids = cols["request_id"]
+        arr = ids.to_numpy(zero_copy_only=False)
+        import pandas as pd
+
+        d = pd.Series(arr).duplicated(keep=False).to_numpy()
+        if d.any():
+            problems.append(_problem("has duplicate values", "request_id", d, "unique request ids"))
+    arr = num("arrival_time_s")
+    if arr is not None and arr.size > 1:
+        bad = np.concatenate([[False], np.diff(arr) < 0])
+        if bad.any():
+            problems.append(_problem("is not sorted", "arrival_time_s", bad, "non-decreasing arrival times"))
+    ttft, e2e, qw = num("ttft_s"), num("e2e_s"), num("queue_wait_s")
+    with np.errstate(invalid="ignore"):
+        if ttft is not None and e2e is not None and (bad := ttft > e2e * (1 + 1e-12)).any():
+            problems.append(_problem("ttft_s > e2e_s", "ttft_s", bad, "ttft_s <= e2e_s"))
+        if qw is not None and ttft is not None and (bad := qw > ttft * (1 + 1e-12)).any():
+            problems.append(_problem("queue_wait_s > ttft_s", "queue_wait_s", bad, "queue_wait_s <= ttft_s"))

@@ -1,0 +1,20 @@
+"""Shared pytest fixtures."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+#: Real-data files live beside the repository: <repo>/../shared/data/real.
+REAL_DATA_DIR = Path(__file__).parents[2] / "shared" / "data" / "real"
+
+
+@pytest.fixture(scope="session")
+def real_data_dir() -> Path:
+    """The folder of real data files; skips (or fails with SERVECAL_REQUIRE_REAL_DATA=1) if absent."""
+    if not REAL_DATA_DIR.is_dir():
+        if os.environ.get("SERVECAL_REQUIRE_REAL_DATA") == "1":
+            pytest.fail(f"real data not found at {REAL_DATA_DIR} (SERVECAL_REQUIRE_REAL_DATA=1)")
+        pytest.skip(f"real data not found at {REAL_DATA_DIR}")
+    return REAL_DATA_DIR

@@ -1,0 +1,62 @@
+"""What is in a trace: counts, arrival process, lengths, measured latencies."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from schemas.tables import MEASURED_METRICS, STEP_TRACE
+
+
+def describe_frame(kind: str, df: pd.DataFrame) -> dict:
+    """Summary statistics of a trace.
+
+    Returns a dict with ``kind``, ``n``; for request traces ``span_s``, ``mean_rate_rps``
+    (n / (t_last - t_first)), ``interarrival_cv`` (std / mean of the gaps),
+    ``index_of_dispersion`` (variance / mean of counts per 1 s window), token percentiles
+    and measured latency percentiles (seconds) where present; for step traces, duration and
+    batch percentiles.
+    """
+    out: dict = {"kind": kind, "n": int(len(df))}
+    q = [50, 90, 99]
+    if kind == STEP_TRACE:
+        for c in ("step_duration_s", "num_prefill_tokens", "num_decode_seqs", "decode_context_tokens"):
+            out[c] = dict(zip([f"p{x}" for x in q], np.percentile(df[c].to_numpy(float), q)))
+        return out
+    t = df["arrival_time_s"].to_numpy(float)
+    span = float(t[-1] - t[0]) if len(t) else 0.0
+    out["span_s"] = span
+    out["mean_rate_rps"] = (len(t) / span) if span > 0 else float("nan")
+    gaps = np.diff(t)
+    out["interarrival_cv"] = float(gaps.std() / gaps.mean()) if gaps.size and gaps.mean() > 0 else float("nan")
+    if span >= 2:
+        counts = np.bincount(np.floor(t - t[0]).astype(np.int64))
+        out["index_of_dispersion"] = float(counts.var() / counts.mean())
+    else:
+        out["index_of_dispersion"] = float("nan")
+    for c in ("num_prompt_tokens", "num_output_tokens"):
+        v = df[c].to_numpy(float)
+        out[c] = {"mean": float(v.mean()), **dict(zip([f"p{x}" for x in q], np.percentile(v, q)))}
+    for c in MEASURED_METRICS:
+        if c in df and df[c].notna().any():
+            v = df[c].to_numpy(float)
+            v = v[np.isfinite(v)]
+            out[c] = dict(zip([f"p{x}" for x in q], np.percentile(v, q)))
+    if "status" in df:
+        out["status_counts"] = df["status"].fillna("ok").value_counts().to_dict()
+    return out
+
+
+def format_description(d: dict) -> str:
+    """The description as aligned text (times in ms)."""
+    lines = [f"kind: {d['kind']}", f"rows: {d['n']}"]
+    for k in ("span_s", "mean_rate_rps", "interarrival_cv", "index_of_dispersion"):
+        if k in d:
+            lines.append(f"{k}: {d[k]:.4g}")
+    for k, v in d.items():
+        if isinstance(v, dict) and k != "status_counts":
+            ms = k.endswith("_s")
+            cells = ", ".join(f"{s}={x * 1e3:.1f} ms" if ms else f"{s}={x:.1f}" for s, x in v.items())
+            lines.append(f"{k}: {cells}")
+    if "status_counts" in d:
+        lines.append("status: " + ", ".join(f"{k}={v}" for k, v in d["status_counts"].items()))
+    return "\n".join(lines)
