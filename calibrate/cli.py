@@ -36,8 +36,9 @@ def print_fit(fits, dropped) -> None:
     click.echo(f"\nform={best.form}  R^2={best.r2:.4f}  |rel residual| p50={best.rel_residual_pct['p50']:.2%} "
                f"p90={best.rel_residual_pct['p90']:.2%} p99={best.rel_residual_pct['p99']:.2%}  "
                f"compute-bound steps {best.n_compute_bound}/{best.n_rows}")
-    for f in fits[1:]:
-        click.echo(f"other form={f.form}: R^2={f.r2:.4f}, |rel residual| p50={f.rel_residual_pct['p50']:.2%}")
+    for f in fits:
+        kinds = ", ".join(f"{k} {v:.1%}" for k, v in f.rel_residual_p50_by_group.items())
+        click.echo(f"form={f.form}: score {f.score:.2%} (mean over step kinds of median |rel residual|: {kinds})")
     for k, v in best.values.items():
         se = best.stderr.get(k)
         unit = " s" if k.endswith("_s") else ""
@@ -56,9 +57,11 @@ def print_fit(fits, dropped) -> None:
               help="Roofline forms to fit (comma separated); the best is written.")
 @click.option("--loss", type=click.Choice(["linear", "soft_l1", "huber", "cauchy"]), default="soft_l1",
               show_default=True, help="Robust loss of the least squares.")
+@click.option("--balance-kinds/--no-balance-kinds", default=True, show_default=True,
+              help="Weigh prefill-only, decode-only and mixed steps equally (profiling grids skew the counts).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Calibration JSON to write.")
 @_errors
-def fit(trace, model, gpu, tp, form, loss, output):
+def fit(trace, model, gpu, tp, form, loss, balance_kinds, output):
     """Fit eta_compute, eta_mem and t_launch_s to a step trace.
 
     \b
@@ -76,7 +79,7 @@ def fit(trace, model, gpu, tp, form, loss, output):
     if kind != STEP_TRACE:
         raise DataError(f"{trace}: is a {kind}; 'calibrate fit' from request logs needs issue #5's "
                         "simulation-in-the-loop fit; give a step trace (step_trace/1)")
-    fits, dropped = fit_steps(frame, model_spec, gpu_spec, tp, forms, loss)
+    fits, dropped = fit_steps(frame, model_spec, gpu_spec, tp, forms, loss, balance_kinds=balance_kinds)
     print_fit(fits, dropped)
     cal = calibration_from_fit(fits, model_spec, gpu_spec, tp,
                                {"path": str(trace), "sha256": sha256_of(trace), "kind": kind}, dropped)

@@ -12,8 +12,17 @@ from .errors import FitError
 from .roofline_fit import FitResult, RooflineData, fit_roofline
 
 
-def step_data(steps: pd.DataFrame, cost_model: RooflineCostModel) -> tuple[RooflineData, dict]:
+def step_kind(num_prefill_tokens, num_decode_seqs) -> np.ndarray:
+    """``prefill``, ``decode`` or ``mixed`` for each step (arrays of counts)."""
+    pre, dec = np.asarray(num_prefill_tokens) > 0, np.asarray(num_decode_seqs) > 0
+    return np.where(pre & dec, "mixed", np.where(pre, "prefill", "decode"))
+
+
+def step_data(steps: pd.DataFrame, cost_model: RooflineCostModel, balance_kinds: bool = True) -> tuple[RooflineData, dict]:
     """Per-step FLOPs, bytes and durations of a step trace, dropping unusable rows.
+
+    With ``balance_kinds`` the prefill-only, decode-only and mixed steps weigh the same in
+    the fit (a profiling grid gives far more mixed shapes than a serving engine runs).
 
     Returns the data and a dict reason -> number of dropped rows (``missing``,
     ``non-positive``); rows with no tokens are dropped as ``empty``.
@@ -27,30 +36,33 @@ def step_data(steps: pd.DataFrame, cost_model: RooflineCostModel) -> tuple[Roofl
                "non-positive": int(np.sum(np.isfinite(dur) & (dur <= 0))),
                "empty": int(np.sum(np.isfinite(dur) & (dur > 0) & (tokens <= 0)))}
     keep = np.isfinite(dur) & (dur > 0) & (tokens > 0)
+    kind = step_kind(steps["num_prefill_tokens"].to_numpy(), steps["num_decode_seqs"].to_numpy())[keep]
     tokens, ctx, dur = tokens[keep], ctx[keep], dur[keep]
     data = RooflineData(flops=cost_model.flops(tokens), bytes_=cost_model.bytes_read(ctx),
                         n_launch=np.ones_like(dur), duration_s=dur, peak_flops=cost_model.peak_flops,
                         bandwidth_bytes_per_s=cost_model.bandwidth_bytes_per_s,
-                        fixed_s=cost_model.allreduce_s(tokens) if cost_model.tp > 1 else None)
+                        fixed_s=cost_model.allreduce_s(tokens) if cost_model.tp > 1 else None,
+                        group=kind if balance_kinds else None)
     return data, {k: v for k, v in dropped.items() if v}
 
 
 def fit_steps(steps: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int = 1, forms=("max",),
-              loss: str = "soft_l1", fixed: dict | None = None) -> tuple[list[FitResult], dict]:
+              loss: str = "soft_l1", fixed: dict | None = None, balance_kinds: bool = True) -> tuple[list[FitResult], dict]:
     """Fit each roofline form in ``forms`` to a step trace.
 
-    Returns the fits (best first: lowest median |relative residual|) and the dropped-row counts.
+    Returns the fits (best first: lowest mean over step kinds of the median |relative
+    residual|) and the dropped-row counts.
 
     Raises
     ------
     FitError
         No usable rows, or too few for the free parameters.
     """
-    data, dropped = step_data(steps, RooflineCostModel(model, gpu, CostParams(), tp))
+    data, dropped = step_data(steps, RooflineCostModel(model, gpu, CostParams(), tp), balance_kinds)
     if data.duration_s.size == 0:
         raise FitError("no usable step rows (all missing, non-positive or empty)")
     fits = [fit_roofline(data, form=f, loss=loss, fixed=fixed) for f in forms]
-    fits.sort(key=lambda r: r.rel_residual_pct["p50"])
+    fits.sort(key=lambda r: r.score)
     return fits, dropped
 
 
@@ -68,9 +80,11 @@ def calibration_from_fit(fits: list[FitResult], model: ModelSpec, gpu: GpuSpec, 
     fit = {
         "method": "lmfit least_squares, relative residuals",
         "n_rows": best.n_rows, "dropped_rows": dropped, "r2": best.r2,
-        "rel_residual_pct": best.rel_residual_pct, "correlations": best.correlations,
+        "rel_residual_pct": best.rel_residual_pct, "rel_residual_p50_by_kind": best.rel_residual_p50_by_group,
+        "correlations": best.correlations,
         "n_compute_bound": best.n_compute_bound, "warnings": best.warnings,
-        "forms": {f.form: {"values": f.values, "r2": f.r2, "rel_residual_pct": f.rel_residual_pct} for f in fits},
+        "forms": {f.form: {"values": f.values, "r2": f.r2, "score": f.score, "rel_residual_pct": f.rel_residual_pct,
+                           "rel_residual_p50_by_kind": f.rel_residual_p50_by_group} for f in fits},
     }
     return Calibration(model=model, gpu=gpu, tp=tp, form=best.form, params=params, fit=fit, source=source)
 

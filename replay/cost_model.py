@@ -71,6 +71,7 @@ class Link:
 LINKS: dict[str, Link] = {
     "pcie4": Link("pcie4", 32e9, 5e-6),      # PCIe 4.0 x16: 16 GT/s x 16 lanes ~ 32 GB/s
     "pcie5": Link("pcie5", 64e9, 5e-6),      # PCIe 5.0 x16 ~ 64 GB/s
+    "nvlink3": Link("nvlink3", 300e9, 2e-6),  # A100 NVLink 3: 600 GB/s bidirectional
     "nvlink4": Link("nvlink4", 450e9, 2e-6),  # H100 NVLink 4: 900 GB/s bidirectional
     "100gbe": Link("100gbe", 12.5e9, 10e-6),
     "200gbe": Link("200gbe", 25e9, 10e-6),
@@ -89,8 +90,8 @@ class RooflineCostModel:
     params : CostParams
     tp : int
         Tensor-parallel degree: weights, KV and FLOPs split over ``tp`` GPUs.
-    tp_link : Link
-        Link the all-reduces of tensor parallelism run over.
+    tp_link : Link, optional
+        Link the all-reduces of tensor parallelism run over (default: the GPU's ``tp_link``).
 
     Notes
     -----
@@ -115,11 +116,13 @@ class RooflineCostModel:
     gpu: GpuSpec
     params: CostParams = field(default_factory=CostParams)
     tp: int = 1
-    tp_link: Link = LINKS["nvlink4"]
+    tp_link: Link | None = None
 
     def __post_init__(self):
         if self.tp < 1:
             raise ValueError(f"tp must be >= 1, not {self.tp}")
+        if self.tp_link is None:  # the GPU's own interconnect
+            object.__setattr__(self, "tp_link", LINKS.get(self.gpu.tp_link, LINKS["pcie4"]))
 
     def with_params(self, params: CostParams) -> "RooflineCostModel":
         """A copy with other parameters."""

@@ -197,12 +197,16 @@ class GpuSpec:
     mem_bytes : float
         DRAM capacity [bytes]. The catalog reads a datasheet "80 GB" as 80 GiB, since GPU
         memory is built from binary-sized DRAM (an A100 80GB reports 81920 MiB).
+    tp_link : str
+        Interconnect between GPUs of one tensor-parallel replica, a preset of
+        ``replay.cost_model.LINKS`` (``nvlink4`` on H100 SXM, ``pcie5`` on a PCIe card...).
     """
 
     name: str
     peak_flops: float
     mem_bandwidth_bytes_per_s: float
     mem_bytes: float
+    tp_link: str = "pcie4"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -559,7 +563,7 @@ def get_gpu(name: str) -> GpuSpec:
         raise
     entry = _catalog("gpus")[0][key]
     values = {f: _unwrap(entry.get(f)) for f in ("peak_flops", "mem_bandwidth_bytes_per_s",
-                                                 "mem_bytes")}
+                                                 "mem_bytes", "tp_link") if f in entry}
     return GpuSpec.from_dict({"name": key, **values}, f"{CATALOG_DIR / 'gpus.json'}: gpu '{key}'")
 
 
