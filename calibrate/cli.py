@@ -7,7 +7,8 @@ from schemas.calibration import sha256_of
 from schemas.cli_support import DataError, user_errors, version_option
 from schemas.errors import SpecError
 from schemas.specs import get_gpu, get_model, list_gpus, list_models
-from schemas.tables import STEP_TRACE
+from schemas.tables import REQUEST_TRACE, STEP_TRACE
+from replay.cli import replay_config, replay_options
 
 from .errors import CalibrationError
 from .step_fit import calibration_from_fit, fit_steps
@@ -58,15 +59,25 @@ def print_fit(fits, dropped) -> None:
 @click.option("--loss", type=click.Choice(["linear", "soft_l1", "huber", "cauchy"]), default="soft_l1",
               show_default=True, help="Robust loss of the least squares.")
 @click.option("--balance-kinds/--no-balance-kinds", default=True, show_default=True,
-              help="Weigh prefill-only, decode-only and mixed steps equally (profiling grids skew the counts).")
+              help="Step traces: weigh prefill-only, decode-only and mixed steps equally (profiling grids "
+                   "skew the counts).")
+@replay_options
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Calibration JSON to write.")
 @_errors
-def fit(trace, model, gpu, tp, form, loss, balance_kinds, output):
-    """Fit eta_compute, eta_mem and t_launch_s to a step trace.
+def fit(trace, model, gpu, tp, form, loss, balance_kinds, output, **replay_kwargs):
+    """Fit eta_compute, eta_mem and t_launch_s to a step trace or a request log.
+
+    The kind of TRACE is read from its schema metadata. A step trace (step_trace/1) is
+    fitted by nonlinear least squares of step durations. A request log (request_trace/1
+    with measured ttft_s and tpot_s) is fitted by simulation in the loop: the trace is
+    replayed with candidate parameters under the replay options below (give the measured
+    engine's settings) until the predicted TTFT and TPOT quantiles (p10..p90) match.
 
     \b
     Example:
       calibrate fit steps.parquet --model llama-3.1-8b --gpu rtx-pro-6000 -o cal.json
+      calibrate fit run.parquet --model llama-3.1-8b --gpu rtx-pro-6000 \\
+                    --max-num-seqs 128 --max-num-batched-tokens 2048 -o cal.json
     """
     from traces.io import read_trace
 
@@ -76,15 +87,45 @@ def fit(trace, model, gpu, tp, form, loss, balance_kinds, output):
         raise click.BadParameter(f"{form!r}: expected max, sum or max,sum", param_hint="--form")
     model_spec, gpu_spec = get_model(model), get_gpu(gpu)
     kind, frame, _ = read_trace(trace)
-    if kind != STEP_TRACE:
-        raise DataError(f"{trace}: is a {kind}; 'calibrate fit' from request logs needs issue #5's "
-                        "simulation-in-the-loop fit; give a step trace (step_trace/1)")
-    fits, dropped = fit_steps(frame, model_spec, gpu_spec, tp, forms, loss, balance_kinds=balance_kinds)
-    print_fit(fits, dropped)
-    cal = calibration_from_fit(fits, model_spec, gpu_spec, tp,
-                               {"path": str(trace), "sha256": sha256_of(trace), "kind": kind}, dropped)
+    source = {"path": str(trace), "sha256": sha256_of(trace), "kind": kind}
+    if kind == STEP_TRACE:
+        fits, dropped = fit_steps(frame, model_spec, gpu_spec, tp, forms, loss, balance_kinds=balance_kinds)
+        print_fit(fits, dropped)
+        cal = calibration_from_fit(fits, model_spec, gpu_spec, tp, source, dropped)
+    elif kind == REQUEST_TRACE:
+        from .request_fit import calibration_from_request_fit, fit_requests
+
+        cfg = replay_config(replay_kwargs)
+        fits = []
+        for f in forms:
+            click.echo(f"fitting form={f} by simulation in the loop ({len(frame)} requests, scheduler "
+                       f"{cfg.scheduler}, max_num_seqs={cfg.max_num_seqs}, "
+                       f"max_num_batched_tokens={cfg.max_num_batched_tokens}) ...", err=True)
+            fits.append(fit_requests(frame, model_spec, gpu_spec, tp, cfg, form=f))
+        fits.sort(key=lambda r: r.cost)
+        print_request_fit(fits)
+        cal = calibration_from_request_fit(fits, model_spec, gpu_spec, tp, source, cfg)
+    else:
+        raise DataError(f"{trace}: is a {kind}; give a step trace or a request log")
     cal.write(output)
     click.echo(f"wrote {output}")
+
+
+def print_request_fit(fits) -> None:
+    """Print the best request fit, every form's cost, and the quantile errors at the optimum."""
+    best = fits[0]
+    click.echo(best.report)
+    for f in fits:
+        click.echo(f"form={f.form}: cost {f.cost:.4g} (sum of squared relative quantile errors), {f.n_replays} replays")
+    for m, errs in best.residual_by_metric.items():
+        click.echo(f"  {m} quantile errors: " + ", ".join(f"{q} {e:+.1%}" for q, e in errs.items()))
+    for k, v in best.values.items():
+        se = best.stderr.get(k)
+        unit = " s" if k.endswith("_s") else ""
+        state = "" if best.identifiable[k] else f"  NOT IDENTIFIED ({best.bounds[k]})"
+        click.echo(f"  {k} = {v:.6g}{unit}" + (f" +/- {se:.2g}{unit}" if se is not None else "") + state)
+    for w in best.warnings:
+        click.echo(f"warning: {w}", err=True)
 
 
 @main.command()

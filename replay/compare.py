@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .metrics import PERCENTILES, percentile
+from .metrics import PERCENTILES, itl_s, percentile
 
 #: (measured column, predicted column, label) of every compared metric.
 METRICS = (
@@ -14,6 +14,15 @@ METRICS = (
     ("tpot_s", "pred_tpot_s", "tpot"),
     ("e2e_s", "pred_e2e_s", "e2e"),
 )
+
+#: (measured, predicted) per-token time columns (lists, seconds since arrival) behind the ``itl`` row.
+TOKEN_TIME_COLUMNS = ("token_times_s", "pred_token_times_s")
+
+#: Labels of the rows :func:`compare` can produce, in table order.
+METRIC_LABELS = tuple(label for _, _, label in METRICS) + ("itl",)
+
+#: Measured values below this many seconds are left out of the MAPE (1 ms).
+MAPE_MIN_MEAS_S = 1e-3
 
 
 def compared_rows(result: pd.DataFrame) -> pd.Series:
@@ -24,59 +33,144 @@ def compared_rows(result: pd.DataFrame) -> pd.Series:
     return ok
 
 
+def _gaps(token_times) -> np.ndarray | None:
+    """The N - 1 gaps of one request's token times (None when the request has no list)."""
+    if token_times is None or np.ndim(token_times) != 1:
+        return None
+    return itl_s(token_times)
+
+
+def metric_values(result: pd.DataFrame, metric: str, rows: pd.Series | None = None):
+    """Measured and predicted values of one metric over the compared requests, seconds.
+
+    Parameters
+    ----------
+    result : pandas.DataFrame
+        A replay result.
+    metric : str
+        A label of :data:`METRIC_LABELS`.
+    rows : pandas.Series of bool, optional
+        Requests to use; default :func:`compared_rows`.
+
+    Returns
+    -------
+    (meas, pred, paired) or None
+        ``meas``, ``pred``: float64 arrays, seconds. For the per-request metrics they are
+        aligned (one pair per request finite on both sides); TPOT only counts requests with
+        at least 2 output tokens, whatever the measured column holds for the others (BR-03:
+        TPOT is undefined for one token, never 0). For ``itl`` they are the pooled gaps
+        between consecutive tokens of every request with token times on both sides: N - 1
+        gaps for N tokens, TTFT never among them (BR-01); ``paired`` is True when every such
+        request has as many gaps on both sides (so gap k faces gap k). None when a column
+        is missing.
+    """
+    ok = compared_rows(result) if rows is None else rows
+    if metric == "itl":
+        meas_col, pred_col = TOKEN_TIME_COLUMNS
+        if meas_col not in result or pred_col not in result:
+            return None
+        m_gaps, p_gaps = [], []
+        for mt, pt in zip(result.loc[ok, meas_col], result.loc[ok, pred_col]):
+            mg, pg = _gaps(mt), _gaps(pt)
+            if mg is not None and pg is not None:
+                m_gaps.append(mg)
+                p_gaps.append(pg)
+        if not m_gaps:
+            return np.empty(0), np.empty(0), True
+        paired = all(a.size == b.size for a, b in zip(m_gaps, p_gaps))
+        return np.concatenate(m_gaps), np.concatenate(p_gaps), paired
+    meas_col, pred_col = {label: (m, p) for m, p, label in METRICS}[metric]
+    if meas_col not in result or pred_col not in result:
+        return None
+    m = result.loc[ok, meas_col].to_numpy(float, na_value=np.nan)
+    p = result.loc[ok, pred_col].to_numpy(float, na_value=np.nan)
+    keep = np.isfinite(m) & np.isfinite(p)
+    if metric == "tpot" and "num_output_tokens" in result:
+        keep &= result.loc[ok, "num_output_tokens"].to_numpy(float, na_value=np.nan) >= 2
+    return m[keep], p[keep], True
+
+
 def compare(result: pd.DataFrame, percentiles=PERCENTILES) -> pd.DataFrame:
     """One row per metric present on both sides, seconds.
 
-    Columns: ``metric``, ``n``, ``meas_pXX``, ``pred_pXX``, ``rel_err_pXX`` (signed,
-    (pred - meas) / meas), ``mape`` (mean over requests of |pred - meas| / meas),
-    ``bias_s`` (mean of pred - meas), ``ks`` (two-sample Kolmogorov-Smirnov statistic) and
-    ``wasserstein_s`` (scipy.stats). Percentiles use numpy's linear method on both sides.
-    Only requests that completed on both sides are compared.
+    Columns: ``metric``, ``n`` (measured values: requests, or gaps for ``itl``),
+    ``meas_mean_s``, ``pred_mean_s``, ``meas_pXX``, ``pred_pXX``, ``rel_err_pXX`` (signed,
+    (pred - meas) / meas), ``mape``, ``n_mape``, ``bias_s`` (mean pred - mean meas), ``ks``
+    (two-sample Kolmogorov-Smirnov statistic) and ``wasserstein_s`` (scipy.stats).
+
+    Rows: ``queue_wait``, ``ttft``, ``tpot``, ``e2e`` from the per-request columns, and
+    ``itl`` when per-token times exist on both sides (``token_times_s`` measured,
+    ``pred_token_times_s`` predicted, both relative to arrival). Mean TPOT (``tpot`` row:
+    each request once) and mean ITL (``itl`` row: each gap once) are different numbers
+    on purpose (shared/cases conventions); both are reported, each on its own row.
+
+    Notes
+    -----
+    * Only requests that completed on both sides are compared (:func:`compared_rows`:
+      failed measured requests are excluded, BR-17).
+    * Percentiles use numpy's linear method on both sides (BR-22), so they stay inside
+      the observed range for n = 1, 2, 3.
+    * ``mape`` = mean over requests (gaps, for ``itl``) of ``|pred - meas| / meas``, taken
+      only over measured values >= :data:`MAPE_MIN_MEAS_S` (1 ms); ``n_mape`` counts them.
+      Queue waits are often ~0 (the request is scheduled on arrival), where a relative
+      error is meaningless and would dominate the mean. NaN when no value qualifies, or
+      for ``itl`` when gaps cannot be paired (different gap counts on the two sides).
     """
     ok = compared_rows(result)
     rows = []
-    for meas_col, pred_col, label in METRICS:
-        if meas_col not in result or pred_col not in result:
+    for label in METRIC_LABELS:
+        got = metric_values(result, label, ok)
+        if got is None:
             continue
-        m = result.loc[ok, meas_col].to_numpy(float)
-        p = result.loc[ok, pred_col].to_numpy(float)
-        keep = np.isfinite(m) & np.isfinite(p)
-        m, p = m[keep], p[keep]
-        if m.size == 0:
+        m, p, paired = got
+        if m.size == 0 or p.size == 0:
             continue
-        row = {"metric": label, "n": int(m.size)}
+        row = {"metric": label, "n": int(m.size), "meas_mean_s": float(m.mean()), "pred_mean_s": float(p.mean())}
         for q in percentiles:
             mq, pq = percentile(m, q), percentile(p, q)
             row[f"meas_p{q}"] = mq
             row[f"pred_p{q}"] = pq
             row[f"rel_err_p{q}"] = (pq - mq) / mq if mq != 0 else np.nan
-        pos = m > 0
-        row["mape"] = float(np.mean(np.abs(p[pos] - m[pos]) / m[pos])) if pos.any() else np.nan
-        row["bias_s"] = float(np.mean(p - m))
+        big = m >= MAPE_MIN_MEAS_S if paired else np.zeros(m.size, bool)
+        row["mape"] = float(np.mean(np.abs(p[big] - m[big]) / m[big])) if big.any() else np.nan
+        row["n_mape"] = int(big.sum())
+        row["bias_s"] = row["pred_mean_s"] - row["meas_mean_s"]
         row["ks"] = float(stats.ks_2samp(m, p).statistic)
         row["wasserstein_s"] = float(stats.wasserstein_distance(m, p))
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def format_table(table: pd.DataFrame, percentiles=PERCENTILES) -> str:
-    """The comparison as text: milliseconds for times, percent for errors."""
-    if table.empty:
-        return "(no measured latencies to compare)"
-    head = ["metric", "n"]
+def table_cells(table: pd.DataFrame, percentiles=PERCENTILES) -> tuple[list[str], list[list[str]]]:
+    """Header and formatted cells of a :func:`compare` table: milliseconds for times, percent for errors.
+
+    The one formatting of the comparison, shared by :func:`format_table` and the report.
+    """
+    head = ["metric", "n", "meas_mean_ms", "pred_mean_ms"]
     for q in percentiles:
         head += [f"meas_p{q}_ms", f"pred_p{q}_ms", f"err_p{q}"]
     head += ["mape", "bias_ms", "ks", "wass_ms"]
     lines = []
     for _, r in table.iterrows():
-        cells = [r["metric"], str(r["n"])]
+        cells = [r["metric"], str(r["n"]), f"{r['meas_mean_s'] * 1e3:.1f}", f"{r['pred_mean_s'] * 1e3:.1f}"]
         for q in percentiles:
             cells += [f"{r[f'meas_p{q}'] * 1e3:.1f}", f"{r[f'pred_p{q}'] * 1e3:.1f}", f"{r[f'rel_err_p{q}']:+.1%}"]
         cells += [f"{r['mape']:.1%}", f"{r['bias_s'] * 1e3:+.1f}", f"{r['ks']:.3f}", f"{r['wasserstein_s'] * 1e3:.1f}"]
         lines.append(cells)
+    return head, lines
+
+
+def format_table(table: pd.DataFrame, percentiles=PERCENTILES) -> str:
+    """The comparison as text: milliseconds for times, percent for errors."""
+    if table.empty:
+        return "(no measured latencies to compare)"
+    head, lines = table_cells(table, percentiles)
     widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
-    return "\n".join([fmt.format(*head)] + [fmt.format(*c) for c in lines])
+    text = "\n".join([fmt.format(*head)] + [fmt.format(*c) for c in lines])
+    if {"tpot", "itl"} <= set(table["metric"]):
+        text += "\n(mean TPOT: tpot row, each request once; mean ITL: itl row, each token gap once)"
+    return text
 
 
 def broken_tolerances(table: pd.DataFrame, tolerances: dict[str, float]) -> list[str]:

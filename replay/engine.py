@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .cost_model import StepCostModel
 from .errors import ConfigError
-from .kv_cache import KVCache
+from .kv_cache import make_kv_cache
 from .request import Request
 from .schedulers.base import Batch, ReplicaState, Scheduler, SchedulerConfig
 
@@ -37,6 +37,17 @@ class EngineConfig:
         Keep every output token's time (needed for ITL); costs memory on big traces.
     record_steps : bool
         Keep one row per simulated step (the step trace of the replay).
+    enable_prefix_caching : bool
+        Share full prompt blocks between requests (vLLM v1 automatic prefix caching).
+    hash_block_size : int | None
+        Tokens per hash block of the requests' ``block_hashes`` (None: ``block_size``).
+    preemption_mode : str
+        ``"recompute"`` or ``"swap"`` (the victim's KV goes to host memory and back).
+    swap_time_per_block_s : float
+        Seconds to move one KV block over the host link; a step that swaps ``k`` blocks
+        (out and in) lasts ``k * swap_time_per_block_s`` longer.
+    record_step_requests : bool
+        With ``record_steps``, keep the ids of each step's requests (``step_requests``).
     """
 
     num_gpu_blocks: int
@@ -44,6 +55,11 @@ class EngineConfig:
     max_model_len: int | None = None
     record_token_times: bool = False
     record_steps: bool = False
+    enable_prefix_caching: bool = False
+    hash_block_size: int | None = None
+    preemption_mode: str = "recompute"
+    swap_time_per_block_s: float = 0.0
+    record_step_requests: bool = False
 
 
 class Engine:
@@ -67,7 +83,12 @@ class Engine:
             raise ConfigError("--replicas must be >= 1")
         self.cost_model = cost_model
         self.config = engine_config
-        self.replicas = [ReplicaState(i, scheduler_config, KVCache(engine_config.num_gpu_blocks, engine_config.block_size))
+        if engine_config.preemption_mode not in ("recompute", "swap"):
+            raise ConfigError(f"--preemption-mode must be recompute or swap, not {engine_config.preemption_mode!r}")
+        self.replicas = [ReplicaState(i, scheduler_config,
+                                      make_kv_cache(engine_config.num_gpu_blocks, engine_config.block_size,
+                                                    engine_config.enable_prefix_caching, engine_config.hash_block_size),
+                                      preemption_mode=engine_config.preemption_mode)
                          for i in range(num_replicas)]
         self.schedulers: list[Scheduler] = [scheduler_factory() for _ in range(num_replicas)]
         self.router = router
@@ -78,6 +99,7 @@ class Engine:
         self._batches: list[Batch | None] = [None] * num_replicas
         self._step_start = [0.0] * num_replicas
         self.steps: list[tuple] = []
+        self.step_requests: list[list[str]] = []  # request ids of each recorded step (record_step_requests)
         self.num_steps = 0
 
     # -- events -------------------------------------------------------------------------------
@@ -141,18 +163,24 @@ class Engine:
     def _start_step(self, rid: int, now: float) -> None:
         state = self.replicas[rid]
         batch = self.schedulers[rid].schedule(now, state)
+        swap_s = 0.0
+        if state.num_swap_blocks:  # swap preemption: KV copied over the host link during this step
+            swap_s = state.num_swap_blocks * self.config.swap_time_per_block_s
+            state.num_swap_blocks = 0
         if not batch.requests:
             self._busy[rid] = False
             self._batches[rid] = None
             return
         duration = self.cost_model.step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs,
-                                               batch.decode_context_tokens, batch.prefill_context_tokens)
+                                               batch.decode_context_tokens, batch.prefill_context_tokens) + swap_s
         self._busy[rid] = True
         self._batches[rid] = batch
         self._step_start[rid] = now
         if self.config.record_steps:
             self.steps.append((rid, now, duration, batch.num_prefill_tokens, batch.num_prefill_seqs,
                                batch.num_decode_seqs, batch.decode_context_tokens, batch.prefill_context_tokens))
+            if self.config.record_step_requests:
+                self.step_requests.append([r.request_id for r in batch.requests])
         self.num_steps += 1
         self._push(now + duration, _STEP_END, rid)
 

@@ -66,3 +66,50 @@ def percentile(values, q) -> float:
     v = np.asarray(values, float)
     v = v[np.isfinite(v)]
     return float(np.percentile(v, q)) if v.size else np.nan
+
+
+def goodput_rps(result_df, slo_ttft_s: float | None, slo_tpot_s: float | None, prefix: str = "pred_") -> float:
+    """Requests per second that completed and met every latency SLO.
+
+    Parameters
+    ----------
+    result_df : pandas.DataFrame
+        A replay result: ``arrival_time_s`` and ``{prefix}ttft_s``, ``{prefix}tpot_s``,
+        ``{prefix}e2e_s`` (seconds, relative to arrival); completion is ``pred_status == "ok"``
+        for the predicted side, a finite ``e2e_s`` (and ``status`` ok when present) for the
+        measured side (``prefix=""``).
+    slo_ttft_s, slo_tpot_s : float or None
+        Objectives, seconds; None sets no objective on that metric.
+    prefix : str
+        ``"pred_"`` (default) for the replay's predictions, ``""`` for the measured columns.
+
+    Returns
+    -------
+    float
+        ``good / (last completion - first arrival)``, requests/s; 0.0 when nothing completed,
+        NaN when that span is not positive.
+
+    Notes
+    -----
+    Goodput as in DistServe (Zhong et al., OSDI'24): the rate of requests meeting their
+    SLOs. A request meets the TTFT objective when ``ttft <= slo_ttft_s`` and the TPOT one when
+    ``tpot <= slo_tpot_s``; a one-token request has no TPOT (NaN, BR-03) and cannot break it.
+    The first arrival is over all rows of ``result_df``.
+    """
+    ttft = result_df[f"{prefix}ttft_s"].to_numpy(float, na_value=np.nan)
+    tpot = result_df[f"{prefix}tpot_s"].to_numpy(float, na_value=np.nan)
+    e2e = result_df[f"{prefix}e2e_s"].to_numpy(float, na_value=np.nan)
+    arrival = result_df["arrival_time_s"].to_numpy(float)
+    done = np.isfinite(e2e)
+    status_col = "pred_status" if prefix else "status"
+    if status_col in result_df:  # a measured row without status counts as ok
+        done &= result_df[status_col].fillna("ok").eq("ok").to_numpy(bool)
+    if not done.any():
+        return 0.0
+    good = done.copy()
+    if slo_ttft_s is not None:
+        good &= ttft <= slo_ttft_s
+    if slo_tpot_s is not None:
+        good &= np.isnan(tpot) | (tpot <= slo_tpot_s)
+    span = float(np.max((arrival + e2e)[done]) - np.min(arrival))
+    return float(good.sum()) / span if span > 0 else np.nan

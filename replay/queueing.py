@@ -97,7 +97,8 @@ def mg1_mean_wait_s(arrival_rate_per_s: float, mean_service_s: float, second_mom
     Notes
     -----
     ``W_q = lambda * E[S^2] / (2 * (1 - rho))``, ``rho = lambda * E[S]``
-    (seed, theory.md section 3; Kleinrock, *Queueing Systems* Vol. 1, 1975, eq. 5.105).
+    (seed, theory.md section 3; Kleinrock, *Queueing Systems* Vol. 1, 1975, ch. 5;
+    Harchol-Balter, *Performance Modeling and Design of Computer Systems*, 2013, ch. 23).
     By PASTA it is also the mean unfinished work an arrival finds, which is the same for
     every work-conserving discipline.
     """
@@ -130,7 +131,8 @@ def mm1_mean_wait_s(arrival_rate_per_s: float, service_rate_per_s: float) -> flo
 
     Notes
     -----
-    P-K with exponential service, E[S^2] = 2 / mu^2 (Kleinrock Vol. 1, eq. 3.26).
+    P-K with exponential service, E[S^2] = 2 / mu^2, gives ``rho / (mu - lambda)``
+    (Kleinrock Vol. 1, ch. 3).
     """
     mu = float(service_rate_per_s)
     if not mu > 0:
@@ -149,7 +151,7 @@ def md1_mean_wait_s(arrival_rate_per_s: float, service_s: float) -> float:
     Notes
     -----
     P-K with E[S^2] = D^2: ``W_q = rho * D / (2 (1 - rho))``, half the M/M/1 wait at the
-    same load (Kleinrock Vol. 1, section 5.6).
+    same load (Kleinrock Vol. 1, ch. 5).
     """
     d = float(service_s)
     return mg1_mean_wait_s(arrival_rate_per_s, d, d * d)
@@ -175,7 +177,7 @@ def mean_residual_s(durations_s, horizon_s: float) -> float:
     -----
     Renewal-reward (the inspection paradox): the time-average of the residual life is
     ``sum(D^2 / 2) / T``, which equals ``rho * E[D^2] / (2 E[D])`` with ``rho`` the busy
-    fraction; PASTA makes it what a Poisson arrival sees (Kleinrock Vol. 1, section 5.2).
+    fraction; PASTA makes it what a Poisson arrival sees (Harchol-Balter 2013, ch. 23).
     It is the term through which Var(D) enters the P-K wait.
     """
     d = np.asarray(durations_s, dtype=float)
@@ -212,7 +214,7 @@ def batch_means_ci(samples, num_batches: int = 20, confidence: float = 0.99) -> 
     -----
     Waits of successive requests are correlated, so the i.i.d. formula understates the
     error; means of long contiguous batches are nearly independent and normal (Law,
-    *Simulation Modeling and Analysis*, 5th ed., section 9.5.3).
+    *Simulation Modeling and Analysis*, 5th ed., ch. 9, batch means).
     """
     x = np.asarray(samples, dtype=float).ravel()
     k = int(num_batches)

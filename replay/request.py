@@ -21,6 +21,11 @@ class Request:
         Absolute simulation times (NaN until they happen).
     token_times_s : list[float] | None
         Absolute time of every output token, when the engine records them.
+    deadline_s : float
+        Absolute time by which the first token is due (``inf``: none); ``edf`` uses it.
+    slo_ttft_s, slo_tpot_s : float
+        Latency objectives of this request, seconds (``inf``: none); ``edf`` derives its
+        deadlines from them.
     """
 
     __slots__ = ("index", "request_id", "arrival_time_s", "num_prompt_tokens", "num_output_tokens",
@@ -28,11 +33,12 @@ class Request:
                  "num_generated_tokens", "num_blocks", "num_cached_tokens",
                  "first_scheduled_time_s", "first_token_time_s", "last_token_time_s",
                  "token_times_s", "num_preemptions", "num_recomputed_tokens", "status",
-                 "replica_id", "last_scheduled_time_s")
+                 "replica_id", "last_scheduled_time_s", "slo_ttft_s", "slo_tpot_s")
 
     def __init__(self, index: int, request_id: str, arrival_time_s: float, num_prompt_tokens: int,
                  num_output_tokens: int, priority: int = 0, deadline_s: float = math.inf,
-                 block_hashes=None, record_token_times: bool = False):
+                 block_hashes=None, record_token_times: bool = False, slo_ttft_s: float = math.inf,
+                 slo_tpot_s: float = math.inf):
         self.index = index
         self.request_id = request_id
         self.arrival_time_s = arrival_time_s
@@ -40,6 +46,8 @@ class Request:
         self.num_output_tokens = num_output_tokens
         self.priority = priority
         self.deadline_s = deadline_s
+        self.slo_ttft_s = slo_ttft_s
+        self.slo_tpot_s = slo_tpot_s
         self.block_hashes = block_hashes
         self.num_computed_tokens = 0
         self.num_generated_tokens = 0

@@ -8,10 +8,11 @@ import pandas as pd
 
 from schemas.specs import GpuSpec, ModelSpec
 
-from .cost_model import RooflineCostModel, kv_capacity_blocks
+from .cost_model import LINKS, RooflineCostModel, kv_capacity_blocks
 from .engine import Engine, EngineConfig
 from .errors import ConfigError
 from .request import Request
+from .routing import get_router
 from .schedulers import get_scheduler_factory
 from .schedulers.base import SchedulerConfig
 
@@ -39,6 +40,22 @@ class ReplayConfig:
         Keep per-token times (``pred_token_times_s``), needed for ITL.
     record_steps : bool
         Keep the simulated step trace.
+    enable_prefix_caching : bool
+        Share full prompt blocks between requests (vLLM v1 automatic prefix caching), from
+        the trace's ``block_hashes``.
+    hash_block_size : int | None
+        Tokens per hash block of ``block_hashes`` (Mooncake: 512); None: the trace's
+        ``hash_block_size`` metadata, else 16.
+    preemption_mode : str
+        ``recompute`` or ``swap`` (KV to host memory over ``swap_link`` and back).
+    swap_link : str
+        Host link of swap preemption, a key of :data:`replay.cost_model.LINKS`.
+    router : str
+        ``round_robin``, ``least_loaded`` or ``prefix_affinity`` (see :mod:`replay.routing`).
+    slo_ttft_s, slo_tpot_s : float | None
+        Latency objectives of requests whose trace row has none (``edf`` deadlines), seconds.
+    record_step_requests : bool
+        Keep the request ids of every step (for the Chrome trace); implies ``record_steps``.
     """
 
     scheduler: str = "chunked"
@@ -51,6 +68,14 @@ class ReplayConfig:
     replicas: int = 1
     record_token_times: bool = False
     record_steps: bool = False
+    enable_prefix_caching: bool = False
+    hash_block_size: int | None = None
+    preemption_mode: str = "recompute"
+    swap_link: str = "pcie4"
+    router: str = "round_robin"
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
+    record_step_requests: bool = False
 
 
 def resolve_num_gpu_blocks(cfg: ReplayConfig, model: ModelSpec, gpu: GpuSpec, tp: int) -> int:
@@ -71,10 +96,13 @@ def resolve_num_gpu_blocks(cfg: ReplayConfig, model: ModelSpec, gpu: GpuSpec, tp
         raise ConfigError(f"{exc}; raise --tp or --gpu-memory-utilization, or give --num-gpu-blocks") from None
 
 
-def requests_from_frame(df: pd.DataFrame, record_token_times: bool = False) -> list[Request]:
+def requests_from_frame(df: pd.DataFrame, record_token_times: bool = False, slo_ttft_s: float | None = None,
+                        slo_tpot_s: float | None = None) -> list[Request]:
     """Engine requests from a request-trace DataFrame (sorted by arrival).
 
     Rows whose ``status`` is set and not ``ok`` (failed in the measured run) are not simulated.
+    A request's SLOs are its row's ``slo_ttft_s``/``slo_tpot_s`` where given, else the
+    ``slo_ttft_s``/``slo_tpot_s`` arguments, else none (``inf``).
     """
     ids = df["request_id"].astype(str).to_numpy()
     arr = df["arrival_time_s"].to_numpy(float)
@@ -83,17 +111,26 @@ def requests_from_frame(df: pd.DataFrame, record_token_times: bool = False) -> l
     prio = df["priority"].to_numpy(np.int64) if "priority" in df else np.zeros(len(df), np.int64)
     hashes = df["block_hashes"].to_numpy() if "block_hashes" in df else None
     status = df["status"].to_numpy() if "status" in df else None
+    slos = []
+    for col, default in (("slo_ttft_s", slo_ttft_s), ("slo_tpot_s", slo_tpot_s)):
+        v = np.full(len(df), np.inf if default is None else float(default))
+        if col in df:
+            given = pd.to_numeric(df[col], errors="coerce").to_numpy(float)
+            v = np.where(np.isnan(given), v, given)
+        slos.append(v)
     reqs = []
     for i in range(len(df)):
         if status is not None and status[i] not in (None, "ok") and status[i] == status[i]:
             continue
         reqs.append(Request(i, ids[i], float(arr[i]), int(prompt[i]), int(out[i]), priority=int(prio[i]),
                             block_hashes=None if hashes is None else hashes[i],
-                            record_token_times=record_token_times))
+                            record_token_times=record_token_times, slo_ttft_s=float(slos[0][i]),
+                            slo_tpot_s=float(slos[1][i])))
     return reqs
 
 
-def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayConfig) -> tuple[pd.DataFrame, Engine]:
+def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayConfig,
+                 metadata: dict | None = None) -> tuple[pd.DataFrame, Engine]:
     """Replay a request trace; return the replay result and the engine (steps, counters).
 
     Parameters
@@ -102,6 +139,9 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
         A validated request trace (``request_trace/1`` columns), sorted by arrival time.
     cost_model : RooflineCostModel
     cfg : ReplayConfig
+    metadata : dict, optional
+        The trace's ``servecal.*`` metadata; ``hash_block_size`` (tokens per hash block
+        of ``block_hashes``) is used when ``cfg.hash_block_size`` is None.
 
     Returns
     -------
@@ -109,7 +149,8 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
         ``df`` plus ``pred_queue_wait_s``, ``pred_ttft_s``, ``pred_tpot_s``, ``pred_e2e_s``
         (seconds, relative to each request's arrival), ``pred_replica_id``,
         ``pred_num_preemptions``, ``pred_status`` and, when recorded,
-        ``pred_token_times_s`` (relative to arrival).
+        ``pred_token_times_s`` (relative to arrival); with prefix caching
+        ``pred_num_cached_tokens`` (prefix-cache hit at first admission, tokens).
     engine : Engine
 
     Raises
@@ -122,12 +163,30 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
     factory = get_scheduler_factory(cfg.scheduler)
     blocks = resolve_num_gpu_blocks(cfg, cost_model.model, cost_model.gpu, cost_model.tp)
     max_len = cfg.max_model_len if cfg.max_model_len is not None else cost_model.model.max_model_len
+    hash_block_size = cfg.hash_block_size or int((metadata or {}).get("hash_block_size") or 16)
+    swap_time_per_block_s = 0.0
+    if cfg.preemption_mode == "swap":
+        if cfg.swap_link not in LINKS:
+            raise ConfigError(f"--swap-link {cfg.swap_link}: unknown; known: {', '.join(LINKS)}")
+        # each of the tp GPUs moves its share of the KV over its own host link
+        swap_time_per_block_s = (cfg.block_size * cost_model.model.kv_bytes_per_token
+                                 / (LINKS[cfg.swap_link].bandwidth_bytes_per_s * cost_model.tp))
     engine = Engine(cost_model, factory, SchedulerConfig(cfg.max_num_seqs, cfg.max_num_batched_tokens),
-                    EngineConfig(blocks, cfg.block_size, max_len, cfg.record_token_times, cfg.record_steps),
-                    num_replicas=cfg.replicas)
-    reqs = requests_from_frame(df, cfg.record_token_times)
+                    EngineConfig(blocks, cfg.block_size, max_len, cfg.record_token_times,
+                                 cfg.record_steps or cfg.record_step_requests,
+                                 enable_prefix_caching=cfg.enable_prefix_caching, hash_block_size=hash_block_size,
+                                 preemption_mode=cfg.preemption_mode, swap_time_per_block_s=swap_time_per_block_s,
+                                 record_step_requests=cfg.record_step_requests),
+                    num_replicas=cfg.replicas, router=get_router(cfg.router))
+    reqs = requests_from_frame(df, cfg.record_token_times, cfg.slo_ttft_s, cfg.slo_tpot_s)
     engine.run(reqs)
-    return result_frame(df, reqs), engine
+    result = result_frame(df, reqs)
+    if cfg.enable_prefix_caching:
+        cached = np.zeros(len(df), np.int64)
+        for r in reqs:
+            cached[r.index] = r.num_cached_tokens
+        result["pred_num_cached_tokens"] = cached
+    return result, engine
 
 
 def result_frame(df: pd.DataFrame, reqs: list[Request]) -> pd.DataFrame:

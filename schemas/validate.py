@@ -126,10 +126,18 @@ def validate(table: pa.Table, path: str, kind: str | None = None) -> pa.Table:
         v = num(name)
         if v is not None and (bad := v < 0).any():
             problems.append(_problem("is negative", name, bad, ">= 0"))
+    not_ok = _not_ok_rows(cols, table.num_rows)
     for name in _AT_LEAST_ONE.get(kind, ()):
         v = num(name)
-        if v is not None and (bad := v < 1).any():
-            problems.append(_problem("is below 1", name, bad, ">= 1 token"))
+        if v is None:
+            continue
+        bad = v < 1
+        if name == "num_output_tokens":
+            # a failed or invalid request (status set and not 'ok') may have produced no token
+            bad &= ~not_ok
+        if bad.any():
+            problems.append(_problem("is below 1", name, bad, ">= 1 token (0 only with a status other than 'ok')"
+                                     if name == "num_output_tokens" else ">= 1 token"))
     for name in ("arrival_time_s", "step_start_time_s", "ttft_s", "e2e_s", "queue_wait_s"):
         v = num(name)
         if v is not None and (bad := np.isinf(v)).any():
@@ -144,14 +152,23 @@ def validate(table: pa.Table, path: str, kind: str | None = None) -> pa.Table:
     return out.replace_schema_metadata({**(table.schema.metadata or {}), b"servecal.schema": kind.encode()})
 
 
+def _not_ok_rows(cols, n: int) -> np.ndarray:
+    """Rows whose ``status`` is set and is not ``ok`` (failed or invalid in the source)."""
+    st = cols.get("status")
+    if st is None:
+        return np.zeros(n, bool)
+    return pc.fill_null(pc.not_equal(st, "ok"), False).to_numpy(zero_copy_only=False)
+
+
 def _request_rules(cols, num, problems: list[Problem]) -> None:
     if "request_id" in cols:
         ids = cols["request_id"]
-        arr = ids.to_numpy(zero_copy_only=False)
-        import pandas as pd
+        # fast path in Arrow (no Python strings): only a table with duplicates pays for pandas
+        if len(pc.unique(ids)) != len(ids):
+            arr = ids.to_numpy(zero_copy_only=False)
+            import pandas as pd
 
-        d = pd.Series(arr).duplicated(keep=False).to_numpy()
-        if d.any():
+            d = pd.Series(arr).duplicated(keep=False).to_numpy()
             problems.append(_problem("has duplicate values", "request_id", d, "unique request ids"))
     arr = num("arrival_time_s")
     if arr is not None and arr.size > 1:

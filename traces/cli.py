@@ -1,5 +1,9 @@
-"""``traces``: import, validate and describe serving traces."""
+"""``traces``: import, validate, describe, synthesise and transform serving traces."""
 from __future__ import annotations
+
+import contextlib
+import os
+import sys
 
 import click
 
@@ -7,9 +11,53 @@ from schemas.cli_support import user_errors, version_option
 from schemas.tables import REQUEST_TRACE, STEP_TRACE
 
 from .errors import TraceError
+from .importers.csv_generic import MappingError
 from .io import read_trace, write_trace
 
-_errors = user_errors(data_errors=(TraceError,))
+_errors = user_errors(data_errors=(TraceError, OSError))
+#: Commands whose TraceErrors are about the options, not a file (exit code 2).
+_option_errors = user_errors(data_errors=(OSError,), usage_errors=(TraceError,))
+
+_OUTPUT = click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Output Parquet file.")
+_INVALID = click.option(
+    "--invalid", type=click.Choice(["error", "flag", "drop"]), default="error", show_default=True,
+    help="A row that breaks a rule of its format: stop with an error naming it; keep it with "
+         "status 'invalid: <rule>' (replay and compare skip it); or leave it out (counted in the metadata).")
+_ARRIVALS = click.option(
+    "--arrivals", type=click.Choice(["auto", "recorded", "zero", "synth"]), default="auto", show_default=True,
+    help="Arrival times: recorded start_times; all at 0 (request_rate=inf); synthesised from the run's "
+         "request_rate and burstiness (seeded); auto = recorded, else zero for an inf rate, else an error.")
+_SEED = click.option("--seed", type=int, default=0, show_default=True, help="Seed of --arrivals synth.")
+
+
+@contextlib.contextmanager
+def _progress(label: str, path):
+    """A progress bar over the bytes of ``path`` on stderr, only when stderr is a terminal."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        size = 0
+    if not sys.stderr.isatty() or size < (8 << 20):
+        yield None
+        return
+    with click.progressbar(length=size, label=label, file=sys.stderr) as bar:
+        yield bar.update
+
+
+def _write_requests(frame, meta: dict, output) -> None:
+    """Validate and write an imported request trace; print a one-line summary and any warning."""
+    write_trace(frame, REQUEST_TRACE, output, meta)
+    span = float(frame["arrival_time_s"].iloc[-1]) if len(frame) else 0.0
+    line = f"{output}: {len(frame)} requests over {span:.1f} s (request_trace/1)"
+    extras = [f"{meta[k]} {w}" for k, w in (("num_failed", "failed"), ("num_invalid", "invalid")) if meta.get(k, "0") != "0"]
+    if meta.get("num_invalid_dropped"):
+        extras.append(f"{meta['num_invalid_dropped']} dropped")
+    if extras:
+        line += "; " + ", ".join(extras)
+    click.echo(line)
+    for k in ("arrival_vs_send_warning", "arrival_warning"):
+        if meta.get(k):
+            click.echo(f"Warning: {meta[k]}", err=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -103,15 +151,373 @@ def validate(file):
 
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--plot", "plot", type=click.Path(dir_okay=False), default=None,
+              help="Also draw the arrival rate over time and the prompt/output length histograms to this image "
+                   "(format from the suffix: .png, .pdf, .svg).")
 @_errors
-def describe(file):
+def describe(file, plot):
     """Summarise a trace: count, span, rate, burstiness, lengths, measured latencies.
 
     \b
     Example:
       traces describe run.parquet
+      traces describe run.parquet --plot run.png
     """
-    from .describe import describe_frame, format_description
+    from .describe import describe_frame, format_description, plot_trace
 
     kind, frame, meta = read_trace(file)
     click.echo(format_description(describe_frame(kind, frame)))
+    if plot:
+        if kind == STEP_TRACE:
+            raise click.UsageError("--plot draws request traces; this file is a step trace")
+        plot_trace(frame, plot, title=os.path.basename(str(file)))
+        click.echo(f"plot: {plot}")
+
+
+# ---------------------------------------------------------------------------
+# Importers of request traces, one command per format
+# ---------------------------------------------------------------------------
+
+@import_.command("azure")
+@click.argument("src", type=click.Path(dir_okay=False))
+@_OUTPUT
+@_INVALID
+@_errors
+def import_azure_cmd(src, output, invalid):
+    """Azure LLM inference trace CSV (2023/2024: TIMESTAMP, ContextTokens, GeneratedTokens).
+
+    Arrival = TIMESTAMP minus the first, exact to 100 ns. Streams the file, so
+    traces of 10^7 rows fit in bounded memory.
+
+    \b
+    Example:
+      traces import azure AzureLLMInferenceTrace_conv.csv -o conv.parquet
+    """
+    from .importers.azure import import_azure
+
+    with _progress("azure", src) as bar:
+        frame, meta = import_azure(src, invalid=invalid, progress=bar)
+    _write_requests(frame, meta, output)
+
+
+@import_.command("vidur")
+@click.argument("src", type=click.Path(dir_okay=False))
+@_OUTPUT
+@_INVALID
+@_errors
+def import_vidur_cmd(src, output, invalid):
+    """Vidur processed trace CSV (arrived_at s, num_prefill_tokens, num_decode_tokens).
+
+    \b
+    Example:
+      traces import vidur splitwise_conv.csv -o conv.parquet
+    """
+    from .importers.vidur import import_vidur
+
+    with _progress("vidur", src) as bar:
+        frame, meta = import_vidur(src, invalid=invalid, progress=bar)
+    _write_requests(frame, meta, output)
+
+
+@import_.command("burstgpt")
+@click.argument("src", type=click.Path(dir_okay=False))
+@_OUTPUT
+@click.option("--model", default=None, help="Keep only this Model (e.g. GPT-4, ChatGPT).")
+@_INVALID
+@_errors
+def import_burstgpt_cmd(src, output, model, invalid):
+    """BurstGPT CSV (Timestamp s, Model, Request/Response/Total tokens, Log Type).
+
+    Rows with 0 response tokens are failed requests: kept with status
+    'failed: zero response tokens' and skipped by replay. Equal timestamps are
+    kept in file order (the trace's resolution is 1 s).
+
+    \b
+    Example:
+      traces import burstgpt BurstGPT_1.csv --model GPT-4 -o gpt4.parquet
+    """
+    from .importers.burstgpt import import_burstgpt
+
+    with _progress("burstgpt", src) as bar:
+        frame, meta = import_burstgpt(src, model=model, invalid=invalid, progress=bar)
+    _write_requests(frame, meta, output)
+
+
+@import_.command("mooncake")
+@click.argument("src", type=click.Path(dir_okay=False))
+@_OUTPUT
+@click.option("--block-tokens", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Tokens per hash_ids block in the trace.")
+@_INVALID
+@_errors
+def import_mooncake_cmd(src, output, block_tokens, invalid):
+    """Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids).
+
+    hash_ids become block_hashes; a row whose hash_ids count is not
+    ceil(input_length / 512) follows --invalid.
+
+    \b
+    Example:
+      traces import mooncake conversation_trace.jsonl -o mooncake.parquet
+    """
+    from .importers.mooncake import import_mooncake
+
+    with _progress("mooncake", src) as bar:
+        frame, meta = import_mooncake(src, block_tokens=block_tokens, invalid=invalid, progress=bar)
+    _write_requests(frame, meta, output)
+
+
+@import_.command("vllm-bench")
+@click.argument("src", type=click.Path(dir_okay=False))
+@_OUTPUT
+@_ARRIVALS
+@_SEED
+@_INVALID
+@_errors
+def import_vllm_bench_cmd(src, output, arrivals, seed, invalid):
+    """vLLM benchmark_serving / 'vllm bench serve' result JSON with per-request arrays.
+
+    Needs --save-detailed (input_lens, output_lens, ttfts, itls, errors). Failed
+    requests are kept with status 'failed: <error>' and no latencies.
+
+    \b
+    Example:
+      traces import vllm-bench vllm-10.0qps-Llama-3.1-8B.json -o bench.parquet
+      traces import vllm-bench old-result.json --arrivals synth --seed 1 -o bench.parquet
+    """
+    from .importers.vllm_bench import import_vllm_bench
+
+    frame, meta = import_vllm_bench(src, arrivals=arrivals, seed=seed, invalid=invalid)
+    _write_requests(frame, meta, output)
+
+
+@import_.command("sglang-bench")
+@click.argument("src", type=click.Path(dir_okay=False))
+@_OUTPUT
+@click.option("--run", type=click.IntRange(min=1), default=None,
+              help="1-based line (run) of the JSONL file; needed when several runs have per-request arrays.")
+@_ARRIVALS
+@_SEED
+@_INVALID
+@_errors
+def import_sglang_bench_cmd(src, output, run, arrivals, seed, invalid):
+    """SGLang bench_serving JSONL output (one run per line, saved with --output-details).
+
+    \b
+    Example:
+      traces import sglang-bench sglang_0510_1000_sharegpt.jsonl --run 2 --arrivals synth -o run2.parquet
+    """
+    from .importers.sglang_bench import import_sglang_bench
+
+    frame, meta = import_sglang_bench(src, run=run, arrivals=arrivals, seed=seed, invalid=invalid)
+    _write_requests(frame, meta, output)
+
+
+@import_.command("llmperf")
+@click.argument("src", type=click.Path(dir_okay=False))
+@_OUTPUT
+@click.option("--concurrency", type=click.IntRange(min=1), required=True,
+              help="The run's --num-concurrent-requests (not in the file; the summary JSON has it).")
+@_INVALID
+@_errors
+def import_llmperf_cmd(src, output, concurrency, invalid):
+    """LLMPerf individual responses JSON (ttft_s, end_to_end_latency_s, token counts).
+
+    The file has no send times: arrivals are reconstructed as a closed loop of
+    --concurrency clients (recorded as an estimate in the metadata).
+
+    \b
+    Example:
+      traces import llmperf llmperf_leaderboard_anyscale_llama2_70b_individual.json --concurrency 5 -o llmperf.parquet
+    """
+    from .importers.llmperf import import_llmperf
+
+    frame, meta = import_llmperf(src, concurrency=concurrency, invalid=invalid)
+    _write_requests(frame, meta, output)
+
+
+@import_.command("genai-perf")
+@click.argument("src", type=click.Path(dir_okay=False))
+@_OUTPUT
+@click.option("--experiment", type=click.IntRange(min=1), default=None,
+              help="1-based experiment (load level) of the file; needed when it holds several.")
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=None,
+              help="Prompt length for requests whose responses carry no usage (fixed-length synthetic inputs).")
+@_INVALID
+@_errors
+def import_genai_perf_cmd(src, output, experiment, prompt_tokens, invalid):
+    """GenAI-Perf / Perf Analyzer profile_export.json (request and response timestamps in ns).
+
+    \b
+    Example:
+      traces import genai-perf artifacts/my_profile_export.json --prompt-tokens 128 -o genai.parquet
+    """
+    from .importers.genai_perf import import_genai_perf
+
+    frame, meta = import_genai_perf(src, experiment=experiment, prompt_tokens=prompt_tokens, invalid=invalid)
+    _write_requests(frame, meta, output)
+
+
+def _pairs(option: str, values) -> dict[str, str]:
+    out = {}
+    for v in values:
+        k, sep, x = v.partition("=")
+        if not sep or not k:
+            raise click.BadParameter(f"{v!r}: expected COLUMN=VALUE", param_hint=option)
+        out[k] = x
+    return out
+
+
+@import_.command("csv")
+@click.argument("src", type=click.Path(dir_okay=False))
+@_OUTPUT
+@click.option("--map", "mapping", multiple=True, required=True, metavar="SOURCE_COLUMN=FIELD",
+              help="Map a source column onto a field (repeat). Fields: request_id, num_prompt_tokens, "
+                   "num_output_tokens, arrival_time_s, send_time, scheduled_time, first_token_time, end_time "
+                   "(instants); queue_wait_s, ttft_s, tpot_s, e2e_s, slo_ttft_s, slo_tpot_s (durations); "
+                   "num_cached_tokens, replica_id, priority, status.")
+@click.option("--time-unit", type=click.Choice(["s", "ms", "us", "ns"]), default="s", show_default=True,
+              help="Unit of numeric time columns (date-times and Arrow timestamp/duration types carry their own).")
+@click.option("--filter", "filters", multiple=True, metavar="COLUMN=VALUE",
+              help="Keep only rows whose COLUMN equals VALUE (repeat to AND several).")
+@_INVALID
+@user_errors(data_errors=(TraceError, OSError), usage_errors=(MappingError,))
+def import_csv_cmd(src, output, mapping, time_unit, filters, invalid):
+    """Any CSV or Parquet request log, through a column mapping.
+
+    Every time column is brought to one origin (the first arrival); latencies are
+    instants minus the send time, and a relative column is never subtracted from
+    an epoch one.
+
+    \b
+    Example:
+      traces import csv log.csv -o run.parquet --time-unit us \\
+        --map send_time_us=send_time --map first_token_time_us=first_token_time \\
+        --map end_time_us=end_time --map input_tokens=num_prompt_tokens \\
+        --map output_tokens=num_output_tokens --map request_id=request_id
+    """
+    from .importers.csv_generic import import_csv, parse_mapping
+
+    fmap = parse_mapping(mapping)
+    with _progress("csv", src) as bar:
+        frame, meta = import_csv(src, fmap, time_unit=time_unit, filters=_pairs("--filter", filters),
+                                 invalid=invalid, progress=bar)
+    _write_requests(frame, meta, output)
+
+
+# ---------------------------------------------------------------------------
+# Export
+# ---------------------------------------------------------------------------
+
+@main.group("export")
+def export_():
+    """Write a servecal trace in another tool's format.
+
+    \b
+    Example:
+      traces export vidur conv.parquet -o conv_vidur.csv
+    """
+
+
+@export_.command("vidur")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Output CSV file.")
+@_errors
+def export_vidur_cmd(trace, output):
+    """Request trace -> Vidur processed trace CSV (arrived_at, num_prefill_tokens, num_decode_tokens).
+
+    Rows whose status is not ok (failed or invalid) are left out and counted.
+
+    \b
+    Example:
+      traces export vidur conv.parquet -o splitwise_conv.csv
+    """
+    from .importers.vidur import export_vidur
+
+    _, frame, _ = read_trace(trace, REQUEST_TRACE)
+    counts = export_vidur(frame, output)
+    msg = f"{output}: {counts['written']} requests (vidur)"
+    if counts["skipped"]:
+        msg += f"; {counts['skipped']} not-ok rows left out"
+    click.echo(msg)
+
+
+# ---------------------------------------------------------------------------
+# Synthesis and transformations
+# ---------------------------------------------------------------------------
+
+@main.command()
+@click.option("--requests", "num_requests", type=click.IntRange(min=1), required=True, help="Number of requests.")
+@click.option("--rate", type=float, required=True, help="Mean arrival rate, requests/s.")
+@_OUTPUT
+@click.option("--arrival", type=click.Choice(["poisson", "gamma"]), default="poisson", show_default=True,
+              help="Arrival process: exponential gaps, or gamma gaps with coefficient of variation --cv.")
+@click.option("--cv", type=float, default=1.0, show_default=True,
+              help="Coefficient of variation of the gamma gaps (> 1 bursty).")
+@click.option("--prompt-tokens", default="lognormal:mean=512,sigma=0.8", show_default=True,
+              help="Prompt length distribution: fixed:N, uniform:LO,HI, lognormal:mean=M,sigma=S, "
+                   "empirical:TRACE.parquet.")
+@click.option("--output-tokens", default="lognormal:mean=256,sigma=0.8", show_default=True,
+              help="Output length distribution (same forms).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed: same seed, same bytes.")
+@_option_errors
+def synth(num_requests, rate, output, arrival, cv, prompt_tokens, output_tokens, seed):
+    """Write a synthetic request trace (no measured latencies), reproducibly.
+
+    \b
+    Example:
+      traces synth --requests 1000 --rate 5 --arrival gamma --cv 2 \\
+        --prompt-tokens lognormal:mean=1024,sigma=0.6 --output-tokens fixed:128 --seed 7 -o synth.parquet
+    """
+    from .synth import synth_requests
+
+    frame = synth_requests(num_requests, rate, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                           arrival=arrival, cv=cv, seed=seed)
+    meta = {"source_format": "synth", "synth_requests": str(num_requests), "synth_rate_rps": repr(float(rate)),
+            "synth_arrival": arrival, "synth_cv": repr(float(cv)), "synth_prompt_tokens": prompt_tokens,
+            "synth_output_tokens": output_tokens, "synth_seed": str(seed)}
+    write_trace(frame, REQUEST_TRACE, output, meta)
+    click.echo(f"{output}: {len(frame)} requests over {frame['arrival_time_s'].iloc[-1]:.1f} s (request_trace/1)")
+
+
+@main.command("slice")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--start", type=float, default=0.0, show_default=True, help="Window start, seconds (inclusive).")
+@click.option("--end", type=float, default=float("inf"), help="Window end, seconds (exclusive; default: the end).")
+@_OUTPUT
+@_option_errors
+def slice_cmd(trace, start, end, output):
+    """Keep the requests arriving in [START, END) s; arrivals rebased to START.
+
+    \b
+    Example:
+      traces slice conv.parquet --start 600 --end 1200 -o conv_10min.parquet
+    """
+    from .transform import slice_trace
+
+    _, frame, meta = read_trace(trace, REQUEST_TRACE)
+    out, m = slice_trace(frame, start, end)
+    m["num_rows"] = str(len(out))
+    write_trace(out, REQUEST_TRACE, output, {**meta, **m})
+    click.echo(f"{output}: {len(out)} of {len(frame)} requests in [{start:g}, {end:g}) s")
+
+
+@main.command("scale")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--rate-scale", type=float, required=True,
+              help="Multiply the arrival rate by K (arrival times divided by K); 2 = twice the load.")
+@_OUTPUT
+@_option_errors
+def scale_cmd(trace, rate_scale, output):
+    """Replay the same requests K times as fast (arrival times / K); measured latencies dropped.
+
+    \b
+    Example:
+      traces scale conv.parquet --rate-scale 2 -o conv_2x.parquet
+    """
+    from .transform import scale_trace
+
+    _, frame, meta = read_trace(trace, REQUEST_TRACE)
+    out, m = scale_trace(frame, rate_scale)
+    write_trace(out, REQUEST_TRACE, output, {**meta, **m})
+    click.echo(f"{output}: {len(out)} requests over {out['arrival_time_s'].iloc[-1]:.1f} s (rate x{rate_scale:g})")

@@ -60,3 +60,52 @@ def format_description(d: dict) -> str:
     if "status_counts" in d:
         lines.append("status: " + ", ".join(f"{k}={v}" for k, v in d["status_counts"].items()))
     return "\n".join(lines)
+
+
+def plot_trace(df: pd.DataFrame, path, title: str = "") -> None:
+    """Plot the arrival rate over time and the prompt/output length histograms, atomically.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        A ``request_trace/1`` frame.
+    path : str or PathLike
+        Output image; the format follows the suffix (``.png``, ``.pdf``, ``.svg``, ...).
+        Written to a temporary file beside it, then renamed.
+    title : str
+        Figure title (e.g. the trace's file name).
+
+    Notes
+    -----
+    The rate panel counts arrivals in equal bins (about 100 over the span, at least 1 s)
+    and divides by the bin width (requests/s). Uses Matplotlib's Agg canvas directly, so
+    no global backend is switched.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from .io import atomic_output
+
+    t = df["arrival_time_s"].to_numpy(float)
+    span = float(t.max() - t.min()) if len(t) else 0.0
+    width = max(1.0, span / 100.0)
+    nbins = max(1, int(np.ceil(span / width)) if span > 0 else 1)
+    counts, edges = np.histogram(t, bins=nbins, range=(t.min(), t.min() + nbins * width))
+    fig = Figure(figsize=(10, 7), layout="constrained")
+    FigureCanvasAgg(fig)
+    gs = fig.add_gridspec(2, 2)
+    ax = fig.add_subplot(gs[0, :])
+    ax.step(edges[:-1], counts / width, where="post")
+    ax.set_xlabel("time since trace start (s)")
+    ax.set_ylabel(f"arrivals / s ({width:.3g} s bins)")
+    ax.set_title(title or "arrival rate")
+    for k, (col, label) in enumerate((("num_prompt_tokens", "prompt tokens"), ("num_output_tokens", "output tokens"))):
+        a = fig.add_subplot(gs[1, k])
+        v = df[col].to_numpy(float)
+        a.hist(v, bins=50)
+        a.set_xlabel(label)
+        a.set_ylabel("requests")
+        a.set_title(f"{label}: mean {v.mean():.0f}, p50 {np.median(v):.0f}")
+    suffix = str(path).rsplit(".", 1)[-1].lower() if "." in str(path) else "png"
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, format=suffix)

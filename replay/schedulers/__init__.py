@@ -11,12 +11,18 @@ from importlib.metadata import entry_points
 from ..errors import ConfigError
 from .base import Batch, ReplicaState, Scheduler, SchedulerConfig
 from .chunked import ChunkedScheduler
+from .edf import EdfScheduler
 from .fcfs import FcfsScheduler
+from .sjf import SjfScheduler
+from .static import StaticScheduler
 
 #: Built-in schedulers by name.
 BUILTIN = {
     "chunked": ChunkedScheduler,
     "fcfs": FcfsScheduler,
+    "static": StaticScheduler,
+    "sjf": SjfScheduler,
+    "edf": EdfScheduler,
 }
 
 

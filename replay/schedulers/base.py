@@ -86,6 +86,11 @@ class ReplicaState:
         Arrived requests not running, in arrival order (preempted ones go to the front).
     running : list[Request]
         Admitted requests in admission order (the last is preempted first).
+    preemption_mode : str
+        ``"recompute"`` (drop the victim's KV) or ``"swap"`` (move it to host memory), as vLLM.
+    num_swap_blocks : int
+        KV blocks moved over the host link (out and in) by the step being scheduled; the
+        engine adds their transfer time to that step and resets the count.
     """
 
     replica_id: int
@@ -94,26 +99,42 @@ class ReplicaState:
     waiting: deque = field(default_factory=deque)
     running: list = field(default_factory=list)
     num_preemptions: int = 0
+    preemption_mode: str = "recompute"
+    num_swap_blocks: int = 0
 
     def admit(self, req: Request, now: float) -> None:
-        """Move ``req`` (already removed from ``waiting``) to ``running``; its queue wait ends at ``now``."""
+        """Move ``req`` (already removed from ``waiting``, its blocks allocated) to ``running``.
+
+        Its queue wait ends at ``now``. A swapped-out request's KV is swapped back in.
+        """
         if req.first_scheduled_time_s != req.first_scheduled_time_s:  # NaN: first time
             req.first_scheduled_time_s = now
         req.last_scheduled_time_s = now
+        if req.status == "swapped":
+            self.num_swap_blocks += self.kv.blocks_for(req.num_computed_tokens)
         req.status = "running"
         self.running.append(req)
 
     def preempt(self, req: Request) -> None:
-        """Recompute preemption: drop ``req``'s KV, put it at the front of ``waiting``.
+        """Preempt ``req``: free its blocks and put it at the front of ``waiting``.
 
-        Its first-token time is kept; its tokens so far are recomputed when re-admitted.
+        Recompute (default): its KV is dropped and its tokens so far are recomputed when
+        re-admitted. Swap: its KV is copied to host memory (``num_swap_blocks``) and copied
+        back at re-admission; nothing is recomputed. Its first-token time is kept either way.
         """
         self.running.remove(req)
-        self.kv.free(req)
-        req.num_recomputed_tokens += req.num_tokens if req.num_generated_tokens else req.num_computed_tokens
-        req.num_computed_tokens = 0
+        if self.preemption_mode == "swap":
+            self.num_swap_blocks += req.num_blocks
+            self.kv.free(req)
+            req.status = "swapped"
+        else:
+            self.kv.free(req)
+            # the dropped KV, plus the pending token of a decoding request (BR-08: 30 + 3 = 33); a
+            # request preempted again mid-recompute counts only what it had recomputed so far
+            req.num_recomputed_tokens += req.num_computed_tokens + (1 if req.is_decoding else 0)
+            req.num_computed_tokens = 0
+            req.status = "waiting"
         req.num_preemptions += 1
-        req.status = "waiting"
         self.num_preemptions += 1
         self.waiting.appendleft(req)
 
@@ -124,3 +145,77 @@ class Scheduler(Protocol):
     def schedule(self, now: float, state: ReplicaState) -> Batch:
         """Pick the next step's batch at time ``now`` (seconds). An empty batch idles the replica."""
         ...
+
+
+def schedule_running(state: ReplicaState, batch: Batch, budget) -> tuple:
+    """Decode-first pass over ``state.running`` (vLLM v1): the shared loop of token-budget schedulers.
+
+    Running requests in admission order each feed what they still need (one token while
+    decoding, the rest of the prompt otherwise), cut to the token ``budget``. When a
+    request's next blocks are not free, the most recently admitted running request is
+    preempted (:meth:`ReplicaState.preempt`) until they are; a request that preempts itself
+    is skipped.
+
+    Parameters
+    ----------
+    state : ReplicaState
+    batch : Batch
+        Filled in place.
+    budget : int or float
+        Tokens left in the step (``math.inf`` for no limit).
+
+    Returns
+    -------
+    budget : int or float
+        Tokens left after the running requests.
+    preempted : bool
+        Whether any request was preempted (vLLM then admits no waiting request this step).
+    """
+    kv = state.kv
+    running = state.running
+    preempted = False
+    i = 0
+    while i < len(running) and budget > 0:
+        req = running[i]
+        n = min(req.num_uncomputed_tokens, budget)
+        while not kv.can_allocate(req, n):
+            victim = running[-1]
+            state.preempt(victim)
+            preempted = True
+            if victim is req:
+                break
+        else:
+            kv.allocate(req, n)
+            batch.add(req, n)
+            budget -= n
+            i += 1
+    return budget, preempted
+
+
+def admit_waiting(state: ReplicaState, batch: Batch, budget, now: float):
+    """Admit ``state.waiting`` in its current order, prompts chunked to fill the token ``budget``.
+
+    Stops at the first request whose blocks are not free (head-of-line, as vLLM v1), when
+    ``max_num_seqs`` requests run, or when the budget is spent. A request admitted the first
+    time takes its prefix-cache hit (:meth:`KVCache.lookup`) and feeds only the rest.
+
+    Returns
+    -------
+    budget : int
+        Tokens left in the step.
+    """
+    kv = state.kv
+    waiting = state.waiting
+    max_num_seqs = state.config.max_num_seqs
+    while waiting and budget > 0 and len(state.running) < max_num_seqs:
+        req = waiting[0]
+        hit = kv.lookup(req)
+        n = min(req.num_uncomputed_tokens - hit, budget)
+        if not kv.can_allocate(req, n, hit):
+            break
+        waiting.popleft()
+        kv.allocate(req, n, hit)
+        state.admit(req, now)
+        batch.add(req, n)
+        budget -= n
+    return budget

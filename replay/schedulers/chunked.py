@@ -1,7 +1,7 @@
 """``chunked``: vLLM v1 / Sarathi-Serve continuous batching with a token budget."""
 from __future__ import annotations
 
-from .base import Batch, ReplicaState
+from .base import Batch, ReplicaState, admit_waiting, schedule_running
 
 
 class ChunkedScheduler:
@@ -12,8 +12,9 @@ class ChunkedScheduler:
     budget ``max_num_batched_tokens``; then waiting requests in order, their prompts cut
     into chunks to fill what is left of the budget, while fewer than ``max_num_seqs`` run.
     When a running request's next blocks are not free, the most recently admitted running
-    request is preempted (recompute) until they are; no waiting request is admitted in a
-    step that preempted.
+    request is preempted (``ReplicaState.preemption_mode``) until they are; no waiting request is admitted in a
+    step that preempted. With prefix caching a request admitted the first time feeds only
+    the tokens after its cache hit.
 
     Notes
     -----
@@ -26,36 +27,21 @@ class ChunkedScheduler:
 
     def schedule(self, now: float, state: ReplicaState) -> Batch:
         batch = Batch()
-        budget = state.config.max_num_batched_tokens
-        kv = state.kv
-        running = state.running
-        preempted = False
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
-            n = min(req.num_uncomputed_tokens, budget)
-            while not kv.can_allocate(req, n):
-                victim = running[-1]
-                state.preempt(victim)
-                preempted = True
-                if victim is req:
-                    break
-            else:
-                kv.allocate(req, n)
-                batch.add(req, n)
-                budget -= n
-                i += 1
-        if preempted:
+        budget, preempted = schedule_running(state, batch, state.config.max_num_batched_tokens)
+        if preempted or not state.waiting or budget <= 0 or len(state.running) >= state.config.max_num_seqs:
             return batch
-        waiting = state.waiting
-        while waiting and budget > 0 and len(running) < state.config.max_num_seqs:
-            req = waiting[0]
-            n = min(req.num_uncomputed_tokens, budget)
-            if not kv.can_allocate(req, n):
-                break
-            waiting.popleft()
-            kv.allocate(req, n)
-            state.admit(req, now)
-            batch.add(req, n)
-            budget -= n
+        key = self.waiting_key(now)
+        if key is not None and len(state.waiting) > 1:
+            ordered = sorted(state.waiting, key=key)
+            state.waiting.clear()
+            state.waiting.extend(ordered)
+        admit_waiting(state, batch, budget, now)
         return batch
+
+    def waiting_key(self, now: float):
+        """Sort key of ``state.waiting`` before admission at ``now``; ``None`` keeps queue order.
+
+        The hook policies such as ``sjf`` and ``edf`` override; queue order is arrival order
+        with preempted requests in front.
+        """
+        return None

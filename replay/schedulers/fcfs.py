@@ -1,7 +1,9 @@
 """``fcfs``: vLLM v0 continuous batching, prefill-priority, whole prompts."""
 from __future__ import annotations
 
-from .base import Batch, ReplicaState
+import math
+
+from .base import Batch, ReplicaState, schedule_running
 
 
 class FcfsScheduler:
@@ -11,7 +13,8 @@ class FcfsScheduler:
     admitted, the step prefills whole prompts in arrival order within the token budget
     (``max_num_batched_tokens``), ``max_num_seqs`` and the free KV blocks; otherwise every
     running request decodes one token, the most recently admitted being preempted
-    (recompute) when blocks run out.
+    (``ReplicaState.preemption_mode``) when blocks run out. With prefix caching a prompt
+    admitted the first time is prefilled from its cache hit on.
 
     Notes
     -----
@@ -29,27 +32,16 @@ class FcfsScheduler:
         waiting = state.waiting
         while waiting and len(state.running) < state.config.max_num_seqs:
             req = waiting[0]
-            n = req.num_uncomputed_tokens
-            if (n > budget and batch.requests) or not kv.can_allocate(req, n):
+            hit = kv.lookup(req)
+            n = req.num_uncomputed_tokens - hit
+            if (n > budget and batch.requests) or not kv.can_allocate(req, n, hit):
                 break
             waiting.popleft()
-            kv.allocate(req, n)
+            kv.allocate(req, n, hit)
             state.admit(req, now)
             batch.add(req, n)
             budget -= n
         if batch.requests:
             return batch
-        running = state.running
-        i = 0
-        while i < len(running):
-            req = running[i]
-            while not kv.can_allocate(req, 1):
-                victim = running[-1]
-                state.preempt(victim)
-                if victim is req:
-                    break
-            else:
-                kv.allocate(req, 1)
-                batch.add(req, 1)
-                i += 1
+        schedule_running(state, batch, math.inf)  # every running request decodes one token
         return batch

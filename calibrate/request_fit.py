@@ -1,0 +1,216 @@
+"""Calibration from request logs: simulation in the loop.
+
+Most users have request logs (TTFT, E2E), not step timings. The roofline's parameters are
+then fitted by replaying the trace with candidate parameters and matching the quantiles
+of the predicted latencies to the measured ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import lmfit
+import numpy as np
+import pandas as pd
+
+from replay.cost_model import CostParams, RooflineCostModel
+from replay.simulate import ReplayConfig, replay_frame
+from schemas.calibration import Calibration, FittedParam
+from schemas.specs import GpuSpec, ModelSpec
+
+from .errors import FitError
+
+#: Quantiles matched by default (p10..p90).
+QUANTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)
+#: (name, lower, upper) of the fitted parameters; the per-step constant in milliseconds so
+#: every parameter is of order 1 (BR-18).
+_PARAMS = (("eta_compute", 0.02, 1.0), ("eta_mem", 0.02, 1.0), ("t_step_ms", 0.0, 50.0))
+#: Multi-start points (eta_compute, eta_mem, t_step_ms); the best is polished.
+_STARTS = ((0.5, 0.8, 1.0), (0.3, 0.5, 0.2), (0.8, 0.95, 3.0))
+
+
+@dataclass
+class RequestFitResult:
+    """Outcome of a simulation-in-the-loop fit.
+
+    Attributes
+    ----------
+    values, stderr : dict parameter -> value / standard error (natural units; stderr None
+        when not estimable). ``t_launch_s`` holds the whole per-step constant (launch and
+        CPU overhead cannot be told apart from request latencies).
+    identifiable, bounds : dict parameter -> bool / str
+    residual_by_metric : dict metric -> {quantile: relative error} at the optimum
+    n_replays : int, number of replays the fit took
+    cost : float, sum of squared relative quantile errors at the optimum
+    """
+
+    form: str
+    values: dict
+    stderr: dict
+    identifiable: dict
+    bounds: dict
+    correlations: dict
+    residual_by_metric: dict
+    n_requests: int
+    n_replays: int
+    cost: float
+    report: str
+    warnings: list = field(default_factory=list)
+
+
+def fit_requests(trace: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int, cfg: ReplayConfig,
+                 form: str = "max", metrics=("ttft_s", "tpot_s"), quantiles=QUANTILES) -> RequestFitResult:
+    """Fit ``eta_compute``, ``eta_mem`` and the per-step constant to measured request latencies.
+
+    Parameters
+    ----------
+    trace : pandas.DataFrame
+        A request trace with measured ``metrics`` columns (seconds).
+    model, gpu, tp : the replica the trace was measured on.
+    cfg : ReplayConfig
+        The engine settings of the measured run (scheduler, max_num_seqs, ...).
+    form : {"max", "sum"}
+    metrics : measured columns to match.
+    quantiles : percentiles matched, numpy linear method on both sides.
+
+    Returns
+    -------
+    RequestFitResult
+
+    Raises
+    ------
+    FitError
+        No measured values of a metric, or fewer quantiles than parameters.
+
+    Notes
+    -----
+    Residuals: ``(q_pred - q_meas) / q_meas`` for every metric and quantile. Each start of
+    :data:`_STARTS` is polished with lmfit's ``least_squares`` (trust region reflective,
+    bounds, finite differences with a 2 % step, since the replayed quantiles are piecewise
+    smooth in the parameters); the best start wins. Deterministic for a given input.
+    Standard errors come from a central-difference Jacobian at the optimum scaled by the
+    reduced chi-square (:func:`_covariance`); they ignore the discreteness of scheduling
+    and are indicative.
+    """
+    meas = {}
+    for m in metrics:
+        if m not in trace or not np.isfinite(trace[m].to_numpy(float)).any():
+            raise FitError(f"the trace has no measured '{m}'; a request log fit needs {', '.join(metrics)}")
+        v = trace[m].to_numpy(float)
+        meas[m] = np.percentile(v[np.isfinite(v)], quantiles)
+    if len(metrics) * len(quantiles) <= len(_PARAMS):
+        raise FitError("too few quantiles to fit three parameters")
+    cfg = replace(cfg, record_token_times=False, record_steps=False)
+    pred_cols = {m: f"pred_{m}" for m in metrics}
+    n_replays = 0
+
+    def residual(p):
+        nonlocal n_replays
+        n_replays += 1
+        v = p.valuesdict()
+        cm = RooflineCostModel(model, gpu, CostParams(v["eta_compute"], v["eta_mem"], v["t_step_ms"] * 1e-3, 0.0, form), tp)
+        res, _ = replay_frame(trace, cm, cfg)
+        out = []
+        for m in metrics:
+            pv = res[pred_cols[m]].to_numpy(float)
+            pv = pv[np.isfinite(pv)]
+            q = np.percentile(pv, quantiles) if pv.size else np.full(len(quantiles), 1e9)
+            out.append((q - meas[m]) / meas[m])
+        return np.concatenate(out)
+
+    best = None
+    for start in _STARTS:
+        params = lmfit.Parameters()
+        for (name, lo, hi), s in zip(_PARAMS, start):
+            params.add(name, value=s, min=lo, max=hi)
+        r = lmfit.Minimizer(residual, params).minimize(method="least_squares", diff_step=0.02, x_scale="jac",
+                                                        max_nfev=60)
+        if best is None or r.chisqr < best.chisqr:
+            best = r
+    _covariance(best, residual)
+    return _result(best, form, metrics, quantiles, len(trace), n_replays, residual)
+
+
+def _covariance(r, residual, rel_step: float = 0.05) -> None:
+    """Standard errors and correlations from a central-difference Jacobian at the optimum.
+
+    ``cov = s^2 (J^T J)^-1`` with ``s^2 = RSS / (n - p)``; the step is 5 % of each value
+    (the replayed quantiles are piecewise constant below that), one-sided at a bound.
+    Sets ``stderr`` and ``correl`` of ``r.params`` (None where J^T J is singular).
+    """
+    names = [n for n, *_ in _PARAMS]
+    base = r.params.copy()
+    f0 = residual(base)
+    cols = []
+    for n in names:
+        p = base[n]
+        h = max(abs(p.value) * rel_step, 1e-3 * (p.max - p.min))
+        hi, lo = min(p.value + h, p.max), max(p.value - h, p.min)
+        fh, fl = [], []
+        for x, store in ((hi, fh), (lo, fl)):
+            q = base.copy()
+            q[n].value = x
+            store.append(residual(q) if x != p.value else f0)
+        cols.append((fh[0] - fl[0]) / (hi - lo))
+    jac = np.column_stack(cols)
+    dof = max(f0.size - len(names), 1)
+    s2 = float(np.sum(f0 ** 2)) / dof
+    jtj = jac.T @ jac
+    if np.linalg.cond(jtj) > 1e12:
+        for n in names:
+            r.params[n].stderr, r.params[n].correl = None, None
+        return
+    cov = s2 * np.linalg.inv(jtj)
+    se = np.sqrt(np.diag(cov))
+    for i, n in enumerate(names):
+        r.params[n].stderr = float(se[i])
+        r.params[n].correl = {m: float(cov[i, j] / (se[i] * se[j])) for j, m in enumerate(names) if j != i and se[i] * se[j] > 0}
+
+
+def _result(r, form, metrics, quantiles, n_requests, n_replays, residual) -> RequestFitResult:
+    v = r.params.valuesdict()
+    values = {"eta_compute": v["eta_compute"], "eta_mem": v["eta_mem"], "t_launch_s": v["t_step_ms"] * 1e-3}
+    names = {"eta_compute": "eta_compute", "eta_mem": "eta_mem", "t_step_ms": "t_launch_s"}
+    stderr, ident, bounds, warnings = {}, {}, {}, []
+    for pname, key in names.items():
+        se = r.params[pname].stderr
+        scale = 1e-3 if pname == "t_step_ms" else 1.0
+        stderr[key] = None if se is None else float(se) * scale
+        val = values[key]
+        lo, hi = next((lo, hi) for n, lo, hi in _PARAMS if n == pname)
+        at_bound = np.isclose(val / scale, lo, atol=1e-6) or np.isclose(val / scale, hi, atol=1e-6)
+        ok = se is not None and np.isfinite(se) and (val == 0 or se * scale <= 0.5 * abs(val)) and not at_bound
+        ident[key] = bool(ok)
+        bounds[key] = None
+        if not ok:
+            bounds[key] = "at a bound of its range" if at_bound else "poorly constrained by the latencies"
+            warnings.append(f"{key}: {bounds[key]} (value {val:.3g}); the request log does not pin it down, "
+                            "a step trace or a profile would")
+    res = residual(r.params)
+    k = len(quantiles)
+    by_metric = {m: dict(zip((f"p{q}" for q in quantiles), res[i * k:(i + 1) * k].round(4).tolist()))
+                 for i, m in enumerate(metrics)}
+    corr = {}
+    for a, p in r.params.items():
+        for b, c in (p.correl or {}).items():
+            if a < b:
+                corr[f"{names[a]},{names[b]}"] = float(c)
+    return RequestFitResult(form=form, values=values, stderr=stderr, identifiable=ident, bounds=bounds,
+                            correlations=corr, residual_by_metric=by_metric, n_requests=n_requests,
+                            n_replays=n_replays + 1, cost=float(np.sum(res ** 2)), report=lmfit.fit_report(r),
+                            warnings=warnings)
+
+
+def calibration_from_request_fit(fits: list[RequestFitResult], model: ModelSpec, gpu: GpuSpec, tp: int,
+                                 source: dict, cfg: ReplayConfig) -> Calibration:
+    """The calibration file contents of the best request fit (``fits[0]``)."""
+    best = fits[0]
+    params = {k: FittedParam(value=best.values[k], stderr=best.stderr[k], identifiable=best.identifiable[k],
+                             bound=best.bounds[k]) for k in ("eta_compute", "eta_mem", "t_launch_s")}
+    params["t_cpu_s"] = FittedParam(value=0.0, stderr=None, identifiable=False, vary=False,
+                                    bound="folded into t_launch_s (a per-step constant)")
+    fit = {"method": "simulation in the loop: lmfit least_squares on relative quantile errors, multi-start",
+           "n_requests": best.n_requests, "n_replays": sum(f.n_replays for f in fits), "cost": best.cost,
+           "residual_by_metric": best.residual_by_metric, "correlations": best.correlations,
+           "warnings": best.warnings, "replay_config": {k: v for k, v in vars(cfg).items()},
+           "forms": {f.form: {"values": f.values, "cost": f.cost} for f in fits}}
+    return Calibration(model=model, gpu=gpu, tp=tp, form=best.form, params=params, fit=fit, source=source)

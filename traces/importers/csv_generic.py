@@ -1,0 +1,439 @@
+"""Import any CSV or Parquet request log by naming which column is which.
+
+There is no fixed format: the caller maps source columns onto fields (``--map
+send_time_us=send_time``). The fields are
+
+==================  =========================================================================
+field               meaning
+==================  =========================================================================
+request_id          the request's id (string); default: the 1-based source row
+num_prompt_tokens   prompt tokens (whole number >= 1)                            **required**
+num_output_tokens   output tokens (whole number >= 0; 0 only with a non-ok status) **required**
+arrival_time_s      instant the request entered the system: the replay injects it here
+send_time           instant the server saw the request; the origin of measured latencies
+scheduled_time      instant first scheduled  -> ``queue_wait_s = scheduled - send``
+first_token_time    instant of the first token -> ``ttft_s = first_token - send``
+end_time            instant of the last token  -> ``e2e_s = end - send``
+queue_wait_s, ttft_s, tpot_s, e2e_s, slo_ttft_s, slo_tpot_s
+                    durations, already relative
+num_cached_tokens, replica_id, priority
+                    whole numbers
+status              ``ok`` or why not
+==================  =========================================================================
+
+At least one of ``arrival_time_s`` and ``send_time`` is required; either one alone serves
+as both. Instants may be numbers (in ``time_unit``), date-time strings (ISO 8601, with or
+without a UTC offset), or Arrow ``timestamp`` columns of any unit and time zone (Parquet;
+the unit is read from the type, never assumed; BR-16). Durations may be numbers (in
+``time_unit``) or Arrow ``duration`` columns.
+
+Clocks (BR-11): every instant column is converted to one origin, the first arrival (and
+the first send for latencies), by subtracting **in the source's integer unit** first.
+Latencies are differences of two instants, so both must be on the same clock: a relative
+column (seconds since the run started) and an epoch column (seconds since 1970) are never
+subtracted from each other; that is an error naming both columns. A column is "epoch"
+when its smallest value is beyond 1e8 s (1973), or when it is a date-time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from ..errors import TraceError, TraceFormatError
+from ._common import (UNIT_NS, Progress, RowStatus, assemble_frame, check_rows, csv_header, fail_at_row,
+                      is_epoch_seconds, relative_seconds, stream_csv, time_resolution_s, tpot_s)
+
+__all__ = ["import_csv", "parse_mapping", "MappingError", "FIELDS"]
+
+INSTANTS = ("arrival_time_s", "send_time", "scheduled_time", "first_token_time", "end_time")
+DURATIONS = ("queue_wait_s", "ttft_s", "tpot_s", "e2e_s", "slo_ttft_s", "slo_tpot_s")
+INTEGERS = ("num_prompt_tokens", "num_output_tokens", "num_cached_tokens", "replica_id", "priority")
+STRINGS = ("request_id", "status")
+#: Every field ``--map`` may name.
+FIELDS = (*STRINGS, *INTEGERS, *INSTANTS, *DURATIONS)
+#: Instant -> the latency it yields (instant minus send time).
+_LATENCY_OF = {"scheduled_time": "queue_wait_s", "first_token_time": "ttft_s", "end_time": "e2e_s"}
+
+
+class MappingError(TraceError):
+    """A ``--map`` option is malformed or names an unknown field (a usage error)."""
+
+
+def parse_mapping(pairs) -> dict[str, str]:
+    """``["src=field", ...]`` -> ``{field: src}``.
+
+    Raises
+    ------
+    MappingError
+        Not ``SOURCE=FIELD``, an unknown field, a field mapped twice, a latency given both
+        as an instant and as a duration, or no prompt/output/arrival mapping.
+    """
+    out: dict[str, str] = {}
+    for p in pairs:
+        src, sep, fld = str(p).rpartition("=")
+        src, fld = src.strip(), fld.strip()
+        if not sep or not src or not fld:
+            raise MappingError(f"--map {p!r}: expected SOURCE_COLUMN=FIELD")
+        if fld not in FIELDS:
+            raise MappingError(f"--map {p!r}: unknown field {fld!r}; fields: {', '.join(FIELDS)}")
+        if fld in out:
+            raise MappingError(f"--map: field {fld!r} is mapped twice ({out[fld]!r} and {src!r})")
+        out[fld] = src
+    for inst, dur in _LATENCY_OF.items():
+        if inst in out and dur in out:
+            raise MappingError(f"--map: {dur} is given twice, as the duration {out[dur]!r} and through the instant "
+                               f"{inst} {out[inst]!r}; map one")
+    missing = [f for f in ("num_prompt_tokens", "num_output_tokens") if f not in out]
+    if "arrival_time_s" not in out and "send_time" not in out:
+        missing.append("arrival_time_s or send_time")
+    if missing:
+        raise MappingError(f"--map: no column mapped to {', '.join(missing)}")
+    return out
+
+
+@dataclass
+class _Time:
+    """One time column as read: ticks (int64 or float64) of ``tick_ns`` ns; datetime or number."""
+
+    ticks: np.ndarray
+    tick_ns: float
+    datetime: bool
+    source: str
+
+    def seconds_min(self) -> float:
+        return float(self.ticks.min()) * self.tick_ns / 1e9
+
+    def clock(self) -> str:
+        if self.datetime or is_epoch_seconds(self.seconds_min()):
+            return "epoch"
+        return "relative"
+
+
+def _is_parquet(path: Path) -> bool:
+    if path.suffix.lower() in (".parquet", ".pq"):
+        return True
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"PAR1"
+    except OSError:
+        return False
+
+
+def _csv_types(path: Path, mapping: dict[str, str], filters: dict[str, str]) -> dict[str, pa.DataType]:
+    """Arrow types to read each needed CSV column with (time columns inferred from the first block)."""
+    header = csv_header(path)
+    need = {*mapping.values(), *filters}
+    missing = [c for c in need if c not in header]
+    if missing:
+        raise TraceFormatError(path, f"has no column {', '.join(repr(c) for c in sorted(missing))}", line=1,
+                               expected=f"one of the header's columns: {', '.join(header)}")
+    time_cols = [mapping[f] for f in (*INSTANTS, *DURATIONS) if f in mapping]
+    inferred: dict[str, pa.DataType] = {}
+    if time_cols:
+        try:
+            r = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 20),
+                               convert_options=pacsv.ConvertOptions(include_columns=time_cols))
+            first = r.read_next_batch()
+            inferred = {n: t for n, t in zip(first.schema.names, first.schema.types)}
+        except (pa.ArrowInvalid, StopIteration):
+            inferred = {}
+    types: dict[str, pa.DataType] = {c: pa.string() for c in filters}
+    for fld, col in mapping.items():
+        if fld in STRINGS:
+            types[col] = pa.string()
+        elif fld in INTEGERS:
+            types[col] = pa.int64()
+        else:
+            t = inferred.get(col, pa.float64())
+            if pa.types.is_integer(t):
+                types[col] = pa.int64()
+            elif pa.types.is_timestamp(t) or pa.types.is_date(t):
+                types[col] = pa.timestamp("ns", getattr(t, "tz", None))
+            elif pa.types.is_string(t) and fld in INSTANTS:
+                types[col] = pa.string()
+            else:
+                types[col] = pa.float64()
+    return types
+
+
+def _batches(path: Path, types_or_cols, parquet: bool, progress, allow_null: tuple = ()):
+    if parquet:
+        try:
+            pf = pq.ParquetFile(path)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise TraceFormatError(path, f"not a readable Parquet file ({exc})") from None
+        names = pf.schema_arrow.names
+        missing = [c for c in types_or_cols if c not in names]
+        if missing:
+            raise TraceFormatError(path, f"has no column {', '.join(repr(c) for c in sorted(missing))}",
+                                   expected=f"one of its columns: {', '.join(names)}")
+        row0 = 0
+        try:
+            for batch in pf.iter_batches(batch_size=1 << 20, columns=list(dict.fromkeys(types_or_cols))):
+                yield row0, batch
+                row0 += batch.num_rows
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise TraceFormatError(path, f"not a readable Parquet file ({exc})") from None
+    else:
+        yield from stream_csv(path, types_or_cols, progress=progress, allow_null=allow_null)
+
+
+def _time_ticks(path, col: pa.Array, name: str, unit: str, rows: np.ndarray,
+                lines: bool) -> tuple[np.ndarray, float, bool]:
+    """(ticks, tick_ns, is_datetime) of one batch of a time column (``rows``: their 1-based source rows)."""
+    typ = col.type
+    if pa.types.is_dictionary(typ):
+        col, typ = col.cast(typ.value_type), typ.value_type
+    if pa.types.is_timestamp(typ):
+        return col.cast(pa.int64()).to_numpy(), UNIT_NS[typ.unit], True
+    if pa.types.is_date(typ):
+        return col.cast(pa.timestamp("ns")).cast(pa.int64()).to_numpy(), 1, True
+    if pa.types.is_duration(typ):
+        return col.cast(pa.int64()).to_numpy(), UNIT_NS[typ.unit], False
+    if pa.types.is_integer(typ):
+        return col.cast(pa.int64()).to_numpy(), UNIT_NS[unit], False
+    if pa.types.is_floating(typ) or pa.types.is_decimal(typ):
+        v = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        check_rows(path, ~np.isfinite(v), 0, "is NaN or infinite", column=name, expected="a finite time",
+                   lines=lines, rows=rows)
+        return v, UNIT_NS[unit], False
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        s = pd.Series(col.to_numpy(zero_copy_only=False))
+        try:
+            ts = pd.to_datetime(s, format="ISO8601", utc=True)
+        except (ValueError, TypeError, OverflowError):
+            for i, v in enumerate(s):
+                try:
+                    pd.to_datetime(v, format="ISO8601", utc=True)
+                except (ValueError, TypeError, OverflowError):
+                    fail_at_row(path, f"value {str(v)[:40]!r} is not a date-time or a number", int(rows[i]),
+                                column=name, expected="ISO 8601, e.g. 2024-05-10T00:00:00.250Z", lines=lines)
+            raise
+        return ts.astype("int64").to_numpy(), 1, True
+    raise TraceFormatError(path, f"column has type {typ}", column=name,
+                           expected="numbers, date-times or Arrow timestamp/duration")
+
+
+def _concat_time(path, parts: list, name: str) -> _Time:
+    kinds = {(p[0].dtype.kind, p[1], p[2]) for p in parts}
+    if len(kinds) > 1:
+        raise TraceFormatError(path, "mixes kinds of values (numbers and date-times, or several units)", column=name,
+                               expected="one kind of time value in the whole column")
+    return _Time(np.concatenate([p[0] for p in parts]), parts[0][1], parts[0][2], name)
+
+
+def _difference_s(a: _Time, b: _Time) -> np.ndarray:
+    """``a - b`` row by row in seconds, subtracting in a common tick first."""
+    tick = min(a.tick_ns, b.tick_ns)
+    if a.ticks.dtype.kind == "i" and b.ticks.dtype.kind == "i":
+        ra, rb = int(a.tick_ns // tick), int(b.tick_ns // tick)
+        d = a.ticks * ra - b.ticks * rb
+        return relative_seconds(d, tick, 0)
+    d = a.ticks.astype(np.float64) * (a.tick_ns / tick) - b.ticks.astype(np.float64) * (b.tick_ns / tick)
+    return d * (tick / 1e9)
+
+
+def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", filters: dict[str, str] | None = None,
+               invalid: str = "error", progress: Progress | None = None) -> tuple[pd.DataFrame, dict]:
+    """Import a CSV or Parquet request log through a column mapping, streaming.
+
+    Parameters
+    ----------
+    path : str or Path
+        CSV (header line first) or Parquet (by suffix ``.parquet``/``.pq`` or magic bytes).
+    mapping : dict
+        Field -> source column (see the module docstring; build it with :func:`parse_mapping`).
+    time_unit : {"s", "ms", "us", "ns"}
+        Unit of numeric time columns (instants and durations). Ignored for date-time
+        strings and Arrow timestamp/duration types, whose unit is known.
+    filters : dict, optional
+        Source column -> value: keep only rows whose value (as text) equals it.
+        Dictionary-encoded columns work.
+    invalid : {"error", "flag", "drop"}
+        Policy for an ok row with 0 output tokens.
+    progress : callable, optional
+        Called with bytes read (CSV only).
+
+    Returns
+    -------
+    frame : pandas.DataFrame
+        ``arrival_time_s`` relative to the first arrival; measured latencies from the
+        duration columns or as instant minus send time; ``tpot_s`` = (E2E - TTFT)/(N - 1)
+        when not given; ``request_id`` from the mapping or the 1-based source row.
+    metadata : dict
+        The mapping, the time unit, ``time_resolution_s`` of the arrival column (observed:
+        a ``timestamp[s]`` column read back as ``timestamp[ms]`` reports 1 s),
+        ``clocks`` of every instant column, and ``arrival_vs_send_warning`` when the
+        injection time differs from the server's send time.
+
+    Raises
+    ------
+    MappingError
+        A bad mapping (usage error).
+    TraceFormatError
+        A missing column, a missing (null) value, a wrong type, NaN, negative tokens or
+        latencies, duplicate request ids, mixed clocks in a latency (naming file, row,
+        line and column).
+    """
+    path = Path(path)
+    if time_unit not in UNIT_NS:
+        raise MappingError(f"--time-unit {time_unit!r}: expected one of {', '.join(UNIT_NS)}")
+    mapping = parse_mapping([f"{v}={k}" for k, v in mapping.items()])
+    filters = dict(filters or {})
+    if not path.exists():
+        raise TraceFormatError(path, "no such file")
+    parquet = _is_parquet(path)
+    lines = not parquet
+    cols = list(dict.fromkeys([*mapping.values(), *filters]))
+    source = cols if parquet else _csv_types(path, mapping, filters)
+    status = RowStatus(path, invalid, lines=lines)
+    c_out0 = status.code("invalid: num_output_tokens is 0", mapping["num_output_tokens"],
+                         ">= 1 output token for an ok request")
+    times: dict[str, list] = {f: [] for f in (*INSTANTS, *DURATIONS) if f in mapping}
+    ints: dict[str, list] = {f: [] for f in INTEGERS if f in mapping}
+    strs: dict[str, list] = {f: [] for f in STRINGS if f in mapping}
+    rows_parts = []
+    nullable = tuple(c for c in filters) + ((mapping["status"],) if "status" in mapping else ())
+    for row0, batch in _batches(path, source, parquet, progress, nullable):
+        names = batch.schema.names
+        col = {n: batch.column(names.index(n)) for n in cols}
+        keep = np.ones(batch.num_rows, bool)
+        for c, v in filters.items():
+            a = col[c]
+            if pa.types.is_dictionary(a.type):
+                a = a.cast(a.type.value_type)
+            keep &= pc.fill_null(pc.equal(a.cast(pa.string()), v), False).to_numpy(zero_copy_only=False)
+        idx = np.flatnonzero(keep)
+        if idx.size == 0:
+            continue
+        rows = row0 + idx + 1
+        take = pa.array(idx)
+        for fld in (*times, *ints, *strs):
+            a = col[mapping[fld]].take(take)
+            if a.null_count and not (fld == "status"):
+                i = int(np.flatnonzero(a.is_null().to_numpy(zero_copy_only=False))[0])
+                fail_at_row(path, "missing value", int(rows[i]), column=mapping[fld], expected="a value in every row",
+                            lines=lines)
+            if fld in times:
+                times[fld].append(_time_ticks(path, a, mapping[fld], time_unit, rows, lines))
+            elif fld in ints:
+                if not pa.types.is_integer(a.type):
+                    if pa.types.is_floating(a.type):
+                        v = a.to_numpy(zero_copy_only=False)
+                        check_rows(path, ~np.isfinite(v) | (v != np.round(v)), 0, "is not a whole number",
+                                   column=mapping[fld], expected="a whole number", lines=lines, rows=rows)
+                        a = a.cast(pa.int64(), safe=False)
+                    else:
+                        raise TraceFormatError(path, f"column has type {a.type}", column=mapping[fld],
+                                               expected="whole numbers")
+                v = a.cast(pa.int64()).to_numpy()
+                if fld == "num_prompt_tokens":
+                    check_rows(path, v < 1, 0, "is below 1", column=mapping[fld], expected=">= 1 token", lines=lines,
+                               rows=rows)
+                elif fld in ("num_output_tokens", "num_cached_tokens"):
+                    check_rows(path, v < 0, 0, "is negative", column=mapping[fld], expected=">= 0", lines=lines,
+                               rows=rows)
+                ints[fld].append(v)
+            else:
+                if pa.types.is_dictionary(a.type):
+                    a = a.cast(a.type.value_type)
+                strs[fld].append(a.cast(pa.string()))
+        rows_parts.append(rows)
+    if not rows_parts:
+        what = " matching the filter" if filters else ""
+        raise TraceFormatError(path, f"has no rows{what}", expected="one row per request")
+    rows = np.concatenate(rows_parts)
+    n = rows.size
+    tcols = {f: _concat_time(path, parts, mapping[f]) for f, parts in times.items()}
+    prompt = np.concatenate(ints.pop("num_prompt_tokens"))
+    output = np.concatenate(ints.pop("num_output_tokens"))
+
+    # statuses: the source's own, then ok rows with no output are invalid
+    codes = np.zeros(n, np.int16)
+    if "status" in strs:
+        st = pa.chunked_array(strs.pop("status")).combine_chunks()
+        st = pc.fill_null(st, "ok")
+        uniq = pc.unique(st).to_pylist()
+        for u in uniq:
+            if u != "ok":
+                c = status.code(u if u.startswith(("failed", "invalid")) else f"failed: {u}")
+                codes[pc.equal(st, u).to_numpy(zero_copy_only=False)] = c
+    codes[(codes == 0) & (output == 0)] = c_out0
+    status.add(codes, rows=rows)
+
+    # arrival and the latency origin
+    arr_t = tcols["arrival_time_s"] if "arrival_time_s" in tcols else tcols["send_time"]
+    send_t = tcols["send_time"] if "send_time" in tcols else arr_t
+    origin = arr_t.ticks.min()
+    arrival = relative_seconds(arr_t.ticks, arr_t.tick_ns, origin)
+    clocks = {mapping[f]: tcols[f].clock() for f in INSTANTS if f in tcols}
+    meta: dict[str, str] = {
+        "source_format": "csv" if not parquet else "parquet",
+        "source": str(path),
+        "mapping": ", ".join(f"{v}={k}" for k, v in mapping.items()),
+        "time_unit": time_unit,
+        "clocks": ", ".join(f"{k}={v}" for k, v in clocks.items()),
+        "time_origin": f"{arr_t.source} of the first request",
+    }
+    if filters:
+        meta["filters"] = ", ".join(f"{k}={v}" for k, v in filters.items())
+    if arr_t.ticks.dtype.kind == "i":
+        meta["time_resolution_s"] = f"{time_resolution_s(arr_t.ticks - origin, int(arr_t.tick_ns)):g}"
+    extra: dict[str, np.ndarray] = {}
+    for inst, lat in _LATENCY_OF.items():
+        if inst not in tcols:
+            continue
+        x = tcols[inst]
+        if x.clock() != send_t.clock():
+            raise TraceFormatError(
+                path, f"columns '{x.source}' ({x.clock()} clock, smallest value {x.seconds_min():.6g} s) and "
+                      f"'{send_t.source}' ({send_t.clock()} clock, smallest value {send_t.seconds_min():.6g} s) are on "
+                      f"different clocks, so {lat} = {x.source} - {send_t.source} would be meaningless",
+                column=x.source,
+                expected="instants on one clock: map the send time that shares the latency columns' clock to send_time")
+        extra[lat] = _difference_s(x, send_t)
+    for d in DURATIONS:
+        if d in tcols:
+            t = tcols[d]
+            extra[d] = relative_seconds(t.ticks, t.tick_ns, 0)
+    ok = codes == 0
+    for name, v in extra.items():
+        bad = ok & (v < 0)
+        check_rows(path, bad, 0, f"{name} is negative", column=mapping.get(name) or name, expected=">= 0 s",
+                   lines=lines, rows=rows)
+    for name in list(extra):
+        extra[name] = np.where(ok, extra[name], np.nan)
+    if "tpot_s" not in extra and "ttft_s" in extra and "e2e_s" in extra:
+        extra["tpot_s"] = tpot_s(extra["e2e_s"], extra["ttft_s"], output)
+    for fld, parts in ints.items():
+        extra[fld] = np.concatenate(parts)
+    ids = None
+    if "request_id" in strs:
+        ids = pa.chunked_array(strs.pop("request_id")).combine_chunks()
+        if len(pc.unique(ids)) != n:
+            dup = pd.Series(ids.to_numpy(zero_copy_only=False)).duplicated().to_numpy()
+            i = int(np.flatnonzero(dup)[0])
+            fail_at_row(path, f"duplicate request id {ids[i].as_py()!r}", int(rows[i]), column=mapping["request_id"],
+                        expected="unique ids", lines=lines)
+    if "send_time" in tcols and "arrival_time_s" in tcols:
+        s = relative_seconds(send_t.ticks, send_t.tick_ns)
+        early = s - arrival
+        k = int(np.argmax(np.abs(early)))
+        if abs(early[k]) > 1e-3:
+            n_diff = int((np.abs(early) > 1e-3).sum())
+            who = f"request {ids[k].as_py()!r} (row {int(rows[k])})" if ids is not None else f"row {int(rows[k])}"
+            meta["arrival_vs_send_warning"] = (
+                f"{n_diff} request(s) are injected at '{arr_t.source}', not when the server saw them "
+                f"('{send_t.source}'); largest: {who} enters {abs(early[k]):.6g} s "
+                f"{'early' if early[k] > 0 else 'late'}")
+    df, m = assemble_frame(arrival, prompt, output, status=status, codes=codes, rows=rows, request_ids=ids,
+                           extra=extra)
+    meta.update(m)
+    return df, meta
