@@ -7,8 +7,10 @@ Usage::
 It writes an Azure-style CSV (``TIMESTAMP`` with 7 fractional digits, ``ContextTokens``,
 ``GeneratedTokens``; Poisson arrivals at 2,900 req/s, lognormal lengths, seed 0) into a
 temporary folder, then runs ``traces import azure`` on it **in a fresh child process** and
-reports the child's wall time and peak resident memory (``resource.getrusage`` of the child,
-``ru_maxrss`` in KiB on Linux). It does the same for the real Azure conversation trace when
+reports the child's wall time and peak resident memory (``resource.getrusage(RUSAGE_SELF)
+.ru_maxrss`` in the child, cross-checked with ``VmHWM`` of ``/proc/self/status``). The CSV is
+generated in another child, so the parent stays small (Linux carries a parent's ``ru_maxrss``
+into a child through fork + exec). It does the same for the real Azure conversation trace when
 it is found (``../shared/data/real/azure_llm_2023_conv.csv`` by default). The temporary
 folder is removed at the end.
 """
@@ -63,9 +65,14 @@ def _child(src: str, out: str) -> None:
     res = CliRunner().invoke(main, ["import", "azure", src, "-o", out], catch_exceptions=False)
     wall = time.perf_counter() - t0
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    hwm_kib = None
+    try:
+        hwm_kib = int(next(x for x in Path("/proc/self/status").read_text().splitlines()
+                           if x.startswith("VmHWM")).split()[1])
+    except (OSError, StopIteration, ValueError):
+        pass
     print(json.dumps({"exit_code": res.exit_code, "output": res.output.strip(), "wall_s": wall,
-                      "peak_rss_mib": peak_kib / 1024, "rows_out": res.output.split(":")[1].split()[0]
-                      if res.exit_code == 0 else None}))
+                      "peak_rss_mib": peak_kib / 1024, "vmhwm_mib": hwm_kib / 1024 if hwm_kib else None}))
 
 
 def measure(src: Path, out: Path) -> dict:
@@ -99,9 +106,13 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--real", type=Path, default=DEFAULT_REAL)
     ap.add_argument("--child", nargs=2, metavar=("SRC", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--generate", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         _child(*args.child)
+        return
+    if args.generate:
+        write_azure_csv(args.generate, args.rows)
         return
     import pyarrow
 
@@ -110,15 +121,20 @@ def main() -> None:
         tmp = Path(tmp)
         big = tmp / "azure_big.csv"
         t0 = time.perf_counter()
-        write_azure_csv(big, args.rows)
+        # generated in a child too: on Linux a child inherits its parent's ru_maxrss through
+        # fork + exec, so this process must stay small for the children's figures to be theirs
+        subprocess.run([sys.executable, __file__, "--generate", str(big), "--rows", str(args.rows)], check=True,
+                       cwd=ROOT)
         print(f"generated {args.rows:,} rows, {big.stat().st_size / 2 ** 20:.0f} MiB in {time.perf_counter() - t0:.1f} s")
         r = measure(big, tmp / "big.parquet")
-        print(f"synthetic {args.rows:,} rows: wall {r['wall_s']:.1f} s, peak RSS {r['peak_rss_mib']:.0f} MiB, "
+        print(f"synthetic {args.rows:,} rows: wall {r['wall_s']:.1f} s, peak RSS {r['peak_rss_mib']:.0f} MiB "
+              f"(VmHWM {r['vmhwm_mib']:.0f} MiB), "
               f"exit {r['exit_code']}, {(tmp / 'big.parquet').stat().st_size / 2 ** 20:.0f} MiB Parquet")
         print(f"  {r['output']}")
         if args.real.exists():
             r = measure(args.real, tmp / "real.parquet")
-            print(f"real {args.real.name}: wall {r['wall_s']:.2f} s, peak RSS {r['peak_rss_mib']:.0f} MiB, "
+            print(f"real {args.real.name}: wall {r['wall_s']:.2f} s, peak RSS {r['peak_rss_mib']:.0f} MiB "
+                  f"(VmHWM {r['vmhwm_mib']:.0f} MiB), "
                   f"exit {r['exit_code']}")
             print(f"  {r['output']}")
         else:

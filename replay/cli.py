@@ -41,7 +41,7 @@ def replay_options(fn):
                      help="Share full prompt KV blocks between requests (vLLM v1), from block_hashes."),
         click.option("--hash-block-size", type=click.IntRange(min=1), default=None,
                      help="Tokens per block of the trace's block_hashes (Mooncake: 512) "
-                          "[default: the trace's metadata, else 16]."),
+                          "[default: the trace's hash_block_tokens metadata, else 16]."),
         click.option("--preemption-mode", type=click.Choice(["recompute", "swap"]), default="recompute",
                      show_default=True, help="What preemption does with the victim's KV."),
         click.option("--slo-ttft-s", type=click.FloatRange(min=0, min_open=True), default=None,

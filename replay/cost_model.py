@@ -112,6 +112,9 @@ class RooflineCostModel:
     Yuan 2009), twice per layer (attention and MLP outputs, Megatron-LM).
     """
 
+    #: ``step_time_s`` accepts numpy arrays (the engine's closed-form decode runs use it).
+    supports_arrays = True
+
     model: ModelSpec
     gpu: GpuSpec
     params: CostParams = field(default_factory=CostParams)

@@ -12,6 +12,8 @@ import heapq
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from .cost_model import StepCostModel
 from .errors import ConfigError
 from .kv_cache import make_kv_cache
@@ -48,6 +50,9 @@ class EngineConfig:
         (out and in) lasts ``k * swap_time_per_block_s`` longer.
     record_step_requests : bool
         With ``record_steps``, keep the ids of each step's requests (``step_requests``).
+    exact_steps : bool
+        Simulate every step one by one, never advancing a run of identical decode steps in
+        closed form (the reference the fast path is tested against).
     """
 
     num_gpu_blocks: int
@@ -60,6 +65,7 @@ class EngineConfig:
     preemption_mode: str = "recompute"
     swap_time_per_block_s: float = 0.0
     record_step_requests: bool = False
+    exact_steps: bool = False
 
 
 class Engine:
@@ -126,6 +132,7 @@ class Engine:
 
         ``requests`` must be sorted by arrival time. Returns the same list, updated.
         """
+        arrivals = []
         for req in requests:
             reason = self.rejection_reason(req)
             if reason:
@@ -133,23 +140,29 @@ class Engine:
                 continue
             if self.config.record_token_times and req.token_times_s is None:
                 req.token_times_s = []
-            self._push(req.arrival_time_s, _ARRIVAL, req)
+            arrivals.append(req)
+        # Arrivals are consumed in order from a list (they are sorted), the heap holds only
+        # step ends and wake-ups; an arrival goes first on a tie (priority 0).
+        self._arrivals, self._next_arrival = arrivals, 0
         heap = self._heap
-        while heap:
-            now, kind, _, payload = heapq.heappop(heap)
-            if kind == _ARRIVAL:
-                rid = self._route(payload)
-                payload.replica_id = rid
-                self.replicas[rid].waiting.append(payload)
+        n = len(arrivals)
+        while self._next_arrival < n or heap:
+            if self._next_arrival < n and (not heap or arrivals[self._next_arrival].arrival_time_s <= heap[0][0]):
+                req = arrivals[self._next_arrival]
+                self._next_arrival += 1
+                now = req.arrival_time_s
+                rid = self._route(req)
+                req.replica_id = rid
+                self.replicas[rid].waiting.append(req)
                 if not self._busy[rid]:
                     # wake after every arrival of this instant has been queued
                     self._busy[rid] = True
                     self._push(now, _WAKE, rid)
-            elif kind == _STEP_END:
-                self._end_step(payload, now)
-                self._start_step(payload, now)
-            else:
-                self._start_step(payload, now)
+                continue
+            now, kind, _, rid = heapq.heappop(heap)
+            if kind == _STEP_END:
+                self._end_step(rid, now)
+            self._start_step(rid, now)
         return requests
 
     def _route(self, req: Request) -> int:
@@ -162,6 +175,7 @@ class Engine:
 
     def _start_step(self, rid: int, now: float) -> None:
         state = self.replicas[rid]
+        preemptions = state.num_preemptions
         batch = self.schedulers[rid].schedule(now, state)
         swap_s = 0.0
         if state.num_swap_blocks:  # swap preemption: KV copied over the host link during this step
@@ -171,6 +185,11 @@ class Engine:
             self._busy[rid] = False
             self._batches[rid] = None
             return
+        if (not swap_s and not self.config.exact_steps and not batch.num_prefill_seqs
+                and state.num_preemptions == preemptions  # a preempting step is followed by a re-admission try
+                and getattr(self.schedulers[rid], "decode_runs", False) and len(batch.requests) == len(state.running)):
+            if self._start_decode_run(rid, state, batch, now):
+                return
         duration = self.cost_model.step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs,
                                                batch.decode_context_tokens, batch.prefill_context_tokens) + swap_s
         self._busy[rid] = True
@@ -184,11 +203,86 @@ class Engine:
         self.num_steps += 1
         self._push(now + duration, _STEP_END, rid)
 
+    def _start_decode_run(self, rid: int, state: ReplicaState, batch: Batch, now: float) -> bool:
+        """Advance ``k > 1`` identical decode steps at once when nothing can change the batch.
+
+        The scheduler (``decode_runs = True``) returned every running request as a decode,
+        so until the next arrival, the first completion, or the KV cache running out, the
+        same batch repeats with ``L_total`` growing by ``B`` per step. The steps' durations
+        are computed together and their end times accumulated in the same order as the
+        step-by-step path, so both give the same timestamps. Returns False when ``k = 1``.
+        """
+        reqs = batch.requests
+        b = len(reqs)
+        k = min(r.num_output_tokens - r.num_generated_tokens for r in reqs)
+        if k <= 1:
+            return False
+        kv = state.kv
+        computed = np.fromiter((r.num_computed_tokens for r in reqs), np.int64, b)
+        held = np.fromiter((r.num_blocks for r in reqs), np.int64, b)
+        bs = kv.block_size
+
+        def new_blocks(steps: int) -> int:
+            return int(np.maximum(0, -(-(computed + steps) // bs) - held).sum())
+
+        if new_blocks(k) > kv.num_free_blocks:  # stop before a step that would need preemption
+            lo, hi = 1, k
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if new_blocks(mid) <= kv.num_free_blocks else (lo, mid - 1)
+            k = lo
+            if k <= 1:
+                return False
+        ctx = batch.decode_context_tokens + b * np.arange(k, dtype=np.int64)
+        cm = self.cost_model
+        if getattr(cm, "supports_arrays", False):
+            durations = cm.step_time_s(np.zeros(k, np.int64), np.full(k, b, np.int64), ctx, np.zeros(k, np.int64))
+        else:
+            durations = np.array([cm.step_time_s(0, b, int(c), 0) for c in ctx])
+        ends = np.cumsum(np.concatenate(([now], durations)))[1:]
+        if self._next_arrival < len(self._arrivals):  # the step ending at/after the next arrival is the last
+            j = int(np.searchsorted(ends, self._arrivals[self._next_arrival].arrival_time_s, side="left"))
+            if j + 1 < k:
+                k = j + 1
+                if k <= 1:
+                    return False
+        ends, durations = ends[:k], durations[:k]
+        for r in reqs:
+            kv.allocate(r, k)
+        batch.run_end_times_s = ends.tolist()
+        self._busy[rid] = True
+        self._batches[rid] = batch
+        if self.config.record_steps:
+            self.steps.extend((rid, s, d, 0, 0, b, int(c), 0) for s, d, c in
+                              zip([now, *batch.run_end_times_s[:-1]], durations.tolist(), ctx[:k].tolist()))
+            if self.config.record_step_requests:
+                ids = [r.request_id for r in reqs]
+                self.step_requests.extend([ids] * k)
+        self.num_steps += k
+        self._push(batch.run_end_times_s[-1], _STEP_END, rid)
+        return True
+
     def _end_step(self, rid: int, now: float) -> None:
         state = self.replicas[rid]
         batch = self._batches[rid]
         kv = state.kv
         finished = False
+        if batch.run_end_times_s is not None:
+            ends = batch.run_end_times_s
+            k = len(ends)
+            for req in batch.requests:
+                req.num_computed_tokens += k
+                req.num_generated_tokens += k
+                req.last_token_time_s = now
+                if req.token_times_s is not None:
+                    req.token_times_s.extend(ends)
+                if req.num_generated_tokens == req.num_output_tokens:
+                    req.status = "ok"
+                    kv.free(req)
+                    finished = True
+            if finished:
+                state.running = [r for r in state.running if r.status != "ok"]
+            return
         for req, n in zip(batch.requests, batch.num_new_tokens):
             req.num_computed_tokens += n
             if req.num_computed_tokens < req.num_tokens:

@@ -191,10 +191,16 @@ class PrefixCachingKVCache(KVCache):
         return keys
 
     def num_resident_prefix_blocks(self, req: Request) -> int:
-        """Leading full prompt blocks of ``req`` resident here (no last-token cap)."""
+        """Leading full prompt blocks of ``req`` resident here (no last-token cap).
+
+        Routers ask every replica; the keys are memoised only where the request runs.
+        """
+        keys = self._keys.get(req)
+        if keys is None:
+            keys = prompt_block_keys(req.block_hashes, req.num_prompt_tokens, self.block_size, self.hash_block_size)
         m = 0
         block_of = self._block_of
-        for key in self.block_keys(req):
+        for key in keys:
             if key not in block_of:
                 break
             m += 1

@@ -45,7 +45,7 @@ class ReplayConfig:
         the trace's ``block_hashes``.
     hash_block_size : int | None
         Tokens per hash block of ``block_hashes`` (Mooncake: 512); None: the trace's
-        ``hash_block_size`` metadata, else 16.
+        ``hash_block_tokens`` metadata (written by ``traces import mooncake``), else 16.
     preemption_mode : str
         ``recompute`` or ``swap`` (KV to host memory over ``swap_link`` and back).
     swap_link : str
@@ -56,6 +56,8 @@ class ReplayConfig:
         Latency objectives of requests whose trace row has none (``edf`` deadlines), seconds.
     record_step_requests : bool
         Keep the request ids of every step (for the Chrome trace); implies ``record_steps``.
+    exact_steps : bool
+        Simulate every step one by one (no closed-form decode runs); same results, slower.
     """
 
     scheduler: str = "chunked"
@@ -76,6 +78,7 @@ class ReplayConfig:
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
     record_step_requests: bool = False
+    exact_steps: bool = False
 
 
 def resolve_num_gpu_blocks(cfg: ReplayConfig, model: ModelSpec, gpu: GpuSpec, tp: int) -> int:
@@ -140,8 +143,9 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
     cost_model : RooflineCostModel
     cfg : ReplayConfig
     metadata : dict, optional
-        The trace's ``servecal.*`` metadata; ``hash_block_size`` (tokens per hash block
-        of ``block_hashes``) is used when ``cfg.hash_block_size`` is None.
+        The trace's ``servecal.*`` metadata; ``hash_block_tokens`` (tokens per hash block
+        of ``block_hashes``; ``hash_block_size`` is accepted too) is used when
+        ``cfg.hash_block_size`` is None.
 
     Returns
     -------
@@ -163,7 +167,8 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
     factory = get_scheduler_factory(cfg.scheduler)
     blocks = resolve_num_gpu_blocks(cfg, cost_model.model, cost_model.gpu, cost_model.tp)
     max_len = cfg.max_model_len if cfg.max_model_len is not None else cost_model.model.max_model_len
-    hash_block_size = cfg.hash_block_size or int((metadata or {}).get("hash_block_size") or 16)
+    meta = metadata or {}
+    hash_block_size = cfg.hash_block_size or int(meta.get("hash_block_tokens") or meta.get("hash_block_size") or 16)
     swap_time_per_block_s = 0.0
     if cfg.preemption_mode == "swap":
         if cfg.swap_link not in LINKS:
@@ -176,7 +181,7 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
                                  cfg.record_steps or cfg.record_step_requests,
                                  enable_prefix_caching=cfg.enable_prefix_caching, hash_block_size=hash_block_size,
                                  preemption_mode=cfg.preemption_mode, swap_time_per_block_s=swap_time_per_block_s,
-                                 record_step_requests=cfg.record_step_requests),
+                                 record_step_requests=cfg.record_step_requests, exact_steps=cfg.exact_steps),
                     num_replicas=cfg.replicas, router=get_router(cfg.router))
     reqs = requests_from_frame(df, cfg.record_token_times, cfg.slo_ttft_s, cfg.slo_tpot_s)
     engine.run(reqs)

@@ -212,6 +212,7 @@ class Checked:
 
     def __init__(self, inner):
         self.inner = inner
+        self.decode_runs = getattr(inner, "decode_runs", False)  # keep the engine's fast path on
 
     def schedule(self, now, state):
         batch = self.inner.schedule(now, state)
@@ -273,6 +274,19 @@ def test_invariants_on_a_random_trace_with_a_small_kv_cache(policy, preemption_m
         assert sum(r.num_preemptions for r in out.values()) == 0
     if prefix_caching:
         assert sum(r.num_cached_tokens for r in out.values()) > 0
+
+
+@pytest.mark.parametrize("preemption_mode", ["recompute", "swap"])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_closed_form_decode_runs_give_the_step_by_step_timeline(policy, preemption_mode):
+    kw = dict(cost=LinearStepCost(0.005, 1e-4), scheduler=policy, budget=512, max_num_seqs=8, num_gpu_blocks=64,
+              preemption_mode=preemption_mode, swap_time_per_block_s=1e-4, enable_prefix_caching=True)
+    fast, eng_fast = run(make(random_requests()), **kw)
+    exact, eng_exact = run(make(random_requests()), exact_steps=True, **kw)
+    for k, r in exact.items():
+        assert fast[k].token_times_s == pytest.approx(r.token_times_s, abs=1e-12, rel=0)
+        assert (fast[k].num_cached_tokens, fast[k].num_preemptions) == (r.num_cached_tokens, r.num_preemptions)
+    assert eng_fast.num_steps == eng_exact.num_steps
 
 
 # -- goodput --------------------------------------------------------------------------------------

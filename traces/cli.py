@@ -63,13 +63,14 @@ def _write_requests(frame, meta: dict, output) -> None:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @version_option()
 def main():
-    """Import, validate and describe serving traces.
+    """Import, validate, describe, synthesise and transform serving traces.
 
     \b
     Example:
-      traces import vllm-request-stats run_requests.jsonl -o run.parquet
-      traces validate run.parquet
-      traces describe run.parquet
+      traces import azure AzureLLMInferenceTrace_conv.csv -o conv.parquet
+      traces validate conv.parquet
+      traces describe conv.parquet --plot conv.png
+      traces slice conv.parquet --start 600 --end 1200 -o conv_10min.parquet
     """
 
 

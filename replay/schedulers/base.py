@@ -4,6 +4,10 @@ A scheduler is any object with ``schedule(now, state) -> Batch``. It may reorder
 ``state.waiting``, admit requests with :meth:`ReplicaState.admit`, take KV blocks with
 ``state.kv`` and preempt with :meth:`ReplicaState.preempt`; the engine runs the batch it
 returns as one step and emits tokens at the step's end.
+
+The loops shared by the built-in token-budget policies live here:
+:func:`schedule_running` (decode-first pass over the running requests, with preemption)
+and :func:`admit_waiting` (chunked admission of the waiting queue, with prefix-cache hits).
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ class Batch:
     """
 
     __slots__ = ("requests", "num_new_tokens", "num_prefill_tokens", "num_prefill_seqs",
-                 "num_decode_seqs", "decode_context_tokens", "prefill_context_tokens")
+                 "num_decode_seqs", "decode_context_tokens", "prefill_context_tokens", "run_end_times_s")
 
     def __init__(self):
         self.requests: list[Request] = []
@@ -35,6 +39,8 @@ class Batch:
         self.num_decode_seqs = 0
         self.decode_context_tokens = 0
         self.prefill_context_tokens = 0
+        #: End times of a run of identical decode steps the engine advanced at once (None: one step).
+        self.run_end_times_s = None
 
     def add(self, req: Request, num_new_tokens: int) -> None:
         """Add ``req`` feeding ``num_new_tokens`` tokens (1 for a decode)."""

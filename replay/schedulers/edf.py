@@ -41,6 +41,8 @@ class EdfScheduler(ChunkedScheduler):
     """
 
     name = "edf"
+    # decode_runs (inherited, True): a waiting request's deadline does not change while it
+    # waits, so the queue order, like chunked's, is fixed between arrivals and completions.
 
     def waiting_key(self, now: float):
         """Next-token deadline, then arrival."""

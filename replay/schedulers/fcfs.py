@@ -24,6 +24,9 @@ class FcfsScheduler:
     """
 
     name = "fcfs"
+    #: A decode-only batch of every running request repeats until an arrival, a completion or
+    #: a full KV cache: the engine may advance such runs in closed form.
+    decode_runs = True
 
     def schedule(self, now: float, state: ReplicaState) -> Batch:
         batch = Batch()

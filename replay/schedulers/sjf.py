@@ -31,6 +31,9 @@ class SjfScheduler(ChunkedScheduler):
     """
 
     name = "sjf"
+    #: No closed-form decode runs: aging can reorder the queue mid-run and let another head
+    #: fit (e.g. a short aged prompt overtaking a swapped-out request that needs many blocks).
+    decode_runs = False
 
     def __init__(self, aging_s: float = 10.0):
         if not aging_s >= 0:

@@ -31,6 +31,9 @@ class StaticScheduler:
     """
 
     name = "static"
+    #: The batch in flight is decode-only, holds every running request and has its blocks
+    #: reserved, so it repeats until a member completes: the engine may advance it in closed form.
+    decode_runs = True
 
     def schedule(self, now: float, state: ReplicaState) -> Batch:
         batch = Batch()

@@ -557,31 +557,39 @@ def assemble_frame(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray
         idx = np.flatnonzero(keep)
     else:
         idx = None
-    order = np.argsort(arrival_s if idx is None else arrival_s[idx], kind="stable")
-    if idx is not None:
-        order = idx[order]
-    if order.size == 0:
-        raise TraceFormatError(status.path, "no requests left", expected="at least one request")
-    arr = arrival_s[order]
+    if idx is None and n and bool(np.all(arrival_s[1:] >= arrival_s[:-1])):
+        order = None  # already sorted (the usual case): no permutation, no copies
+    else:
+        order = np.argsort(arrival_s if idx is None else arrival_s[idx], kind="stable")
+        if idx is not None:
+            order = idx[order]
+        if order.size == 0:
+            raise TraceFormatError(status.path, "no requests left", expected="at least one request")
+
+    def take(a):
+        return a if order is None else a[order]
+
+    arr = take(arrival_s)
     arr = arr - arr[0]
     if request_ids is None:
-        ids = pa.array(rows[order]).cast(pa.string())
+        ids = pa.array(take(rows)).cast(pa.string())
     else:
         ids = pa.array(request_ids, pa.string()) if not isinstance(request_ids, pa.Array) else request_ids
-        ids = ids.take(pa.array(order))
+        if order is not None:
+            ids = ids.take(pa.array(order))
     df = pd.DataFrame({
         "request_id": _string_series(ids),
         "arrival_time_s": arr,
-        "num_prompt_tokens": np.asarray(prompt, np.int64)[order],
-        "num_output_tokens": np.asarray(output, np.int64)[order],
-    })
+        "num_prompt_tokens": take(np.asarray(prompt, np.int64)),
+        "num_output_tokens": take(np.asarray(output, np.int64)),
+    }, copy=False)
     for name, col in (extra or {}).items():
         if isinstance(col, np.ndarray) and col.dtype != object:
-            df[name] = col[order]
+            df[name] = take(col)
         else:
             vals = col if isinstance(col, np.ndarray) else np.asarray(col, dtype=object)
-            df[name] = pd.Series(list(vals[order]), dtype=object)
-    c = codes[order]
+            df[name] = pd.Series(list(take(vals)), dtype=object)
+    c = take(codes)
     if c.any():
         df["status"] = pd.Categorical.from_codes(c.astype(np.int64), categories=status.reasons)
     meta["num_rows"] = str(len(df))

@@ -78,8 +78,10 @@ def import_azure(path: str | Path, invalid: str = "error", progress: Progress | 
     arrival = relative_seconds(t, 1, origin)
     res = time_resolution_s(t - origin, 1)
     del t
-    df, meta = assemble_frame(arrival, np.concatenate(ctx), np.concatenate(gen), status=status,
-                              codes=status.all_codes())
+    ctx = np.concatenate(ctx)
+    gen = np.concatenate(gen)
+    df, meta = assemble_frame(arrival, ctx, gen, status=status, codes=status.all_codes())
+    del arrival, ctx, gen
     meta.update({
         "source_format": "azure-llm",
         "source": str(path),

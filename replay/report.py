@@ -1,0 +1,447 @@
+"""The replay report: measured vs predicted as Markdown or HTML, with PNG figures beside it.
+
+``write_report(result, "run.md")`` writes ``run.md`` and ``run_scatter.png``,
+``run_cdf.png`` (and ``run_timeseries.png``, ``run_steps.png`` when a measured time series
+or the simulated steps are given). The report opens with the comparison table of
+:func:`replay.compare.compare`; nothing in it is computed twice.
+
+Every file is written atomically (temporary file in the same folder, then rename): an
+error leaves no partial file and no temporary behind, and an earlier report of the same
+name untouched.
+"""
+from __future__ import annotations
+
+import html
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from schemas.tables import write_text_atomic
+
+from .compare import compare, compared_rows, format_table, metric_values, table_cells
+from .errors import ConfigError, ReplayError
+
+#: Report formats by file suffix.
+REPORT_FORMATS = {".md": "markdown", ".html": "html"}
+
+#: Equal windows of arrival time in the errors-over-time table.
+NUM_TIME_WINDOWS = 10
+
+#: Columns a measured time series must have (vLLM's 1-second ``timeseries.csv``).
+TIMESERIES_COLUMNS = ("t", "running", "waiting")
+
+#: At most this many points per scatter panel (a seeded random subset beyond it).
+MAX_SCATTER_POINTS = 20_000
+
+_STEP_COLUMNS = ("step_start_time_s", "step_duration_s", "num_prefill_tokens", "num_decode_seqs")
+
+
+class TimeseriesError(ReplayError):
+    """A measured time-series file is unreadable or lacks a column (names file, column, row)."""
+
+
+def report_format(path: str | os.PathLike) -> str:
+    """``"markdown"`` or ``"html"`` from the report path's suffix.
+
+    Raises
+    ------
+    ConfigError
+        For any other suffix.
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix not in REPORT_FORMATS:
+        raise ConfigError(f"--report {path}: unknown report format {suffix or '(no suffix)'!r}; "
+                          f"use {' or '.join(REPORT_FORMATS)}")
+    return REPORT_FORMATS[suffix]
+
+
+def read_timeseries(source) -> pd.DataFrame:
+    """A measured time series: columns ``t`` (seconds since trace start), ``running``, ``waiting``.
+
+    Parameters
+    ----------
+    source : path or pandas.DataFrame
+        A CSV such as vLLM's ``timeseries.csv`` (one row per 1 s tick: ``t, running,
+        waiting, ...``), or a frame with those columns.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``t`` (float64, s), ``running`` and ``waiting`` (float64, request counts), sorted by ``t``.
+
+    Raises
+    ------
+    TimeseriesError
+        Missing file, not CSV, a missing column, or a non-numeric / NaN / negative value
+        (the first bad row is named, counting the header as line 1).
+    """
+    where = "measured time series" if isinstance(source, pd.DataFrame) else str(source)
+    if isinstance(source, pd.DataFrame):
+        df = source
+    else:
+        try:
+            df = pd.read_csv(source)
+        except FileNotFoundError:
+            raise TimeseriesError(f"{where}: no such file") from None
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise TimeseriesError(f"{where}: not a CSV time series ({exc})") from None
+    missing = [c for c in TIMESERIES_COLUMNS if c not in df.columns]
+    if missing:
+        raise TimeseriesError(f"{where}: missing column(s) {', '.join(missing)}; "
+                              f"expected {', '.join(TIMESERIES_COLUMNS)} (vLLM's timeseries.csv)")
+    out = {}
+    for col in TIMESERIES_COLUMNS:
+        v = pd.to_numeric(df[col], errors="coerce").to_numpy(float, na_value=np.nan)
+        bad = np.flatnonzero(~np.isfinite(v) | (v < 0))
+        if bad.size:
+            raise TimeseriesError(f"{where}: column '{col}', line {bad[0] + 2}: {df[col].iloc[bad[0]]!r} "
+                                  "is not a finite number >= 0")
+        out[col] = v
+    return pd.DataFrame(out).sort_values("t", kind="stable").reset_index(drop=True)
+
+
+def simulated_counts(result: pd.DataFrame, t_s) -> tuple[np.ndarray, np.ndarray]:
+    """Simulated running and waiting requests at instants ``t_s``.
+
+    Parameters
+    ----------
+    result : pandas.DataFrame
+        A replay result (``arrival_time_s``, ``pred_queue_wait_s``, ``pred_e2e_s``, ``pred_status``).
+    t_s : array_like of float, shape (k,), seconds since trace start
+
+    Returns
+    -------
+    running, waiting : numpy.ndarray of int64, shape (k,)
+        ``waiting(t) = #{arrival <= t < first scheduled}``,
+        ``running(t) = #{first scheduled <= t < completion}``, over requests the simulator
+        completed (rejected and not-simulated requests never enter).
+
+    Notes
+    -----
+    Built from the result's per-request times only, so a request preempted back to the
+    waiting queue still counts as running until it completes.
+    """
+    ok = (result["pred_status"] == "ok").to_numpy(bool)
+    arrival = result["arrival_time_s"].to_numpy(float)[ok]
+    scheduled = arrival + result["pred_queue_wait_s"].to_numpy(float)[ok]
+    done = arrival + result["pred_e2e_s"].to_numpy(float)[ok]
+    t = np.asarray(t_s, dtype=float)
+    n_arrived, n_scheduled, n_done = (np.searchsorted(np.sort(x), t, side="right") for x in (arrival, scheduled, done))
+    return (n_scheduled - n_done).astype(np.int64), (n_arrived - n_scheduled).astype(np.int64)
+
+
+def errors_over_time(result: pd.DataFrame, num_windows: int = NUM_TIME_WINDOWS) -> pd.DataFrame:
+    """TTFT p50 of measured and predicted per equal window of arrival time.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per window: ``start_s``, ``end_s`` (arrival-time bounds, the last window
+        closed), ``n``, ``meas_p50``, ``pred_p50`` (seconds) and ``rel_err_p50`` (signed),
+        each from :func:`replay.compare.compare` on the window's requests (NaN when none).
+    """
+    arrival = result["arrival_time_s"].to_numpy(float)
+    edges = np.linspace(arrival.min(), arrival.max(), num_windows + 1) if arrival.size else np.zeros(num_windows + 1)
+    rows = []
+    for i in range(num_windows):
+        lo, hi = edges[i], edges[i + 1]
+        inside = (arrival >= lo) & ((arrival < hi) if i < num_windows - 1 else (arrival <= hi))
+        table = compare(result[inside], percentiles=(50,))
+        ttft = table[table["metric"] == "ttft"] if not table.empty else table
+        if len(ttft):
+            r = ttft.iloc[0]
+            rows.append((lo, hi, int(r["n"]), r["meas_p50"], r["pred_p50"], r["rel_err_p50"]))
+        else:
+            rows.append((lo, hi, 0, np.nan, np.nan, np.nan))
+    return pd.DataFrame(rows, columns=["start_s", "end_s", "n", "meas_p50", "pred_p50", "rel_err_p50"])
+
+
+# -- figures --------------------------------------------------------------------------------------
+
+def _panels(k: int):
+    """A figure of ``k`` panels, at most 3 per row; unused cells hidden. Returns (figure, k axes)."""
+    ncols = min(k, 3)
+    fig, axes = _figure(ncols, -(-k // ncols))
+    for ax in axes[k:]:
+        ax.set_visible(False)
+    return fig, axes[:k]
+
+
+def _figure(ncols: int, nrows: int = 1, width: float = 4.0, height: float = 3.6):
+    """A figure on the Agg canvas (no pyplot, no global state) and its axes as a flat list."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width * ncols, height * nrows))
+    FigureCanvasAgg(fig)
+    # fixed margins (inches): a layout engine would cost a second draw of every figure
+    w, h = width * ncols, height * nrows
+    fig.subplots_adjust(left=0.8 / w, right=1 - 0.2 / w, bottom=0.6 / h, top=1 - 0.4 / h,
+                        wspace=0.45, hspace=0.35)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, list(axes.ravel())
+
+
+def _scatter_figure(result: pd.DataFrame, metrics: list[str]):
+    """Per-request predicted vs measured, one panel per metric, milliseconds, with y = x."""
+    pairs = []
+    for label in metrics:
+        m, p, paired = metric_values(result, label)
+        if paired and m.size:
+            pairs.append((label, m * 1e3, p * 1e3))
+    if not pairs:
+        return None
+    fig, axes = _panels(len(pairs))
+    rng = np.random.default_rng(0)
+    for ax, (label, m, p) in zip(axes, pairs):
+        shown = rng.choice(m.size, MAX_SCATTER_POINTS, replace=False) if m.size > MAX_SCATTER_POINTS else slice(None)
+        ax.scatter(m[shown], p[shown], s=6, alpha=0.5)
+        lo, hi = min(m.min(), p.min()), max(m.max(), p.max())
+        ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="y = x")
+        if lo > 0:
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        ax.set_xlabel(f"measured {label} (ms)")
+        ax.set_ylabel(f"predicted {label} (ms)")
+        ax.set_title(f"{label} (n = {m.size}" + (f", {MAX_SCATTER_POINTS} shown)" if m.size > MAX_SCATTER_POINTS else ")"))
+        ax.legend(loc="upper left")
+    return fig
+
+
+def _ecdf(values_ms: np.ndarray, max_points: int = 2000) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted values and their empirical CDF, thinned to at most ``max_points`` points."""
+    x = np.sort(values_ms)
+    y = np.arange(1, x.size + 1) / x.size
+    if x.size > max_points:
+        keep = np.unique(np.linspace(0, x.size - 1, max_points).astype(int))
+        x, y = x[keep], y[keep]
+    return x, y
+
+
+def _cdf_figure(result: pd.DataFrame, metrics: list[str]):
+    """Empirical CDFs of measured and predicted, one panel per metric, milliseconds."""
+    series = []
+    for label in metrics:
+        m, p, _ = metric_values(result, label)
+        if m.size and p.size:
+            series.append((label, m * 1e3, p * 1e3))
+    if not series:
+        return None
+    fig, axes = _panels(len(series))
+    for ax, (label, m, p) in zip(axes, series):
+        for values, name in ((m, "measured"), (p, "predicted")):
+            ax.step(*_ecdf(values), where="post", label=name)
+        ax.set_xlabel(f"{label} (ms)")
+        ax.set_ylabel("fraction of " + ("token gaps" if label == "itl" else "requests"))
+        ax.set_ylim(0, 1)
+        ax.set_title(label)
+        ax.legend(loc="lower right")
+    return fig
+
+
+def _timeseries_figure(ts: pd.DataFrame, running: np.ndarray, waiting: np.ndarray):
+    """Measured vs simulated running and waiting requests per tick."""
+    fig, axes = _figure(1, 2, width=9.0, height=2.8)
+    for ax, col, sim in zip(axes, ("running", "waiting"), (running, waiting)):
+        ax.plot(ts["t"], ts[col], label="measured")
+        ax.plot(ts["t"], sim, label="simulated")
+        ax.set_ylabel(f"{col} requests")
+        ax.legend(loc="upper right")
+    axes[-1].set_xlabel("time since trace start (s)")
+    return fig
+
+
+def _steps_figure(steps: pd.DataFrame):
+    """Simulated step durations and tokens per step over time."""
+    fig, axes = _figure(1, 2, width=9.0, height=2.8)
+    t = steps["step_start_time_s"].to_numpy(float)
+    axes[0].plot(t, steps["step_duration_s"].to_numpy(float) * 1e3, ".", ms=2)
+    axes[0].set_ylabel("step duration (ms)")
+    tokens = steps["num_prefill_tokens"].to_numpy(float) + steps["num_decode_seqs"].to_numpy(float)
+    axes[1].plot(t, tokens, ".", ms=2)
+    axes[1].set_ylabel("tokens per step")
+    axes[1].set_xlabel("simulated time (s)")
+    return fig
+
+
+# -- the document ---------------------------------------------------------------------------------
+
+def _md_table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _html_table(head: list[str], rows: list[list[str]]) -> str:
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>\n" for r in rows)
+    return f"<table>\n<thead><tr>{th}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>"
+
+
+def _render(blocks: list[tuple], fmt: str, title: str) -> str:
+    """Markdown or HTML from blocks ``("h2", text)``, ``("p", text)``, ``("table", head, rows)``, ``("img", alt, file)``."""
+    if fmt == "markdown":
+        out = [f"# {title}"]
+        for b in blocks:
+            if b[0] == "h2":
+                out.append(f"## {b[1]}")
+            elif b[0] == "p":
+                out.append(b[1])
+            elif b[0] == "table":
+                out.append(_md_table(b[1], b[2]))
+            else:
+                out.append(f"![{b[1]}]({b[2]})")
+        return "\n\n".join(out) + "\n"
+    out = ["<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\">", f"<title>{html.escape(title)}</title>",
+           "<style>body{font-family:sans-serif;max-width:80em;margin:auto}table{border-collapse:collapse}"
+           "td,th{border:1px solid #bbb;padding:2px 6px;text-align:right}img{max-width:100%}</style>",
+           "</head><body>", f"<h1>{html.escape(title)}</h1>"]
+    for b in blocks:
+        if b[0] == "h2":
+            out.append(f"<h2>{html.escape(b[1])}</h2>")
+        elif b[0] == "p":
+            out.append(f"<p>{html.escape(b[1])}</p>")
+        elif b[0] == "table":
+            out.append(_html_table(b[1], b[2]))
+        else:
+            out.append(f"<img alt=\"{html.escape(b[1])}\" src=\"{html.escape(b[2])}\">")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _ms(x: float) -> str:
+    return "-" if not np.isfinite(x) else f"{x * 1e3:.1f}"
+
+
+def _pct(x: float) -> str:
+    return "-" if not np.isfinite(x) else f"{x:+.1%}"
+
+
+def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_timeseries=None,
+                 simulated_steps: pd.DataFrame | None = None) -> list[Path]:
+    """Write the measured-vs-predicted report of a replay and its figures.
+
+    Parameters
+    ----------
+    result_df : pandas.DataFrame
+        A replay result (``replay_result/1`` columns: the trace's measured latencies and the
+        ``pred_*`` columns, seconds).
+    path : path
+        ``.md`` (Markdown) or ``.html``; figures go beside it as ``<stem>_<name>.png``.
+    measured_timeseries : path or pandas.DataFrame, optional
+        The measured 1-second time series (``t``, ``running``, ``waiting``; see
+        :func:`read_timeseries`), with ``t`` on the trace's clock (seconds since its first
+        arrival). Adds the simulated running/waiting counts plotted against it.
+    simulated_steps : pandas.DataFrame, optional
+        The simulated step trace (:func:`replay.simulate.steps_frame`). Adds step durations
+        and tokens per step over time.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The report, then the PNG files written.
+
+    Raises
+    ------
+    ConfigError
+        Unknown report suffix.
+    TimeseriesError
+        A bad measured time series.
+
+    Notes
+    -----
+    The key table is :func:`replay.compare.compare`'s, formatted by
+    :func:`replay.compare.table_cells` (milliseconds, signed percent errors). Figures are
+    drawn on matplotlib's Agg canvas. All PNGs are saved to temporary files first and
+    renamed, then the text is written with :func:`schemas.tables.write_text_atomic`.
+    """
+    path = Path(path)
+    fmt = report_format(path)
+    ts = read_timeseries(measured_timeseries) if measured_timeseries is not None else None
+    if simulated_steps is not None:
+        missing = [c for c in _STEP_COLUMNS if c not in simulated_steps]
+        if missing:
+            raise ReplayError(f"simulated steps: missing column(s) {', '.join(missing)}")
+    table = compare(result_df)
+    metrics = list(table["metric"]) if not table.empty else []
+    stem = path.stem
+    blocks: list[tuple] = []
+    figures: list[tuple[str, object]] = []
+
+    if table.empty:
+        blocks.append(("p", format_table(table)))
+    else:
+        blocks.append(("table", *table_cells(table)))
+    n_compared = int(compared_rows(result_df).sum())
+    blocks.append(("p", f"Times in ms. err_pXX = (predicted - measured) / measured at that percentile; "
+                        f"mape over measured values >= 1 ms; bias = mean predicted - mean measured; ks = "
+                        f"Kolmogorov-Smirnov statistic; wass = Wasserstein-1 distance. Mean TPOT (tpot row) "
+                        f"weighs each request once, mean ITL (itl row) each token gap once. "
+                        f"{len(result_df)} requests; the {n_compared} completed on both sides are compared "
+                        f"({len(result_df) - n_compared} failed in the measured run or not completed by the "
+                        f"simulator)."))
+
+    fig = _scatter_figure(result_df, metrics)
+    if fig is not None:
+        blocks += [("h2", "Per request: predicted vs measured"), ("img", "scatter", f"{stem}_scatter.png")]
+        figures.append((f"{stem}_scatter.png", fig))
+    fig = _cdf_figure(result_df, metrics)
+    if fig is not None:
+        blocks += [("h2", "Distributions: measured and predicted CDFs"), ("img", "cdf", f"{stem}_cdf.png")]
+        figures.append((f"{stem}_cdf.png", fig))
+
+    if "ttft" in metrics:
+        win = errors_over_time(result_df)
+        rows = [[f"{i + 1}", f"{r.start_s:.1f}-{r.end_s:.1f}", str(r.n), _ms(r.meas_p50), _ms(r.pred_p50),
+                 _pct(r.rel_err_p50)] for i, r in enumerate(win.itertuples())]
+        blocks += [("h2", "Errors over time"),
+                   ("p", f"TTFT p50 in {NUM_TIME_WINDOWS} equal windows of arrival time (compared requests only)."),
+                   ("table", ["window", "arrivals (s)", "n", "meas_p50_ms", "pred_p50_ms", "err_p50"], rows)]
+
+    if ts is not None:
+        running, waiting = simulated_counts(result_df, ts["t"].to_numpy())
+        rows = []
+        for col, sim in (("running", running), ("waiting", waiting)):
+            meas = ts[col].to_numpy(float)
+            rows.append([col, f"{meas.mean():.1f}", f"{sim.mean():.1f}", f"{meas.max():.0f}", f"{sim.max():.0f}",
+                         f"{np.mean(np.abs(sim - meas)):.1f}"])
+        blocks += [("h2", "Running and waiting requests over time"),
+                   ("p", f"Measured: the {len(ts)} ticks of the time series. Simulated at the same ticks: waiting = "
+                         "arrived and not yet scheduled, running = scheduled and not yet completed."),
+                   ("img", "running and waiting", f"{stem}_timeseries.png"),
+                   ("table", ["requests", "meas_mean", "sim_mean", "meas_max", "sim_max", "mean_abs_diff"], rows)]
+        figures.append((f"{stem}_timeseries.png", _timeseries_figure(ts, running, waiting)))
+
+    if simulated_steps is not None and len(simulated_steps):
+        d = simulated_steps["step_duration_s"].to_numpy(float)
+        blocks += [("h2", "Simulated steps"),
+                   ("p", f"{d.size} steps; duration mean {_ms(d.mean())} ms, p50 {_ms(np.percentile(d, 50))} ms, "
+                         f"p99 {_ms(np.percentile(d, 99))} ms, max {_ms(d.max())} ms."),
+                   ("img", "steps", f"{stem}_steps.png")]
+        figures.append((f"{stem}_steps.png", _steps_figure(simulated_steps)))
+
+    text = _render(blocks, fmt, "servecal replay report")
+    _save_atomically(figures, path.parent)
+    write_text_atomic(text, path)
+    return [path] + [path.parent / name for name, _ in figures]
+
+
+def _save_atomically(figures: list[tuple[str, object]], folder: Path) -> None:
+    """Save every figure as PNG to a temporary file, then rename them all; on error remove the temporaries."""
+    folder.mkdir(parents=True, exist_ok=True)
+    temps: list[tuple[str, Path]] = []
+    try:
+        for name, fig in figures:
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+            os.close(fd)
+            temps.append((tmp, folder / name))
+            fig.savefig(tmp, format="png", dpi=100)
+        for tmp, final in temps:
+            os.replace(tmp, final)
+    except BaseException:
+        for tmp, _ in temps:
+            Path(tmp).unlink(missing_ok=True)
+        raise
