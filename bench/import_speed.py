@@ -93,7 +93,8 @@ def machine() -> str:
         pass
     mem = ""
     try:
-        kib = int(next(x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemTotal")).split()[1])
+        kib = int(next(x for x in Path("/proc/meminfo").read_text().splitlines()
+                       if x.startswith("MemTotal")).split()[1])
         mem = f", {kib / 1024 ** 2:.0f} GiB RAM"
     except (OSError, StopIteration, ValueError):
         pass
@@ -125,7 +126,8 @@ def main() -> None:
         # fork + exec, so this process must stay small for the children's figures to be theirs
         subprocess.run([sys.executable, __file__, "--generate", str(big), "--rows", str(args.rows)], check=True,
                        cwd=ROOT)
-        print(f"generated {args.rows:,} rows, {big.stat().st_size / 2 ** 20:.0f} MiB in {time.perf_counter() - t0:.1f} s")
+        print(f"generated {args.rows:,} rows, {big.stat().st_size / 2 ** 20:.0f} MiB "
+              f"in {time.perf_counter() - t0:.1f} s")
         r = measure(big, tmp / "big.parquet")
         print(f"synthetic {args.rows:,} rows: wall {r['wall_s']:.1f} s, peak RSS {r['peak_rss_mib']:.0f} MiB "
               f"(VmHWM {r['vmhwm_mib']:.0f} MiB), "

@@ -9,9 +9,12 @@ from schemas.cli_support import DataError, user_errors, version_option
 from schemas.tables import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE
 from schemas.specs import get_model
 
-from .compare import broken_tolerances, compare, format_table
-from .cost_model import cost_model_from_calibration
+from .compare import broken_tolerances, compare, format_scheduler_table, format_table, scheduler_table
+from .cost_model import LINKS, cost_model_from_calibration
+from .disagg import DisaggEngine, describe_config
 from .errors import ConfigError, ReplayError
+from .schedulers import get_scheduler_factory
+from .schedulers.disagg import FIRST_TOKEN_FROM
 from .simulate import ReplayConfig, replay_frame, steps_frame
 
 _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError,))
@@ -21,7 +24,8 @@ def replay_options(fn):
     """The engine options shared by ``replay`` and ``calibrate fit`` (vLLM's names)."""
     opts = [
         click.option("--scheduler", default="chunked", show_default=True,
-                     help="chunked | fcfs | static | sjf | edf, or package.module:ClassName."),
+                     help="chunked | fcfs | static | sjf | edf | disagg (prefill/decode pools), "
+                          "or package.module:ClassName."),
         click.option("--max-num-seqs", type=click.IntRange(min=1), default=256, show_default=True,
                      help="Requests running at once per replica."),
         click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=8192, show_default=True,
@@ -34,7 +38,8 @@ def replay_options(fn):
                      help="Tokens per KV block."),
         click.option("--max-model-len", type=click.IntRange(min=1), default=None,
                      help="Longest prompt + output [default: the model's context length]."),
-        click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Replicas of a colocated scheduler (disagg: --prefill-replicas, --decode-replicas)."),
         click.option("--router", type=click.Choice(["round_robin", "least_loaded", "prefix_affinity"]),
                      default="round_robin", show_default=True, help="How arrivals are spread over replicas."),
         click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=False, show_default=True,
@@ -48,18 +53,51 @@ def replay_options(fn):
                      help="TTFT objective, seconds, of requests without a slo_ttft_s column (edf, goodput)."),
         click.option("--slo-tpot-s", type=click.FloatRange(min=0, min_open=True), default=None,
                      help="TPOT objective, seconds, of requests without a slo_tpot_s column (edf, goodput)."),
+        # --scheduler disagg (replay.disagg): defaults None so that giving them elsewhere is an error
+        click.option("--prefill-replicas", type=click.IntRange(min=1), default=None,
+                     help="disagg: prefill instances [default: 1]."),
+        click.option("--decode-replicas", type=click.IntRange(min=1), default=None,
+                     help="disagg: decode instances [default: 1]."),
+        click.option("--tp-prefill", type=click.IntRange(min=1), default=None,
+                     help="disagg: tensor-parallel degree of a prefill instance [default: --tp]."),
+        click.option("--tp-decode", type=click.IntRange(min=1), default=None,
+                     help="disagg: tensor-parallel degree of a decode instance [default: --tp]."),
+        click.option("--link", type=click.Choice(list(LINKS)), default=None,
+                     help="disagg: prefill-to-decode KV link [default: the GPU's own tp_link]."),
+        click.option("--link-bandwidth-bytes-per-s", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="disagg: KV link bandwidth, bytes/s [default: --link's]."),
+        click.option("--link-latency-s", type=click.FloatRange(min=0), default=None,
+                     help="disagg: KV link one-way latency, seconds [default: --link's]."),
+        click.option("--first-token-from", type=click.Choice(FIRST_TOKEN_FROM), default=None,
+                     help="disagg: instance that emits output token 1 [default: prefill, as DistServe]."),
     ]
     for o in reversed(opts):
         fn = o(fn)
     return fn
 
 
-def replay_config(kwargs: dict, **extra) -> ReplayConfig:
-    """A ReplayConfig from the options of :func:`replay_options`."""
+#: Options of :func:`replay_options` that only ``--scheduler disagg`` uses (None when not given).
+DISAGG_OPTIONS = ("prefill_replicas", "decode_replicas", "tp_prefill", "tp_decode", "link",
+                  "link_bandwidth_bytes_per_s", "link_latency_s", "first_token_from")
+
+
+def replay_config(kwargs: dict, one_scheduler: bool = True, **extra) -> ReplayConfig:
+    """A ReplayConfig from the options of :func:`replay_options`.
+
+    With ``one_scheduler`` (not ``--compare-schedulers``), options that the chosen scheduler
+    would ignore are a ConfigError: ``disagg`` options with another scheduler, ``--replicas``
+    with ``disagg``.
+    """
     keys = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "gpu_memory_utilization",
             "block_size", "max_model_len", "replicas", "router", "enable_prefix_caching", "hash_block_size",
             "preemption_mode", "slo_ttft_s", "slo_tpot_s")
-    return ReplayConfig(**{k: kwargs[k] for k in keys}, **extra)
+    given = {k: kwargs[k] for k in DISAGG_OPTIONS if kwargs.get(k) is not None}
+    if one_scheduler and kwargs["scheduler"] != "disagg" and given:
+        names = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise ConfigError(f"{names}: only --scheduler disagg uses these (the scheduler is {kwargs['scheduler']})")
+    if one_scheduler and kwargs["scheduler"] == "disagg" and kwargs["replicas"] != 1:
+        raise ConfigError("--replicas: with --scheduler disagg give --prefill-replicas and --decode-replicas")
+    return ReplayConfig(**{k: kwargs[k] for k in keys}, **given, **extra)
 
 
 def parse_tolerances(text: str | None) -> dict[str, float]:
@@ -93,10 +131,20 @@ def parse_tolerances(text: str | None) -> dict[str, float]:
               help="Record every predicted token time (pred_token_times_s).")
 @click.option("--chrome-trace", type=click.Path(dir_okay=False), default=None,
               help="Write the simulated timeline as a Chrome/Perfetto trace (JSON; open in ui.perfetto.dev).")
+@click.option("--report", type=click.Path(dir_okay=False), default=None,
+              help="Write a measured-vs-predicted report (.md or .html) with PNG figures beside it.")
+@click.option("--measured-timeseries", type=click.Path(dir_okay=False), default=None,
+              help="Measured 1 s time series (CSV: t, running, waiting, ...; vLLM's timeseries.csv) "
+                   "to plot against the simulated counts in --report.")
 @click.option("--tolerance", default=None,
               help="Exit 3 when an error exceeds its bound, e.g. ttft_p50=0.1,tpot_p50=0.1.")
+@click.option("--compare-schedulers", default=None, metavar="LIST",
+              help="Replay the trace under each scheduler of LIST (e.g. fcfs,chunked,static,sjf,edf,disagg) "
+                   "and print one table of predicted latency percentiles and goodput instead of the "
+                   "comparison with measured latencies.")
 @_errors
-def main(trace, calibration_path, model, tp, output, steps_out, token_times, chrome_trace, tolerance, **kwargs):
+def main(trace, calibration_path, model, tp, output, steps_out, token_times, chrome_trace, report,
+         measured_timeseries, tolerance, compare_schedulers, **kwargs):
     """Replay TRACE through the simulated engine; compare with measured latencies.
 
     \b
@@ -107,24 +155,46 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
     from traces.io import read_trace
 
     tolerances = parse_tolerances(tolerance)
+    names = None
+    if compare_schedulers is not None:
+        names = parse_scheduler_list(compare_schedulers)
+        clash = [opt for opt, v in (("-o", output), ("--steps-out", steps_out), ("--chrome-trace", chrome_trace),
+                                    ("--report", report), ("--tolerance", tolerance)) if v]
+        if clash:
+            raise ConfigError(f"--compare-schedulers prints one table of predictions; it cannot be combined "
+                              f"with {', '.join(clash)}")
+    if measured_timeseries and not report:
+        raise click.UsageError("--measured-timeseries is drawn in the report: give --report too")
+    if report:
+        from .report import read_timeseries, report_format
+
+        report_format(report)  # an unknown suffix fails before the replay
+        timeseries = read_timeseries(measured_timeseries) if measured_timeseries else None
     cal = Calibration.read(calibration_path)
     model_spec = get_model(model) if model else None
     cost_model = cost_model_from_calibration(cal, model_spec, tp)
     kind, frame, meta = read_trace(trace)
     if kind != REQUEST_TRACE:
         raise DataError(f"{trace}: is a {kind}; replay needs a request trace ({REQUEST_TRACE})")
-    cfg = replay_config(kwargs, record_token_times=token_times, record_steps=steps_out is not None,
+    if names is not None:
+        compare_schedulers_run(frame, meta, cost_model, replay_config(kwargs, one_scheduler=False), names)
+        return
+    cfg = replay_config(kwargs, record_token_times=token_times, record_steps=steps_out is not None or bool(report),
                         record_step_requests=chrome_trace is not None)
     m = cost_model.model
-    click.echo(f"replaying {len(frame)} requests: model {m.name}, {cost_model.tp} x {cost_model.gpu.name} "
-               f"(TP={cost_model.tp}), scheduler {cfg.scheduler}, max_num_seqs={cfg.max_num_seqs}, "
+    where = (f"scheduler disagg: {describe_config(cost_model, cfg)}" if cfg.scheduler == "disagg" else
+             f"{cost_model.tp} x {cost_model.gpu.name} (TP={cost_model.tp}), scheduler {cfg.scheduler}")
+    click.echo(f"replaying {len(frame)} requests: model {m.name}, {where}, max_num_seqs={cfg.max_num_seqs}, "
                f"max_num_batched_tokens={cfg.max_num_batched_tokens}")
     result, engine = replay_frame(frame, cost_model, cfg, meta)
     n_ok = int((result["pred_status"] == "ok").sum())
     rejected = result["pred_status"].str.startswith("rejected").sum()
+    kv = f"{engine.replicas[0].kv.num_gpu_blocks} blocks"
+    if isinstance(engine, DisaggEngine):
+        kv = f"prefill {kv}, decode {engine.replicas[engine.num_prefill_replicas].kv.num_gpu_blocks} blocks"
     click.echo(f"simulated {engine.num_steps} steps; {n_ok} completed, {rejected} rejected, "
                f"{int(result['pred_num_preemptions'].sum())} preemptions; "
-               f"KV cache {engine.replicas[0].kv.num_gpu_blocks} blocks x {cfg.block_size} tokens")
+               f"KV cache {kv} x {cfg.block_size} tokens")
     for reason, count in result.loc[result["pred_status"].str.startswith("rejected"), "pred_status"].value_counts().items():
         click.echo(f"  {count} {reason}")
     if cfg.enable_prefix_caching:
@@ -158,9 +228,60 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
         click.echo(f"wrote {chrome_trace}")
     table = compare(result)
     click.echo(format_table(table))
+    if report:
+        from .report import write_report
+
+        written = write_report(result, report, timeseries, steps_frame(engine))
+        click.echo(f"wrote {', '.join(str(p) for p in written)}")
     if tolerances:
         broken = broken_tolerances(table, tolerances)
         for b in broken:
             click.echo(f"tolerance broken: {b}", err=True)
         if broken:
             raise SystemExit(3)
+
+
+def parse_scheduler_list(text: str) -> list[str]:
+    """``"fcfs,chunked,disagg"`` -> ``["fcfs", "chunked", "disagg"]``, every name checked before any replay.
+
+    Raises
+    ------
+    ConfigError
+        An empty list, a repeated name or an unknown scheduler.
+    """
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ConfigError("--compare-schedulers: give a comma-separated list, e.g. fcfs,chunked,disagg")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"--compare-schedulers: {', '.join(repeated)} given more than once")
+    for name in names:
+        if name != "disagg":
+            try:
+                get_scheduler_factory(name)
+            except ConfigError as exc:
+                raise ConfigError(f"--compare-schedulers: {exc}") from None
+    return names
+
+
+def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, names: list[str]) -> None:
+    """Replay ``frame`` under each scheduler of ``names`` (``cfg`` otherwise) and print one table.
+
+    Colocated schedulers run on ``cfg.replicas`` replicas, ``disagg`` on its prefill and decode
+    pools; the header says how many GPUs each uses.
+    """
+    from dataclasses import replace
+
+    m, gpus = cost_model.model, cfg.replicas * cost_model.tp
+    click.echo(f"comparing {len(names)} schedulers on {len(frame)} requests: model {m.name}, {cfg.replicas} x "
+               f"{cost_model.tp} x {cost_model.gpu.name} (TP={cost_model.tp}, {gpus} GPU{'s' * (gpus != 1)}), "
+               f"max_num_seqs={cfg.max_num_seqs}, max_num_batched_tokens={cfg.max_num_batched_tokens}")
+    if "disagg" in names:
+        click.echo(f"  disagg: {describe_config(cost_model, cfg)}")
+    results = {}
+    for name in names:
+        results[name], _ = replay_frame(frame, cost_model, replace(cfg, scheduler=name), meta)
+    click.echo(format_scheduler_table(scheduler_table(results, cfg.slo_ttft_s, cfg.slo_tpot_s)))
+    slo = [f"{k} <= {v} s" for k, v in (("ttft", cfg.slo_ttft_s), ("tpot", cfg.slo_tpot_s)) if v is not None]
+    click.echo("(predicted, ms over completed requests; goodput_rps: completed requests/s "
+               + (f"meeting {' and '.join(slo)})" if slo else "; no --slo-ttft-s/--slo-tpot-s given)"))

@@ -26,7 +26,11 @@ MAPE_MIN_MEAS_S = 1e-3
 
 
 def compared_rows(result: pd.DataFrame) -> pd.Series:
-    """Rows present on both sides: measured ok (or no status) and simulated ok."""
+    """Rows present on both sides: measured ok (or no status) and simulated ok.
+
+    A request that failed in the measured run is never compared, even when the simulator
+    completed it (BR-17: its measured latencies, e.g. TTFT 0.0, are not latencies).
+    """
     ok = result["pred_status"] == "ok"
     if "status" in result:
         ok &= result["status"].isna() | (result["status"] == "ok")
@@ -135,7 +139,8 @@ def compare(result: pd.DataFrame, percentiles=PERCENTILES) -> pd.DataFrame:
         row["mape"] = float(np.mean(np.abs(p[big] - m[big]) / m[big])) if big.any() else np.nan
         row["n_mape"] = int(big.sum())
         row["bias_s"] = row["pred_mean_s"] - row["meas_mean_s"]
-        row["ks"] = float(stats.ks_2samp(m, p).statistic)
+        with np.errstate(divide="ignore", invalid="ignore"):  # only the statistic is used, not its p-value
+            row["ks"] = float(stats.ks_2samp(m, p, method="asymp").statistic)
         row["wasserstein_s"] = float(stats.wasserstein_distance(m, p))
         rows.append(row)
     return pd.DataFrame(rows)
@@ -193,3 +198,63 @@ def broken_tolerances(table: pd.DataFrame, tolerances: dict[str, float]) -> list
         if not np.isfinite(err) or abs(err) > bound:
             broken.append(f"{key}: |{err:+.1%}| > {bound:.1%}")
     return broken
+
+
+# -- several schedulers on one trace (replay --compare-schedulers) ---------------------------------
+
+#: Metrics of :func:`scheduler_table`, in column order (labels of :data:`METRICS`).
+SCHEDULER_TABLE_METRICS = ("ttft", "tpot", "e2e", "queue_wait")
+
+
+def scheduler_table(results: dict, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
+                    percentiles=PERCENTILES) -> pd.DataFrame:
+    """Predicted latency percentiles and goodput of the same trace under several schedulers.
+
+    Parameters
+    ----------
+    results : dict[str, pandas.DataFrame]
+        Scheduler name -> its replay result (``pred_*`` columns, seconds), in table order.
+    slo_ttft_s, slo_tpot_s : float or None
+        Objectives of the goodput, seconds (None: no objective on that metric, so with
+        neither the goodput is the completion rate).
+    percentiles : sequence of int
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per scheduler: ``scheduler``, ``n_ok`` (completed requests),
+        ``{metric}_p{q}_s`` for the metrics of :data:`SCHEDULER_TABLE_METRICS` (seconds, over
+        the completed requests; TPOT over those with >= 2 output tokens, BR-03) and
+        ``goodput_rps`` (:func:`replay.metrics.goodput_rps`, requests/s).
+    """
+    from .metrics import goodput_rps
+
+    pred_col = {label: p for _, p, label in METRICS}
+    rows = []
+    for name, res in results.items():
+        ok = res["pred_status"] == "ok"
+        row = {"scheduler": name, "n_ok": int(ok.sum())}
+        for label in SCHEDULER_TABLE_METRICS:
+            values = res.loc[ok, pred_col[label]].to_numpy(float, na_value=np.nan)  # TPOT of 1 token is NaN
+            for q in percentiles:
+                row[f"{label}_p{q}_s"] = percentile(values, q)
+        row["goodput_rps"] = goodput_rps(res, slo_ttft_s, slo_tpot_s)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def format_scheduler_table(table: pd.DataFrame, percentiles=PERCENTILES) -> str:
+    """A :func:`scheduler_table` as text: milliseconds for times, requests/s for goodput."""
+    if table.empty:
+        return "(no schedulers)"
+    head = ["scheduler", "n_ok"] + [f"{label}_p{q}_ms" for label in SCHEDULER_TABLE_METRICS for q in percentiles]
+    head.append("goodput_rps")
+    lines = []
+    for _, r in table.iterrows():
+        cells = [str(r["scheduler"]), str(r["n_ok"])]
+        cells += [f"{r[f'{label}_p{q}_s'] * 1e3:.1f}" for label in SCHEDULER_TABLE_METRICS for q in percentiles]
+        cells.append(f"{r['goodput_rps']:.3f}")
+        lines.append(cells)
+    widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
+    return "\n".join([fmt.format(*head)] + [fmt.format(*c) for c in lines])

@@ -1,8 +1,9 @@
 """The discrete-event engine: arrivals, steps of each replica, completions.
 
 A heap of ``(time, priority, seq, event)`` drives the simulation; ``seq`` is a
-per-engine counter, so equal times resolve deterministically: arrivals, then step ends,
-then the wake-up of an idle replica (so it sees every request that arrived at that instant).
+per-engine counter, so equal times resolve deterministically: arrivals and callbacks
+(:meth:`Engine.call_at`, e.g. a KV transfer done), then step ends, then the wake-up of an
+idle replica (so it sees every request that arrived at that instant).
 At every step end of a replica its scheduler picks the next batch; the cost model gives
 the step's duration; at the step's end tokens are emitted and requests completed.
 """
@@ -21,6 +22,11 @@ from .request import Request
 from .schedulers.base import Batch, ReplicaState, Scheduler, SchedulerConfig
 
 _ARRIVAL, _STEP_END, _WAKE = 0, 1, 2
+#: A callback scheduled with :meth:`Engine.call_at` (e.g. a KV transfer done, replay.disagg). Arrivals
+#: never enter the heap, so it shares their priority: it runs before step ends of the same instant.
+_CALL = 0
+#: Shortest run of decode steps worth advancing in closed form (shorter ones go step by step).
+_MIN_RUN = 4
 
 
 @dataclass
@@ -81,6 +87,14 @@ class Engine:
     num_replicas : int
     router : callable (Request, list[ReplicaState]) -> int, optional
         Chooses the replica of an arriving request (default: round robin).
+
+    Attributes
+    ----------
+    cost_models : list[StepCostModel]
+        The cost model of each replica (all ``cost_model`` here; a subclass such as
+        :class:`replay.disagg.DisaggEngine` gives each pool its own).
+    on_step_end : callable (rid, now) -> None, or None
+        Hook called after a step's tokens are emitted, before the replica schedules again.
     """
 
     def __init__(self, cost_model: StepCostModel, scheduler_factory, scheduler_config: SchedulerConfig,
@@ -88,6 +102,8 @@ class Engine:
         if num_replicas < 1:
             raise ConfigError("--replicas must be >= 1")
         self.cost_model = cost_model
+        self.cost_models: list[StepCostModel] = [cost_model] * num_replicas
+        self.on_step_end = None
         self.config = engine_config
         if engine_config.preemption_mode not in ("recompute", "swap"):
             raise ConfigError(f"--preemption-mode must be recompute or swap, not {engine_config.preemption_mode!r}")
@@ -112,6 +128,25 @@ class Engine:
     def _push(self, time: float, kind: int, payload) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (time, kind, self._seq, payload))
+
+    def call_at(self, time: float, fn) -> None:
+        """Run ``fn(now)`` at simulation time ``time`` (seconds), before step ends of that instant."""
+        self._push(time, _CALL, fn)
+
+    def enqueue(self, rid: int, req: Request, now: float) -> None:
+        """Put ``req`` in replica ``rid``'s waiting queue and wake the replica if it is idle.
+
+        The wake-up runs after every event of the instant ``now`` (so the replica sees all of
+        them). Arrivals come through here; :mod:`replay.disagg` hands transferred requests over too.
+        """
+        self.replicas[rid].waiting.append(req)
+        self.wake(rid, now)
+
+    def wake(self, rid: int, now: float) -> None:
+        """Make an idle replica ``rid`` schedule at ``now`` (after the instant's other events)."""
+        if not self._busy[rid]:
+            self._busy[rid] = True
+            self._push(now, _WAKE, rid)
 
     def rejection_reason(self, req: Request) -> str | None:
         """Why ``req`` can never run here (``None`` if it can).
@@ -153,15 +188,16 @@ class Engine:
                 now = req.arrival_time_s
                 rid = self._route(req)
                 req.replica_id = rid
-                self.replicas[rid].waiting.append(req)
-                if not self._busy[rid]:
-                    # wake after every arrival of this instant has been queued
-                    self._busy[rid] = True
-                    self._push(now, _WAKE, rid)
+                self.enqueue(rid, req, now)  # wakes after every arrival of this instant is queued
                 continue
             now, kind, _, rid = heapq.heappop(heap)
             if kind == _STEP_END:
                 self._end_step(rid, now)
+                if self.on_step_end is not None:
+                    self.on_step_end(rid, now)
+            elif kind == _CALL:
+                rid(now)  # the payload of a call_at event is its callback
+                continue
             self._start_step(rid, now)
         return requests
 
@@ -190,8 +226,8 @@ class Engine:
                 and getattr(self.schedulers[rid], "decode_runs", False) and len(batch.requests) == len(state.running)):
             if self._start_decode_run(rid, state, batch, now):
                 return
-        duration = self.cost_model.step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs,
-                                               batch.decode_context_tokens, batch.prefill_context_tokens) + swap_s
+        duration = self.cost_models[rid].step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs,
+                                                     batch.decode_context_tokens, batch.prefill_context_tokens) + swap_s
         self._busy[rid] = True
         self._batches[rid] = batch
         self._step_start[rid] = now
@@ -215,8 +251,13 @@ class Engine:
         reqs = batch.requests
         b = len(reqs)
         k = min(r.num_output_tokens - r.num_generated_tokens for r in reqs)
-        if k <= 1:
+        if k < _MIN_RUN:
             return False
+        if self._next_arrival < len(self._arrivals):
+            # step times only grow within a run: this bounds the steps before the next arrival
+            first = self.cost_models[rid].step_time_s(0, b, batch.decode_context_tokens, 0)
+            if now + (_MIN_RUN - 1) * first >= self._arrivals[self._next_arrival].arrival_time_s:
+                return False
         kv = state.kv
         computed = np.fromiter((r.num_computed_tokens for r in reqs), np.int64, b)
         held = np.fromiter((r.num_blocks for r in reqs), np.int64, b)
@@ -234,7 +275,7 @@ class Engine:
             if k <= 1:
                 return False
         ctx = batch.decode_context_tokens + b * np.arange(k, dtype=np.int64)
-        cm = self.cost_model
+        cm = self.cost_models[rid]
         if getattr(cm, "supports_arrays", False):
             durations = cm.step_time_s(np.zeros(k, np.int64), np.full(k, b, np.int64), ctx, np.zeros(k, np.int64))
         else:
@@ -284,16 +325,17 @@ class Engine:
                 state.running = [r for r in state.running if r.status != "ok"]
             return
         for req, n in zip(batch.requests, batch.num_new_tokens):
-            req.num_computed_tokens += n
-            if req.num_computed_tokens < req.num_tokens:
+            c = req.num_computed_tokens = req.num_computed_tokens + n
+            g = req.num_generated_tokens
+            if c < req.num_prompt_tokens + g:
                 continue  # an intermediate prefill chunk emits nothing
-            req.num_generated_tokens += 1
-            if req.num_generated_tokens == 1:
+            g = req.num_generated_tokens = g + 1
+            if g == 1:
                 req.first_token_time_s = now
             req.last_token_time_s = now
             if req.token_times_s is not None:
                 req.token_times_s.append(now)
-            if req.num_generated_tokens == req.num_output_tokens:
+            if g == req.num_output_tokens:
                 req.status = "ok"
                 kv.free(req)
                 finished = True

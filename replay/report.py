@@ -5,9 +5,10 @@
 or the simulated steps are given). The report opens with the comparison table of
 :func:`replay.compare.compare`; nothing in it is computed twice.
 
-Every file is written atomically (temporary file in the same folder, then rename): an
-error leaves no partial file and no temporary behind, and an earlier report of the same
-name untouched.
+Every file is written atomically (temporary file in the same folder, then rename), so no
+file is ever partial and no temporary is left behind. The figures are all drawn before any
+is renamed and the text is written last: an error while drawing leaves the folder (and an
+earlier report of the same name) untouched, and a report never refers to a missing figure.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import pandas as pd
 
 from schemas.tables import write_text_atomic
 
-from .compare import compare, compared_rows, format_table, metric_values, table_cells
+from .compare import MAPE_MIN_MEAS_S, compare, compared_rows, format_table, metric_values, table_cells
 from .errors import ConfigError, ReplayError
 
 #: Report formats by file suffix.
@@ -371,18 +372,17 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
     blocks: list[tuple] = []
     figures: list[tuple[str, object]] = []
 
-    if table.empty:
-        blocks.append(("p", format_table(table)))
-    else:
-        blocks.append(("table", *table_cells(table)))
     n_compared = int(compared_rows(result_df).sum())
-    blocks.append(("p", f"Times in ms. err_pXX = (predicted - measured) / measured at that percentile; "
-                        f"mape over measured values >= 1 ms; bias = mean predicted - mean measured; ks = "
-                        f"Kolmogorov-Smirnov statistic; wass = Wasserstein-1 distance. Mean TPOT (tpot row) "
-                        f"weighs each request once, mean ITL (itl row) each token gap once. "
-                        f"{len(result_df)} requests; the {n_compared} completed on both sides are compared "
-                        f"({len(result_df) - n_compared} failed in the measured run or not completed by the "
-                        f"simulator)."))
+    counts = (f"Requests: {len(result_df)} in the result, {n_compared} compared (completed on both sides), "
+              f"{len(result_df) - n_compared} excluded (failed in the measured run or not completed by the simulator).")
+    if table.empty:
+        blocks += [("p", format_table(table)), ("p", counts)]
+    else:
+        blocks += [("table", *table_cells(table)),
+                   ("p", "Times in ms. err_pXX = (predicted - measured) / measured at that percentile; mape over "
+                         f"measured values >= {MAPE_MIN_MEAS_S * 1e3:g} ms; bias = mean predicted - mean measured; ks = Kolmogorov-Smirnov "
+                         "statistic; wass = Wasserstein-1 distance. Mean TPOT (tpot row) weighs each request once, "
+                         "mean ITL (itl row, when token times exist on both sides) each token gap once. " + counts)]
 
     fig = _scatter_figure(result_df, metrics)
     if fig is not None:

@@ -9,6 +9,7 @@ import pandas as pd
 from schemas.specs import GpuSpec, ModelSpec
 
 from .cost_model import LINKS, RooflineCostModel, kv_capacity_blocks
+from .disagg import DisaggEngine, resolve_pools
 from .engine import Engine, EngineConfig
 from .errors import ConfigError
 from .request import Request
@@ -24,7 +25,8 @@ class ReplayConfig:
     Attributes
     ----------
     scheduler : str
-        Built-in name (``chunked``, ``fcfs``, ...) or ``package.module:ClassName``.
+        Built-in name (``chunked``, ``fcfs``, ...), ``disagg`` (prefill/decode pools, see
+        :class:`replay.disagg.DisaggEngine`) or ``package.module:ClassName``.
     max_num_seqs, max_num_batched_tokens : int
         Per-replica limits (vLLM's defaults for its API server: 256 and 8192).
     block_size : int
@@ -36,6 +38,7 @@ class ReplayConfig:
     max_model_len : int | None
         Longest prompt + output; None takes the model's context length.
     replicas : int
+        Replicas of a colocated scheduler (``disagg`` uses ``prefill_replicas``/``decode_replicas``).
     record_token_times : bool
         Keep per-token times (``pred_token_times_s``), needed for ITL.
     record_steps : bool
@@ -58,6 +61,19 @@ class ReplayConfig:
         Keep the request ids of every step (for the Chrome trace); implies ``record_steps``.
     exact_steps : bool
         Simulate every step one by one (no closed-form decode runs); same results, slower.
+    prefill_replicas, decode_replicas : int
+        ``disagg``: instances of the prefill and of the decode pool (P and D).
+    tp_prefill, tp_decode : int | None
+        ``disagg``: tensor-parallel degree of each pool; None: the cost model's ``tp``.
+    link : str | None
+        ``disagg``: prefill-to-decode KV link, a key of :data:`replay.cost_model.LINKS`;
+        None: the GPUs' own ``tp_link`` (both pools in one node, as DistServe places them).
+    link_bandwidth_bytes_per_s, link_latency_s : float | None
+        ``disagg``: explicit link bandwidth (bytes/s) and one-way latency (seconds),
+        overriding the preset's.
+    first_token_from : str
+        ``disagg``: ``prefill`` (DistServe: the prefill instance emits token 1) or ``decode``
+        (the first decode step after the transfer does).
     """
 
     scheduler: str = "chunked"
@@ -79,6 +95,14 @@ class ReplayConfig:
     slo_tpot_s: float | None = None
     record_step_requests: bool = False
     exact_steps: bool = False
+    prefill_replicas: int = 1
+    decode_replicas: int = 1
+    tp_prefill: int | None = None
+    tp_decode: int | None = None
+    link: str | None = None
+    link_bandwidth_bytes_per_s: float | None = None
+    link_latency_s: float | None = None
+    first_token_from: str = "prefill"
 
 
 def resolve_num_gpu_blocks(cfg: ReplayConfig, model: ModelSpec, gpu: GpuSpec, tp: int) -> int:
@@ -154,7 +178,10 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
         (seconds, relative to each request's arrival), ``pred_replica_id``,
         ``pred_num_preemptions``, ``pred_status`` and, when recorded,
         ``pred_token_times_s`` (relative to arrival); with prefix caching
-        ``pred_num_cached_tokens`` (prefix-cache hit at first admission, tokens).
+        ``pred_num_cached_tokens`` (prefix-cache hit at first admission, tokens); with
+        ``disagg`` the columns of :meth:`replay.disagg.DisaggEngine.result_columns`
+        (``pred_queue_wait_s`` is then the prefill queue wait, ``pred_replica_id`` the
+        prefill instance).
     engine : Engine
 
     Raises
@@ -164,7 +191,14 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
     """
     if cfg.max_num_seqs < 1 or cfg.max_num_batched_tokens < 1:
         raise ConfigError("--max-num-seqs and --max-num-batched-tokens must be >= 1")
-    factory = get_scheduler_factory(cfg.scheduler)
+    decode_cost_model = None
+    if cfg.scheduler == "disagg":
+        # each pool with its own TP (BR-23); the prefill pool's sizes the cache and swap time below
+        cost_model, decode_cost_model, link = resolve_pools(cost_model, cfg)
+        if cfg.preemption_mode == "swap" and cost_model.tp != decode_cost_model.tp:
+            raise ConfigError("--preemption-mode swap with --scheduler disagg needs --tp-prefill equal to --tp-decode")
+    else:
+        factory = get_scheduler_factory(cfg.scheduler)
     blocks = resolve_num_gpu_blocks(cfg, cost_model.model, cost_model.gpu, cost_model.tp)
     max_len = cfg.max_model_len if cfg.max_model_len is not None else cost_model.model.max_model_len
     meta = metadata or {}
@@ -176,16 +210,28 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
         # each of the tp GPUs moves its share of the KV over its own host link
         swap_time_per_block_s = (cfg.block_size * cost_model.model.kv_bytes_per_token
                                  / (LINKS[cfg.swap_link].bandwidth_bytes_per_s * cost_model.tp))
-    engine = Engine(cost_model, factory, SchedulerConfig(cfg.max_num_seqs, cfg.max_num_batched_tokens),
-                    EngineConfig(blocks, cfg.block_size, max_len, cfg.record_token_times,
-                                 cfg.record_steps or cfg.record_step_requests,
-                                 enable_prefix_caching=cfg.enable_prefix_caching, hash_block_size=hash_block_size,
-                                 preemption_mode=cfg.preemption_mode, swap_time_per_block_s=swap_time_per_block_s,
-                                 record_step_requests=cfg.record_step_requests, exact_steps=cfg.exact_steps),
-                    num_replicas=cfg.replicas, router=get_router(cfg.router))
+    sched_cfg = SchedulerConfig(cfg.max_num_seqs, cfg.max_num_batched_tokens)
+    engine_cfg = EngineConfig(blocks, cfg.block_size, max_len, cfg.record_token_times,
+                              cfg.record_steps or cfg.record_step_requests,
+                              enable_prefix_caching=cfg.enable_prefix_caching, hash_block_size=hash_block_size,
+                              preemption_mode=cfg.preemption_mode, swap_time_per_block_s=swap_time_per_block_s,
+                              record_step_requests=cfg.record_step_requests, exact_steps=cfg.exact_steps)
+    if decode_cost_model is not None:
+        m = cost_model.model
+        engine = DisaggEngine(
+            cost_model, decode_cost_model, sched_cfg, engine_cfg, model=m,
+            decode_num_gpu_blocks=resolve_num_gpu_blocks(cfg, m, decode_cost_model.gpu, decode_cost_model.tp),
+            link=link, prefill_replicas=cfg.prefill_replicas, decode_replicas=cfg.decode_replicas,
+            first_token_from=cfg.first_token_from, router=get_router(cfg.router))
+    else:
+        engine = Engine(cost_model, factory, sched_cfg, engine_cfg, num_replicas=cfg.replicas,
+                        router=get_router(cfg.router))
     reqs = requests_from_frame(df, cfg.record_token_times, cfg.slo_ttft_s, cfg.slo_tpot_s)
     engine.run(reqs)
     result = result_frame(df, reqs)
+    if isinstance(engine, DisaggEngine):
+        for col, values in engine.result_columns(len(df)).items():
+            result[col] = values
     if cfg.enable_prefix_caching:
         cached = np.zeros(len(df), np.int64)
         for r in reqs:

@@ -49,7 +49,8 @@ def _write_requests(frame, meta: dict, output) -> None:
     write_trace(frame, REQUEST_TRACE, output, meta)
     span = float(frame["arrival_time_s"].iloc[-1]) if len(frame) else 0.0
     line = f"{output}: {len(frame)} requests over {span:.1f} s (request_trace/1)"
-    extras = [f"{meta[k]} {w}" for k, w in (("num_failed", "failed"), ("num_invalid", "invalid")) if meta.get(k, "0") != "0"]
+    extras = [f"{meta[k]} {w}" for k, w in (("num_failed", "failed"), ("num_invalid", "invalid"))
+              if meta.get(k, "0") != "0"]
     if meta.get("num_invalid_dropped"):
         extras.append(f"{meta['num_invalid_dropped']} dropped")
     if extras:

@@ -95,7 +95,7 @@ def plot_trace(df: pd.DataFrame, path, title: str = "") -> None:
     FigureCanvasAgg(fig)
     gs = fig.add_gridspec(2, 2)
     ax = fig.add_subplot(gs[0, :])
-    ax.step(edges[:-1], counts / width, where="post")
+    ax.stairs(counts / width, edges)
     ax.set_xlabel("time since trace start (s)")
     ax.set_ylabel(f"arrivals / s ({width:.3g} s bins)")
     ax.set_title(title or "arrival rate")

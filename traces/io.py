@@ -68,6 +68,9 @@ def atomic_output(path: str | os.PathLike):
     os.close(fd)
     try:
         yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the output private
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -2,6 +2,10 @@
 
 ``get_scheduler_factory(name)`` accepts a built-in name, ``package.module:ClassName``,
 or a name registered in the ``servecal.schedulers`` entry-point group.
+
+``disagg`` (``--scheduler disagg``) is not one replica's policy but two pools of instances,
+each with its own policy (:mod:`.disagg`); :func:`replay.simulate.replay_frame` builds it
+(:class:`replay.disagg.DisaggEngine`).
 """
 from __future__ import annotations
 
@@ -36,6 +40,9 @@ def get_scheduler_factory(name: str):
     """
     if name in BUILTIN:
         return BUILTIN[name]
+    if name == "disagg":
+        raise ConfigError("--scheduler disagg is a prefill pool and a decode pool, not one replica's policy: "
+                          "replay it with replay.simulate.replay_frame (or replay.disagg.DisaggEngine)")
     if ":" in name:
         mod, _, attr = name.partition(":")
         try:
@@ -46,7 +53,7 @@ def get_scheduler_factory(name: str):
         eps = [ep for ep in entry_points(group="servecal.schedulers") if ep.name == name]
         if not eps:
             raise ConfigError(f"--scheduler {name}: unknown; built in: {', '.join(sorted(BUILTIN))}, "
-                              "or give package.module:ClassName")
+                              "disagg, or give package.module:ClassName")
         cls = eps[0].load()
     if not callable(getattr(cls, "schedule", None)):
         raise ConfigError(f"--scheduler {name}: {cls!r} has no schedule(now, state) method")

@@ -180,9 +180,33 @@ def schedule_running(state: ReplicaState, batch: Batch, budget) -> tuple:
     kv = state.kv
     running = state.running
     preempted = False
+    # Hot path: a decoding request on a plain paged cache feeds one token and takes a block
+    # only when it crosses a block boundary; its bookkeeping is inlined (same result as the
+    # general path below, which handles prefills, prefix caches and preemption).
+    plain = type(kv) is KVCache
+    bs = kv.block_size
+    reqs, nnt = batch.requests, batch.num_new_tokens
+    num_dec = dec_ctx = 0
     i = 0
     while i < len(running) and budget > 0:
         req = running[i]
+        c = req.num_computed_tokens
+        if plain and req.num_generated_tokens and req.num_prompt_tokens + req.num_generated_tokens - c == 1:
+            if c < req.num_blocks * bs:
+                pass
+            elif kv.num_free_blocks:
+                kv.num_free_blocks -= 1
+                req.num_blocks += 1
+            else:
+                c = -1  # no free block: take the general path (preemption)
+            if c >= 0:
+                reqs.append(req)
+                nnt.append(1)
+                num_dec += 1
+                dec_ctx += c + 1
+                budget -= 1
+                i += 1
+                continue
         n = min(req.num_uncomputed_tokens, budget)
         while not kv.can_allocate(req, n):
             victim = running[-1]
@@ -195,6 +219,8 @@ def schedule_running(state: ReplicaState, batch: Batch, budget) -> tuple:
             batch.add(req, n)
             budget -= n
             i += 1
+    batch.num_decode_seqs += num_dec
+    batch.decode_context_tokens += dec_ctx
     return budget, preempted
 
 

@@ -50,7 +50,7 @@ Progress = Callable[[int], None]
 
 __all__ = [
     "UNIT_NS", "EPOCH_THRESHOLD_S", "NULL_VALUES", "INVALID_POLICIES", "Progress",
-    "RowStatus", "stream_csv", "csv_header", "line_of_row", "fail_at_row",
+    "RowStatus", "stream_csv", "csv_header", "line_of_row", "fail_at_row", "check_rows",
     "read_json", "iter_jsonl", "json_number", "relative_seconds", "time_resolution_s",
     "is_epoch_seconds", "tpot_s", "assemble_frame", "bench_arrays_frame",
 ]
@@ -339,6 +339,9 @@ def stream_csv(path: str | os.PathLike, column_types: dict[str, pa.DataType], *,
             row0 += batch.num_rows
     finally:
         fh.close()
+        # the reader's freed block buffers stay in Arrow's pool unless released: return them
+        # to the OS so the arrays built next do not stack on top of them
+        pa.default_memory_pool().release_unused()
 
 
 def _check_nulls(path, batch: pa.RecordBatch, row0: int, lines: bool, allow: tuple = ()) -> None:
@@ -439,6 +442,9 @@ def json_number(path, value, *, column: str, row: int | None = None, line: int |
         raise TraceFormatError(path, f"value {value!r:.40} is not a number", row=row, line=line, column=column)
     if isinstance(value, float) and not math.isfinite(value):
         raise TraceFormatError(path, f"value {value!r} is not finite", row=row, line=line, column=column)
+    if isinstance(value, int) and not -2 ** 63 <= value < 2 ** 63:
+        raise TraceFormatError(path, f"value {value} is out of range", row=row, line=line, column=column,
+                               expected="a 64-bit integer")
     if integer:
         if value != int(value):
             raise TraceFormatError(path, f"value {value!r} is not a whole number", row=row, line=line, column=column)

@@ -27,7 +27,8 @@ __all__ = ["import_azure"]
 _TYPES = {"TIMESTAMP": pa.timestamp("ns"), "ContextTokens": pa.int64(), "GeneratedTokens": pa.int64()}
 
 
-def import_azure(path: str | Path, invalid: str = "error", progress: Progress | None = None) -> tuple[pd.DataFrame, dict]:
+def import_azure(path: str | Path, invalid: str = "error",
+                 progress: Progress | None = None) -> tuple[pd.DataFrame, dict]:
     """Read an Azure LLM inference trace CSV, streaming (bounded memory for 10^7+ rows).
 
     Parameters

@@ -68,6 +68,7 @@ def import_burstgpt(path: str | Path, model: str | None = None, invalid: str = "
     c_failed = status.code("failed: zero response tokens")
     models: dict[str, int] = {}
     ts, req, resp, rows = [], [], [], []
+    whole = True
     for row0, batch in stream_csv(path, _TYPES, progress=progress):
         m = batch.column(1)
         for v in pc.value_counts(m).to_pylist():
@@ -87,6 +88,7 @@ def import_burstgpt(path: str | Path, model: str | None = None, invalid: str = "
                    lines=True, rows=r)
         codes = np.where(tot != q + a, c_total, np.where(a == 0, c_failed, 0)).astype(np.int16)
         status.add(codes, rows=r)
+        whole = whole and bool(np.all(t == np.round(t)))
         ts.append(t), req.append(q), resp.append(a), rows.append(r)
     n = sum(len(t) for t in ts)
     if n == 0:
@@ -94,15 +96,17 @@ def import_burstgpt(path: str | Path, model: str | None = None, invalid: str = "
             raise TraceFormatError(path, f"has no rows of model {model!r}",
                                    expected=f"one of {', '.join(sorted(models))}")
         raise TraceFormatError(path, "has no rows", expected="one row per request after the header")
-    t = np.concatenate(ts)
-    t0 = t.min()
-    rel = t - t0
+    rel = np.concatenate(ts)
+    del ts
+    t0 = float(rel.min())
+    rel -= t0
     codes = status.all_codes()
-    df, meta = assemble_frame(rel, np.concatenate(req), np.concatenate(resp), status=status, codes=codes,
-                              rows=np.concatenate(rows))
-    whole = bool(np.all(t == np.round(t)))
-    ok = df["status"].astype(object).eq("ok").to_numpy() if "status" in df else np.ones(len(df), bool)
-    ta = df["arrival_time_s"].to_numpy()[ok]
+    req, resp, rows = np.concatenate(req), np.concatenate(resp), np.concatenate(rows)
+    df, meta = assemble_frame(rel, req, resp, status=status, codes=codes, rows=rows)
+    del rel, req, resp, rows
+    ta = df["arrival_time_s"].to_numpy()
+    if "status" in df:
+        ta = ta[df["status"].astype(object).eq("ok").to_numpy()]
     span = float(ta[-1] - ta[0]) if ta.size else 0.0
     meta.update({
         "source_format": "burstgpt",

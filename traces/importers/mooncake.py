@@ -76,7 +76,8 @@ def import_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS,
         t = obj["timestamp"]
         any_float |= isinstance(t, float)
         ts.append(json_number(path, t, column="timestamp", row=row, line=line, minimum=0))
-        n_in = json_number(path, obj["input_length"], column="input_length", row=row, line=line, integer=True, minimum=1)
+        n_in = json_number(path, obj["input_length"], column="input_length", row=row, line=line, integer=True,
+                           minimum=1)
         n_out = json_number(path, obj["output_length"], column="output_length", row=row, line=line, integer=True,
                             minimum=1)
         inp.append(n_in), out.append(n_out)

@@ -30,7 +30,8 @@ VIDUR_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 _TYPES = {"arrived_at": pa.float64(), "num_prefill_tokens": pa.int64(), "num_decode_tokens": pa.int64()}
 
 
-def import_vidur(path: str | Path, invalid: str = "error", progress: Progress | None = None) -> tuple[pd.DataFrame, dict]:
+def import_vidur(path: str | Path, invalid: str = "error",
+                 progress: Progress | None = None) -> tuple[pd.DataFrame, dict]:
     """Read a Vidur processed trace CSV, streaming.
 
     Parameters
@@ -119,5 +120,7 @@ def export_vidur(frame: pd.DataFrame, path: str | os.PathLike) -> dict[str, int]
         "num_decode_tokens": pa.array(sub["num_output_tokens"].to_numpy(np.int64)),
     })
     with atomic_output(path) as tmp:
-        pacsv.write_csv(table, tmp, write_options=pacsv.WriteOptions(quoting_style="none"))
+        with open(tmp, "wb") as fh:
+            fh.write((",".join(VIDUR_COLUMNS) + "\n").encode())
+            pacsv.write_csv(table, fh, write_options=pacsv.WriteOptions(include_header=False, quoting_style="none"))
     return {"written": int(ok.sum()), "skipped": int((~ok).sum())}

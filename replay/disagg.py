@@ -1,0 +1,318 @@
+"""Prefill/decode disaggregation (``--scheduler disagg``): two pools of instances and a KV link.
+
+Prompts run on a pool of prefill instances, output tokens on a pool of decode instances;
+when a prompt is done its KV cache moves to a decode instance over a link (DistServe,
+Zhong et al., OSDI'24; Splitwise, Patel et al., ISCA'24). Each pool has its own scheduler
+(:mod:`replay.schedulers.disagg`), KV cache, tensor-parallel degree and cost model; the
+discrete-event loop, batching, KV accounting and token bookkeeping are the
+:class:`~replay.engine.Engine`'s, reused through its hooks (per-replica cost models,
+``on_step_end``, ``call_at``, ``enqueue``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import partial
+
+import numpy as np
+
+from schemas.specs import ModelSpec
+
+from .cost_model import LINKS, Link, RooflineCostModel, StepCostModel, kv_transfer_time_s
+from .engine import Engine, EngineConfig
+from .errors import ConfigError
+from .kv_cache import make_kv_cache
+from .request import Request
+from .routing import RoundRobinRouter, replica_load
+from .schedulers.base import SchedulerConfig
+from .schedulers.disagg import FIRST_TOKEN_FROM, DecodeScheduler, PrefillScheduler
+
+
+@dataclass
+class Transfer:
+    """The KV transfer of one request and its hand-over to a decode instance.
+
+    Attributes
+    ----------
+    prefill_replica_id, decode_replica_id : int
+        Source and destination instances (decode ids are ``P .. P + D - 1``).
+    start_time_s, end_time_s : float
+        Absolute times the transfer starts (the prompt's last step ends) and ends, seconds.
+    decode_admitted_time_s : float
+        Absolute time the decode instance first admitted the request (NaN until then), seconds.
+    """
+
+    prefill_replica_id: int
+    decode_replica_id: int
+    start_time_s: float
+    end_time_s: float
+    decode_admitted_time_s: float = math.nan
+
+
+class DisaggEngine(Engine):
+    """Replays requests through P prefill instances and D decode instances joined by a link.
+
+    Parameters
+    ----------
+    prefill_cost_model, decode_cost_model : StepCostModel
+        Step time of one instance of each pool (each with its own tensor-parallel degree).
+    scheduler_config : SchedulerConfig
+        ``max_num_seqs`` and ``max_num_batched_tokens`` of every instance.
+    engine_config : EngineConfig
+        Engine settings; ``num_gpu_blocks`` is the KV cache of a prefill instance (with prefix
+        caching when ``enable_prefix_caching``).
+    decode_num_gpu_blocks : int
+        KV blocks of a decode instance (no prefix caching: its KV comes over the link).
+    model : ModelSpec
+        Gives ``D_kv``, the KV bytes per token moved over the link.
+    link : Link
+        Interconnect between a prefill and a decode instance.
+    prefill_replicas, decode_replicas : int
+        P and D (>= 1). Instance ids: prefill ``0 .. P-1``, decode ``P .. P+D-1`` (step
+        trace ``replica_id``).
+    first_token_from : {"prefill", "decode"}
+        Which instance emits output token 1 (see Notes).
+    router : callable (Request, list[ReplicaState]) -> int, optional
+        Chooses the prefill instance of an arrival among the P prefill instances (default:
+        round robin). Decode instances are chosen least loaded.
+
+    Attributes
+    ----------
+    transfers : dict[int, Transfer]
+        By request index (row of the trace), every request whose KV moved.
+
+    Notes
+    -----
+    A request's life, times absolute (DistServe section 2; Splitwise section 4):
+
+    1. arrival -> admitted by a prefill instance: the prefill queue wait (``pred_queue_wait_s``);
+    2. prefill: chunked prefill-only steps (:class:`~replay.schedulers.disagg.PrefillScheduler`)
+       until the prompt's last chunk ends at ``t_p``;
+    3. KV transfer over ``link``, from ``t_p`` to ``t_x = t_p + T_transfer`` with the seed's
+       (theory.md section 2)::
+
+           T_transfer = L_prompt * D_kv / link_bw + link_latency
+
+       The KV stays in (and is freed from) the prefill instance's cache only at ``t_x``;
+       transfers do not share bandwidth (each gets the whole link).
+    4. decode queue: from ``t_x`` the request waits in the decode instance's queue
+       (``pred_decode_queue_wait_s``) until that instance admits it, when its KV blocks
+       (prompt + next token) are free and fewer than ``max_num_seqs`` run; the received KV
+       is held outside the decode cache until then.
+    5. decode: continuous batching (:class:`~replay.schedulers.disagg.DecodeScheduler`),
+       one token per step, until the last token.
+
+    With ``first_token_from="prefill"`` (DistServe) token 1 is emitted at ``t_p``:
+    TTFT = prefill queue + prefill; the first inter-token gap holds the transfer, the decode
+    queue and the first decode step. A one-token request ends at ``t_p`` and moves no KV.
+    With ``first_token_from="decode"`` (vLLM's disaggregated prefill) the decode instance's
+    first step feeds the last prompt token and emits token 1: TTFT = prefill queue + prefill
+    + transfer + decode queue + that step. Either way every component counts once, and
+    E2E = TTFT + the inter-token gaps.
+    """
+
+    def __init__(self, prefill_cost_model: StepCostModel, decode_cost_model: StepCostModel,
+                 scheduler_config: SchedulerConfig, engine_config: EngineConfig, *, decode_num_gpu_blocks: int,
+                 model: ModelSpec, link: Link, prefill_replicas: int = 1, decode_replicas: int = 1,
+                 first_token_from: str = "prefill", router=None):
+        if prefill_replicas < 1 or decode_replicas < 1:
+            raise ConfigError("--prefill-replicas and --decode-replicas must be >= 1")
+        if first_token_from not in FIRST_TOKEN_FROM:
+            raise ConfigError(f"--first-token-from must be prefill or decode, not {first_token_from!r}")
+        if decode_num_gpu_blocks < 1:
+            raise ConfigError("the decode instances' KV cache must hold at least one block")
+        p, d = prefill_replicas, decode_replicas
+        prefill_router = router or RoundRobinRouter()
+        super().__init__(prefill_cost_model, DecodeScheduler, scheduler_config, engine_config, p + d,
+                         router=lambda req, replicas: prefill_router(req, replicas[:p]))
+        self.num_prefill_replicas, self.num_decode_replicas = p, d
+        self.model, self.link, self.first_token_from = model, link, first_token_from
+        self.prefill_cost_model, self.decode_cost_model = prefill_cost_model, decode_cost_model
+        self.cost_models = [prefill_cost_model] * p + [decode_cost_model] * d
+        self.schedulers = ([PrefillScheduler(first_token_from) for _ in range(p)]
+                           + [DecodeScheduler(self._decode_inputs_pending) for _ in range(d)])
+        for state in self.replicas[p:]:
+            state.kv = make_kv_cache(decode_num_gpu_blocks, engine_config.block_size)
+        self.transfers: dict[int, Transfer] = {}
+        self._inbound = [0] * d          # transfers in flight to each decode instance
+        self._unadmitted = [0] * d       # transferred requests each decode instance has not admitted yet
+        self._num_in_flight = 0
+        self.on_step_end = self._after_step
+
+    def rejection_reason(self, req: Request) -> str | None:
+        """Why ``req`` can never run (``None`` if it can).
+
+        Beyond ``max_model_len`` (as :meth:`Engine.rejection_reason`), the prompt's KV must fit
+        a prefill instance's cache and the request's peak KV (prompt + output - 1 tokens) a
+        decode instance's.
+        """
+        total = req.num_prompt_tokens + req.num_output_tokens
+        if self.config.max_model_len is not None and total > self.config.max_model_len:
+            return "rejected: exceeds max_model_len"
+        pkv, dkv = self.replicas[0].kv, self.replicas[self.num_prefill_replicas].kv
+        if pkv.blocks_for(req.num_prompt_tokens) > pkv.num_gpu_blocks:
+            return "rejected: exceeds KV cache capacity (prefill instance)"
+        if dkv.blocks_for(req.peak_kv_tokens) > dkv.num_gpu_blocks:
+            return "rejected: exceeds KV cache capacity (decode instance)"
+        return None
+
+    # -- hooks ----------------------------------------------------------------------------------
+    def _decode_inputs_pending(self) -> bool:
+        """Whether a request could reach a decode instance before the next trace arrival."""
+        return self._num_in_flight > 0 or any(self._busy[:self.num_prefill_replicas])
+
+    def _after_step(self, rid: int, now: float) -> None:
+        p = self.num_prefill_replicas
+        if rid < p:
+            sched = self.schedulers[rid]
+            moving = [r for r in sched.handed_over if r.status != "ok"]  # "ok": a one-token request ended here
+            sched.handed_over = []
+            if moving:
+                state = self.replicas[rid]
+                state.running = [r for r in state.running if r not in moving]
+                for req in moving:
+                    self._start_transfer(req, rid, now)
+        elif self._unadmitted[rid - p]:
+            for req in self._batches[rid].requests:
+                t = self.transfers.get(req.index)
+                if t is not None and t.decode_admitted_time_s != t.decode_admitted_time_s:  # NaN: first time here
+                    t.decode_admitted_time_s = req.last_scheduled_time_s
+                    self._unadmitted[rid - p] -= 1
+
+    def _route_decode(self) -> int:
+        """The decode instance with the fewest waiting + running + inbound requests (ties: lowest id)."""
+        p = self.num_prefill_replicas
+        return p + min(range(self.num_decode_replicas),
+                       key=lambda i: (replica_load(self.replicas[p + i]) + self._inbound[i], i))
+
+    def _start_transfer(self, req: Request, src: int, now: float) -> None:
+        dst = self._route_decode()
+        end = now + kv_transfer_time_s(req.num_prompt_tokens, self.model, self.link)
+        self.transfers[req.index] = Transfer(src, dst, now, end)
+        self._inbound[dst - self.num_prefill_replicas] += 1
+        self._num_in_flight += 1
+        req.status = "transferring"
+        self.call_at(end, partial(self._end_transfer, req, src, dst))
+
+    def _end_transfer(self, req: Request, src: int, dst: int, now: float) -> None:
+        source = self.replicas[src]
+        source.kv.free(req)  # the prefill instance frees the KV when the transfer ends
+        if source.waiting:
+            self.wake(src, now)  # the freed blocks may admit a waiting prompt
+        i = dst - self.num_prefill_replicas
+        self._inbound[i] -= 1
+        self._unadmitted[i] += 1
+        self._num_in_flight -= 1
+        req.status = "waiting"
+        self.enqueue(dst, req, now)
+
+    # -- results ---------------------------------------------------------------------------------
+    def result_columns(self, num_rows: int) -> dict[str, np.ndarray]:
+        """Per-request disaggregation columns of the replay result, by trace row.
+
+        Returns
+        -------
+        dict
+            ``pred_decode_replica_id`` (int64, -1 when the KV never moved),
+            ``pred_kv_transfer_s`` (float64, seconds, NaN when it never moved) and
+            ``pred_decode_queue_wait_s`` (float64, transfer end to decode admission, seconds).
+        """
+        dec = np.full(num_rows, -1, np.int64)
+        xfer, dq = np.full(num_rows, np.nan), np.full(num_rows, np.nan)
+        for i, t in self.transfers.items():
+            dec[i] = t.decode_replica_id
+            xfer[i] = t.end_time_s - t.start_time_s
+            dq[i] = t.decode_admitted_time_s - t.end_time_s
+        return {"pred_decode_replica_id": dec, "pred_kv_transfer_s": xfer, "pred_decode_queue_wait_s": dq}
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+def pool_cost_models(cost_model: RooflineCostModel, tp_prefill: int | None,
+                     tp_decode: int | None) -> tuple[RooflineCostModel, RooflineCostModel]:
+    """The roofline of each pool: ``cost_model`` with the pool's tensor-parallel degree.
+
+    None keeps ``cost_model.tp``. Weights, KV and FLOPs split over the pool's TP and its
+    all-reduces are added (:class:`~replay.cost_model.RooflineCostModel`), so each phase is
+    timed with its own TP (shared/cases BR-23).
+
+    Raises
+    ------
+    ConfigError
+        A TP below 1.
+    """
+    out = []
+    for name, tp in (("--tp-prefill", tp_prefill), ("--tp-decode", tp_decode)):
+        if tp is not None and tp < 1:
+            raise ConfigError(f"{name} must be >= 1, not {tp}")
+        out.append(cost_model if tp is None or tp == cost_model.tp else replace(cost_model, tp=tp))
+    return out[0], out[1]
+
+
+def resolve_link(name: str | None, bandwidth_bytes_per_s: float | None, latency_s: float | None,
+                 default: Link) -> Link:
+    """The prefill-to-decode link: a preset of :data:`~replay.cost_model.LINKS`, or explicit values.
+
+    Parameters
+    ----------
+    name : str or None
+        Preset name (``pcie4``, ``nvlink4``, ``400gbe``, ...); None takes ``default``.
+    bandwidth_bytes_per_s, latency_s : float or None
+        Override the preset's bandwidth (bytes/s, > 0) and one-way latency (seconds, >= 0).
+    default : Link
+        The link when no name is given (the replay uses the GPUs' own ``tp_link``).
+
+    Raises
+    ------
+    ConfigError
+        Unknown preset, bandwidth <= 0 or NaN, latency < 0 or not finite.
+    """
+    if name is not None and name not in LINKS:
+        raise ConfigError(f"--link {name}: unknown; known: {', '.join(LINKS)} "
+                          "(or give --link-bandwidth-bytes-per-s and --link-latency-s)")
+    base = LINKS[name] if name is not None else default
+    if bandwidth_bytes_per_s is not None and not bandwidth_bytes_per_s > 0:
+        raise ConfigError(f"--link-bandwidth-bytes-per-s must be > 0, not {bandwidth_bytes_per_s}")
+    if latency_s is not None and not 0 <= latency_s < math.inf:
+        raise ConfigError(f"--link-latency-s must be >= 0 seconds, not {latency_s}")
+    if bandwidth_bytes_per_s is None and latency_s is None:
+        return base
+    return Link(base.name if bandwidth_bytes_per_s is None else "custom",
+                base.bandwidth_bytes_per_s if bandwidth_bytes_per_s is None else float(bandwidth_bytes_per_s),
+                base.latency_s if latency_s is None else float(latency_s))
+
+
+def resolve_pools(cost_model: RooflineCostModel, cfg) -> tuple[RooflineCostModel, RooflineCostModel, Link]:
+    """The prefill pool's and the decode pool's cost models and the KV link of a replay.
+
+    Parameters
+    ----------
+    cost_model : RooflineCostModel
+        The calibrated roofline (its ``tp`` is the default of both pools).
+    cfg : replay.simulate.ReplayConfig
+        Reads ``tp_prefill``, ``tp_decode``, ``link``, ``link_bandwidth_bytes_per_s`` and
+        ``link_latency_s``; with no link given, the GPUs' own ``tp_link`` (the two pools in one
+        node, as DistServe's placement puts the two phases of a model stage).
+
+    Raises
+    ------
+    ConfigError
+        See :func:`pool_cost_models` and :func:`resolve_link`.
+    """
+    prefill, decode = pool_cost_models(cost_model, cfg.tp_prefill, cfg.tp_decode)
+    link = resolve_link(cfg.link, cfg.link_bandwidth_bytes_per_s, cfg.link_latency_s, prefill.tp_link)
+    return prefill, decode, link
+
+
+def describe_config(cost_model: RooflineCostModel, cfg) -> str:
+    """The resolved pools in one line for a run header, e.g. ``1 prefill x 2 x h100-80gb +
+    1 decode x 1 x h100-80gb (3 GPUs; prefill TP=2, decode TP=1), KV link nvlink4 (450 GB/s,
+    2 us), first token from prefill``.
+    """
+    prefill, decode, link = resolve_pools(cost_model, cfg)
+    gpus = cfg.prefill_replicas * prefill.tp + cfg.decode_replicas * decode.tp
+    return (f"{cfg.prefill_replicas} prefill x {prefill.tp} x {prefill.gpu.name} + {cfg.decode_replicas} decode x "
+            f"{decode.tp} x {decode.gpu.name} ({gpus} GPUs; prefill TP={prefill.tp}, decode TP={decode.tp}), "
+            f"KV link {link.name} "
+            f"({link.bandwidth_bytes_per_s / 1e9:g} GB/s, {link.latency_s * 1e6:g} us), "
+            f"first token from {cfg.first_token_from}")

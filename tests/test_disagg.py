@@ -1,0 +1,350 @@
+"""Prefill/decode disaggregation (replay.disagg): a hand-worked timeline, BR-23, invariants, options.
+
+Hand-worked costs (LinearStepCost, step time = base + per_token * tokens in the step):
+prefill pool 10 ms + 0.1 ms/token, decode pool 5 ms + 0.1 ms/token. The KV link moves
+Llama-3.1-8B's D_kv = 131072 B/token at 1.31072e9 B/s (0.1 ms/token) plus 1 ms latency, so
+T_transfer(L) = L * 0.1 ms + 1 ms (seed theory.md section 2).
+"""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from helpers import LinearStepCost
+from replay.cost_model import CostParams, Link, RooflineCostModel, kv_transfer_time_s
+from replay.disagg import DisaggEngine, pool_cost_models, resolve_link
+from replay.engine import EngineConfig
+from replay.errors import ConfigError
+from replay.kv_cache import KVCache
+from replay.metrics import from_token_times
+from replay.request import Request
+from replay.schedulers import get_scheduler_factory
+from replay.schedulers.base import SchedulerConfig
+from replay.simulate import ReplayConfig, replay_frame
+from schemas.specs import GpuSpec, ModelSpec, get_gpu, get_model
+
+LLAMA = get_model("llama-3.1-8b")
+PREFILL_COST = LinearStepCost(0.010, 1e-4)
+DECODE_COST = LinearStepCost(0.005, 1e-4)
+LINK = Link("test", LLAMA.kv_bytes_per_token * 1e4, 1e-3)  # 0.1 ms per prompt token + 1 ms
+
+#: A (t=0, prompt 100, 3 tokens), B (t=5 ms, prompt 200, 2 tokens), C (t=10 ms, prompt 40, 6 tokens).
+CASE = [("A", 0.0, 100, 3), ("B", 0.005, 200, 2), ("C", 0.010, 40, 6)]
+
+
+def run_disagg(specs, first_token_from="prefill", max_num_seqs=2, prefill=1, decode=1, blocks=10**6,
+               decode_blocks=10**6, budget=2048, link=LINK):
+    reqs = [Request(i, rid, a, p, o, record_token_times=True) for i, (rid, a, p, o) in enumerate(specs)]
+    eng = DisaggEngine(PREFILL_COST, DECODE_COST, SchedulerConfig(max_num_seqs, budget),
+                       EngineConfig(blocks, 16, None, True, True), decode_num_gpu_blocks=decode_blocks,
+                       model=LLAMA, link=link, prefill_replicas=prefill, decode_replicas=decode,
+                       first_token_from=first_token_from)
+    eng.run(reqs)
+    return {r.request_id: r for r in reqs}, eng
+
+
+def metrics(r):
+    return from_token_times(r.arrival_time_s, r.token_times_s)
+
+
+def test_transfer_time_is_the_seeds_formula():
+    assert kv_transfer_time_s(100, LLAMA, LINK) == pytest.approx(0.011)
+    assert kv_transfer_time_s(200, LLAMA, LINK) == pytest.approx(0.021)
+    assert kv_transfer_time_s(40, LLAMA, LINK) == pytest.approx(0.005)
+
+
+def test_hand_worked_timeline_first_token_from_prefill():
+    # Prefill instance (id 0), max_num_seqs 2:
+    #   0      A prefill 100 tok: 10 + 10 ms            -> 0.020  A token 1 (TTFT 20 ms); A's KV leaves
+    #   0.020  B and C (queued since 5 and 10 ms) prefill 240 tok: 10 + 24 ms -> 0.054: tokens 1 of B, C
+    # Transfers (0.1 ms/token + 1 ms): A 0.020 -> 0.031, B 0.054 -> 0.075, C 0.054 -> 0.059
+    #   (C's shorter prompt overtakes B on the link).
+    # Decode instance (id 1), step = 5 ms + 0.1 ms per sequence:
+    #   0.031  A admitted at once: [A] -> 0.0361 (A t2), [A] -> 0.0412 (A t3, done)
+    #   0.059  C admitted at once: [C] -> 0.0641, 0.0692, 0.0743 (C t2..t4), then [C] 0.0743 -> 0.0794 (C t5)
+    #   0.075  B's transfer ends during C's step: B waits in the decode queue until 0.0794 (4.4 ms)
+    #   0.0794 [C, B] 5.2 ms -> 0.0846: C t6 (done), B t2 (done)
+    # A: TTFT 20 ms (queue 0 + prefill 20); ITL [16.1 = transfer 11 + decode queue 0 + step 5.1, 5.1]; E2E 41.2
+    # B: TTFT 49 ms (queue 15 + prefill 34); ITL [30.6 = transfer 21 + decode queue 4.4 + step 5.2]; E2E 79.6
+    # C: TTFT 44 ms (queue 10 + prefill 34); ITL [10.1 = transfer 5 + 0 + 5.1, 5.1, 5.1, 5.1, 5.2]; E2E 74.6
+    out, eng = run_disagg(CASE)
+    a, b, c = (metrics(out[k]) for k in "ABC")
+    assert a["ttft_s"] == pytest.approx(0.020)
+    assert a["itl_s"] == pytest.approx([0.0161, 0.0051])
+    assert a["e2e_s"] == pytest.approx(0.0412)
+    assert b["ttft_s"] == pytest.approx(0.049)
+    assert b["itl_s"] == pytest.approx([0.0306])
+    assert b["e2e_s"] == pytest.approx(0.0796)
+    assert c["ttft_s"] == pytest.approx(0.044)
+    assert c["itl_s"] == pytest.approx([0.0101, 0.0051, 0.0051, 0.0051, 0.0052])
+    assert c["e2e_s"] == pytest.approx(0.0746)
+    # queue waits: prefill (pred_queue_wait_s) and decode, and the transfers, each once
+    assert [out[k].first_scheduled_time_s - out[k].arrival_time_s for k in "ABC"] == pytest.approx([0, 0.015, 0.010])
+    t = {k: eng.transfers[out[k].index] for k in "ABC"}
+    assert [t[k].end_time_s - t[k].start_time_s for k in "ABC"] == pytest.approx([0.011, 0.021, 0.005])
+    assert [t[k].decode_admitted_time_s - t[k].end_time_s for k in "ABC"] == pytest.approx([0.0, 0.0044, 0.0])
+    assert b["itl_s"][0] == pytest.approx(0.021 + 0.0044 + 0.0052)  # transfer + decode queue + decode step
+    # step trace: the prefill instance is replica 0, the decode instance replica 1, each with its own cost
+    steps = [(s[0], round(s[1], 6), round(s[2], 6), s[3], s[5]) for s in eng.steps]
+    assert steps == [(0, 0.0, 0.020, 100, 0), (0, 0.020, 0.034, 240, 0),
+                     (1, 0.031, 0.0051, 0, 1), (1, 0.0361, 0.0051, 0, 1),
+                     (1, 0.059, 0.0051, 0, 1), (1, 0.0641, 0.0051, 0, 1), (1, 0.0692, 0.0051, 0, 1),
+                     (1, 0.0743, 0.0051, 0, 1), (1, 0.0794, 0.0052, 0, 2)]
+    # every KV block is back: the prefill instance freed each prompt's KV when its transfer ended
+    assert all(s.kv.num_free_blocks == s.kv.num_gpu_blocks for s in eng.replicas)
+
+
+def test_hand_worked_timeline_first_token_from_decode():
+    # Same prefill steps and transfers; the decode instance's first step of a request feeds the
+    # last prompt token (1 token, same cost as a decode) and emits token 1:
+    #   0.031  [A] -> 0.0361 A t1, -> 0.0412 A t2, -> 0.0463 A t3
+    #   0.059  [C] -> 0.0641 C t1, 0.0692 t2, 0.0743 t3, 0.0794 t4; B waits 0.075 -> 0.0794
+    #   0.0794 [C, B] -> 0.0846: C t5, B t1; [C, B] -> 0.0898: C t6, B t2
+    # TTFT = prefill queue + prefill + transfer + decode queue + first decode-instance step:
+    #   A 0 + 20 + 11 + 0 + 5.1 = 36.1 ms; B 15 + 34 + 21 + 4.4 + 5.2 = 79.6 ms; C 10 + 34 + 5 + 0 + 5.1 = 54.1 ms
+    out, eng = run_disagg(CASE, first_token_from="decode")
+    a, b, c = (metrics(out[k]) for k in "ABC")
+    assert a["ttft_s"] == pytest.approx(0 + 0.020 + 0.011 + 0 + 0.0051)
+    assert a["itl_s"] == pytest.approx([0.0051, 0.0051])
+    assert a["e2e_s"] == pytest.approx(0.0463)
+    assert b["ttft_s"] == pytest.approx(0.015 + 0.034 + 0.021 + 0.0044 + 0.0052)
+    assert b["itl_s"] == pytest.approx([0.0052])
+    assert b["e2e_s"] == pytest.approx(0.0848)
+    assert c["ttft_s"] == pytest.approx(0.010 + 0.034 + 0.005 + 0 + 0.0051)
+    assert c["itl_s"] == pytest.approx([0.0051, 0.0051, 0.0051, 0.0052, 0.0052])
+    assert c["e2e_s"] == pytest.approx(0.0798)
+    # the prefill steps are charged for whole prompts; the decode instance feeds 1 token per request first
+    assert [s[3] for s in eng.steps if s[0] == 0] == [100, 240]
+    assert [(s[3], s[5]) for s in eng.steps if s[0] == 1][:2] == [(1, 0), (0, 1)]
+    assert all(s.kv.num_free_blocks == s.kv.num_gpu_blocks for s in eng.replicas)
+
+
+def test_one_token_request_ends_on_the_prefill_instance_unless_decode_emits_it():
+    out, eng = run_disagg([("x", 0.0, 100, 1)])
+    assert out["x"].token_times_s == pytest.approx([0.020]) and not eng.transfers
+    out, eng = run_disagg([("x", 0.0, 100, 1)], first_token_from="decode")
+    assert out["x"].token_times_s == pytest.approx([0.020 + 0.011 + 0.0051]) and len(eng.transfers) == 1
+
+
+def test_decode_instances_are_chosen_least_loaded():
+    # x and y prefill together and transfer at the same instant: x -> instance 1, y -> instance 2
+    out, eng = run_disagg([("x", 0.0, 100, 5), ("y", 0.0, 100, 5), ("z", 0.5, 100, 5)], decode=2)
+    assert [eng.transfers[out[k].index].decode_replica_id for k in "xyz"] == [1, 2, 1]
+    assert {s[0] for s in eng.steps} == {0, 1, 2}
+    assert out["x"].token_times_s == pytest.approx(out["y"].token_times_s)
+
+
+def test_kv_blocks_bound_the_prefill_pool_until_transfers_end():
+    # prefill cache of 10 blocks (160 tokens): B (100 tokens, 7 blocks) cannot start while A's
+    # 7 blocks are on the link; it starts when A's transfer ends (0.020 + 0.011).
+    out, _ = run_disagg([("A", 0.0, 100, 2), ("B", 0.001, 100, 2)], blocks=10)
+    assert out["B"].first_scheduled_time_s == pytest.approx(0.031)
+    assert out["B"].first_token_time_s == pytest.approx(0.031 + 0.020)
+
+
+# -- BR-23: each phase with its own tensor parallelism -----------------------------------------------
+
+BR23_MODEL = ModelSpec("br23-8b", num_params=8e9, num_active_params=8e9, num_layers=1, hidden_size=1,
+                       num_attention_heads=1, num_kv_heads=1, head_dim=1, dtype_bytes=2, max_model_len=4096)
+BR23_GPU = GpuSpec("br23-gpu", peak_flops=1e15, mem_bandwidth_bytes_per_s=3e12, mem_bytes=80 * 2**30,
+                   tp_link="nvlink4")
+BR23_PARAMS = CostParams(eta_compute=0.5, eta_mem=0.75, t_launch_s=0.0, t_cpu_s=0.0)
+BR23_TRACE = pd.DataFrame({"request_id": ["r"], "arrival_time_s": [0.0], "num_prompt_tokens": [1000],
+                           "num_output_tokens": [2]})
+
+
+@pytest.mark.parametrize("tp_prefill, tp_decode, ttft_s, tpot_s", [
+    (2, 1, 2 * 8e9 * 1000 / (2 * 0.5 * 1e15), 16e9 / (1 * 0.75 * 3e12)),  # 16 ms, 7.11 ms
+    (1, 2, 2 * 8e9 * 1000 / (1 * 0.5 * 1e15), 16e9 / (2 * 0.75 * 3e12)),  # swapped flags: 32 ms, 3.56 ms
+])
+def test_br23_each_phase_uses_its_own_tp(tp_prefill, tp_decode, ttft_s, tpot_s):
+    # BR-23 ignores launch latency, communication and KV reads: an ideal TP link, a free KV link and
+    # D_kv = 4 B/token (1001 tokens of KV read per decode step: ~2e-9 s).
+    cost = RooflineCostModel(BR23_MODEL, BR23_GPU, BR23_PARAMS, tp=1, tp_link=Link("ideal", math.inf, 0.0))
+    cfg = ReplayConfig(scheduler="disagg", tp_prefill=tp_prefill, tp_decode=tp_decode,
+                       link_bandwidth_bytes_per_s=1e30, link_latency_s=0.0)
+    res, eng = replay_frame(BR23_TRACE, cost, cfg)
+    assert [cm.tp for cm in eng.cost_models] == [tp_prefill, tp_decode]
+    assert res["pred_ttft_s"][0] == pytest.approx(ttft_s, rel=1e-6)
+    assert res["pred_tpot_s"][0] == pytest.approx(tpot_s, rel=1e-6)
+
+
+def test_pool_tp_defaults_to_the_calibrated_tp():
+    cost = RooflineCostModel(BR23_MODEL, BR23_GPU, BR23_PARAMS, tp=4)
+    p, d = pool_cost_models(cost, None, 2)
+    assert (p.tp, d.tp) == (4, 2) and p is cost and d.params == cost.params
+    with pytest.raises(ConfigError, match="--tp-prefill"):
+        pool_cost_models(cost, 0, None)
+
+
+def _br23_calibration(tmp_path):
+    from schemas.calibration import Calibration, FittedParam
+    from schemas.tables import REQUEST_TRACE
+    from traces.io import write_trace
+
+    trace, cal = tmp_path / "t.parquet", tmp_path / "cal.json"
+    write_trace(BR23_TRACE, REQUEST_TRACE, trace)
+    Calibration(BR23_MODEL, BR23_GPU, 1, "max", {k: FittedParam(v) for k, v in vars(BR23_PARAMS).items()
+                                                  if k != "form"}).write(cal)
+    return trace, cal
+
+
+@pytest.mark.parametrize("flags, header, ttft_s, tpot_s", [
+    (("--tp-prefill", "2", "--tp-decode", "1"), "prefill TP=2, decode TP=1", 0.016, 16e9 / 2.25e12),
+    (("--tp-prefill", "1", "--tp-decode", "2"), "prefill TP=1, decode TP=2", 0.032, 16e9 / 4.5e12),
+])
+def test_br23_cli_echoes_the_resolved_per_phase_tp(tmp_path, flags, header, ttft_s, tpot_s):
+    from replay.cli import main
+
+    trace, cal = _br23_calibration(tmp_path)
+    out = tmp_path / "pred.parquet"
+    res = CliRunner().invoke(main, [str(trace), "--calibration", str(cal), "--scheduler", "disagg", *flags,
+                                    "--link-bandwidth-bytes-per-s", "1e30", "--link-latency-s", "0", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert header in res.output.splitlines()[0]
+    assert "1 prefill x" in res.output and "1 decode x" in res.output
+    pred = pd.read_parquet(out)
+    # TP=2 adds the all-reduces over the GPU's NVLink (~8 us here): within 0.5 %
+    assert pred["pred_ttft_s"][0] == pytest.approx(ttft_s, rel=5e-3)
+    assert pred["pred_tpot_s"][0] == pytest.approx(tpot_s, rel=5e-3)
+    assert {"pred_decode_replica_id", "pred_kv_transfer_s", "pred_decode_queue_wait_s"} <= set(pred.columns)
+    assert pred["pred_decode_replica_id"][0] == 1 and pred["pred_replica_id"][0] == 0
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--scheduler", "chunked", "--tp-prefill", "2"), "--tp-prefill: only --scheduler disagg"),
+    (("--scheduler", "fcfs", "--link", "pcie5", "--decode-replicas", "2"), "--decode-replicas, --link"),
+    (("--scheduler", "disagg", "--replicas", "2"), "--prefill-replicas and --decode-replicas"),
+    (("--scheduler", "disagg", "--link", "carrier-pigeon"), "carrier-pigeon"),
+    (("--scheduler", "disagg", "--link-bandwidth-bytes-per-s", "0"), "--link-bandwidth-bytes-per-s"),
+    (("--scheduler", "disagg", "--link-latency-s", "inf"), "--link-latency-s must be >= 0"),
+    (("--scheduler", "disagg", "--first-token-from", "both"), "--first-token-from"),
+    (("--scheduler", "disagg", "--preemption-mode", "swap", "--tp-prefill", "2"), "--tp-prefill equal to --tp-decode"),
+])
+def test_bad_disagg_options_exit_2_with_one_message(tmp_path, args, needle):
+    from replay.cli import main
+
+    trace, cal = _br23_calibration(tmp_path)
+    res = CliRunner().invoke(main, [str(trace), "--calibration", str(cal), *args])
+    assert res.exit_code == 2, res.output
+    assert needle in res.output and "Traceback" not in res.output
+
+
+def test_resolve_link_presets_and_overrides():
+    default = Link("nvlink4", 450e9, 2e-6)
+    assert resolve_link(None, None, None, default) is default
+    assert resolve_link("100gbe", None, None, default).bandwidth_bytes_per_s == 12.5e9
+    assert resolve_link("100gbe", None, 1e-5, default) == Link("100gbe", 12.5e9, 1e-5)
+    assert resolve_link(None, 1e9, None, default) == Link("custom", 1e9, 2e-6)
+    for bad in ((None, float("nan"), None), (None, None, -1.0), ("pcie9", None, None)):
+        with pytest.raises(ConfigError):
+            resolve_link(*bad, default)
+
+
+def test_disagg_is_not_a_per_replica_scheduler():
+    with pytest.raises(ConfigError, match="prefill pool and a decode pool"):
+        get_scheduler_factory("disagg")
+
+
+def test_requests_that_fit_no_pool_are_rejected():
+    out, _ = run_disagg([("big_prompt", 0.0, 200, 2), ("long_output", 0.0, 50, 200), ("ok", 0.0, 50, 2)],
+                        blocks=10, decode_blocks=8)
+    assert out["big_prompt"].status == "rejected: exceeds KV cache capacity (prefill instance)"
+    assert out["long_output"].status == "rejected: exceeds KV cache capacity (decode instance)"
+    assert out["ok"].status == "ok"
+
+
+# -- invariants on random traces ------------------------------------------------------------------------
+
+COST = RooflineCostModel(LLAMA, get_gpu("h100-80gb"), CostParams(eta_compute=0.5, eta_mem=0.8, t_launch_s=1e-4))
+
+
+def random_trace(seed, n=80):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"request_id": [f"r{i}" for i in range(n)],
+                         "arrival_time_s": np.cumsum(rng.exponential(rng.choice([0.005, 0.1]), n)),
+                         "num_prompt_tokens": rng.integers(1, 2500, n), "num_output_tokens": rng.integers(1, 200, n)})
+
+
+@pytest.fixture
+def kv_watch(monkeypatch):
+    """Check after every allocate/free that no KV cache has negative (or too many) free blocks."""
+    seen = []
+
+    def wrap(name):
+        orig = getattr(KVCache, name)
+
+        def checked(self, *a, **kw):
+            out = orig(self, *a, **kw)
+            assert 0 <= self.num_free_blocks <= self.num_gpu_blocks
+            seen.append(self.num_free_blocks)
+            return out
+
+        monkeypatch.setattr(KVCache, name, checked)
+
+    wrap("allocate")
+    wrap("free")
+    return seen
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("first_token_from", ["prefill", "decode"])
+def test_invariants_under_disagg(seed, first_token_from, kv_watch):
+    trace = random_trace(seed)
+    blocks = [400, 100000][seed % 2]  # 400 blocks: the decode pool preempts
+    cfg = ReplayConfig(scheduler="disagg", prefill_replicas=1 + seed % 2, decode_replicas=1 + (seed // 2) % 2,
+                       num_gpu_blocks=blocks, max_num_batched_tokens=1024, record_token_times=True,
+                       record_steps=True, first_token_from=first_token_from, link="100gbe")
+    res, eng = replay_frame(trace, COST, cfg)
+    assert (res["pred_status"] == "ok").all()
+    assert kv_watch and min(kv_watch) >= 0
+    assert all(s.kv.num_free_blocks == s.kv.num_gpu_blocks for s in eng.replicas)
+    p = cfg.prefill_replicas
+    steps = pd.DataFrame(eng.steps, columns=["replica_id", "start", "dur", "pf_tok", "pf_seqs", "dec", "ctx", "pctx"])
+    prefill_steps = steps[steps["replica_id"] < p]
+    assert (prefill_steps["dec"] == 0).all()  # the prefill pool never decodes
+    assert set(steps["replica_id"]) <= set(range(p + cfg.decode_replicas))
+    for row in res.itertuples():
+        times = np.asarray(row.pred_token_times_s) + row.arrival_time_s
+        assert len(times) == row.num_output_tokens  # every output token once
+        assert times[0] > row.arrival_time_s and np.all(np.diff(times) >= 0)  # none before arrival, in order
+        assert row.pred_ttft_s + np.diff(times).sum() == pytest.approx(row.pred_e2e_s, abs=1e-9)
+        t = eng.transfers.get(row.Index)
+        if t is None:  # ended on its prefill instance: one token, first token from prefill
+            assert first_token_from == "prefill" and row.num_output_tokens == 1
+            continue
+        assert t.end_time_s == pytest.approx(t.start_time_s + kv_transfer_time_s(row.num_prompt_tokens, LLAMA,
+                                                                                  cfg_link(cfg)))
+        assert t.decode_admitted_time_s >= t.end_time_s
+        # decode tokens come only after the transfer; with first-token-from prefill token 1 at its start
+        after = times[1:] if first_token_from == "prefill" else times
+        assert np.all(after > t.decode_admitted_time_s)
+        if first_token_from == "prefill":
+            assert times[0] == pytest.approx(t.start_time_s)
+    if blocks == 100000 and not res["pred_num_preemptions"].any():
+        # no preemption: every prompt token is fed once on a prefill instance, every later token
+        # once on a decode instance (plus the re-fed last prompt token with first-token-from decode)
+        moved = len(eng.transfers) if first_token_from == "decode" else 0
+        assert prefill_steps["pf_tok"].sum() == trace["num_prompt_tokens"].sum()
+        decode_steps = steps[steps["replica_id"] >= p]
+        assert (decode_steps["pf_tok"] + decode_steps["dec"]).sum() == (trace["num_output_tokens"] - 1).sum() + moved
+
+
+def cfg_link(cfg):
+    return resolve_link(cfg.link, cfg.link_bandwidth_bytes_per_s, cfg.link_latency_s, COST.tp_link)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_closed_form_decode_runs_equal_step_by_step_under_disagg(seed):
+    trace = random_trace(10 + seed, n=50)
+    base = dict(scheduler="disagg", decode_replicas=1 + seed % 2, num_gpu_blocks=[300, 100000][seed % 2],
+                max_num_batched_tokens=1024, record_token_times=True,
+                first_token_from=["prefill", "decode"][seed % 2])
+    slow, e1 = replay_frame(trace, COST, ReplayConfig(**base, exact_steps=True))
+    fast, e2 = replay_frame(trace, COST, ReplayConfig(**base))
+    assert e1.num_steps == e2.num_steps
+    assert slow["pred_num_preemptions"].tolist() == fast["pred_num_preemptions"].tolist()
+    for a, b in zip(slow["pred_token_times_s"], fast["pred_token_times_s"]):
+        assert np.max(np.abs(np.asarray(a) - np.asarray(b)), initial=0.0) <= 1e-9

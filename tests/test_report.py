@@ -1,0 +1,185 @@
+"""The replay report (replay.report): key table first, valid PNGs, atomic files, the CLI options."""
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from replay.compare import compare, table_cells
+from replay.errors import ConfigError
+from replay.report import (NUM_TIME_WINDOWS, TimeseriesError, errors_over_time, read_timeseries, simulated_counts,
+                           write_report)
+from test_compare import make_cli_inputs
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def synthetic_result(n=60, seed=0):
+    """A replay result with every metric (token times included), one measured failure, one rejection."""
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(0.5, n))
+    out_tokens = rng.integers(1, 8, n)
+    qw = rng.exponential(0.05, n)
+    ttft = qw + rng.uniform(0.02, 0.2, n)
+    times = [list(t0 + 0.02 * np.arange(k)) for t0, k in zip(ttft, out_tokens)]
+    e2e = np.array([t[-1] for t in times])
+    res = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_time_s": arrival,
+                        "num_prompt_tokens": rng.integers(10, 500, n), "num_output_tokens": out_tokens,
+                        "queue_wait_s": qw, "ttft_s": ttft, "e2e_s": e2e,
+                        "tpot_s": np.where(out_tokens > 1, (e2e - ttft) / np.maximum(out_tokens - 1, 1), np.nan),
+                        "token_times_s": times, "status": ["ok"] * n})
+    for col in ("queue_wait_s", "ttft_s", "e2e_s", "tpot_s"):
+        res[f"pred_{col}"] = res[col] * rng.uniform(0.8, 1.2, n)
+    res["pred_token_times_s"] = [list(np.array(t) * 1.1) for t in times]
+    res["pred_status"] = "ok"
+    res.loc[3, "status"] = "ReadTimeout"
+    res.loc[5, "pred_status"] = "rejected: exceeds max_model_len"
+    return res
+
+
+def steps(n=40):
+    return pd.DataFrame({"replica_id": 0, "step_start_time_s": np.arange(n) * 0.05, "step_duration_s": 0.04,
+                         "num_prefill_tokens": np.arange(n) % 3 * 100, "num_prefill_seqs": np.arange(n) % 3,
+                         "num_decode_seqs": 4, "decode_context_tokens": 400})
+
+
+def assert_png(path):
+    import matplotlib.image
+
+    assert path.read_bytes()[:8] == PNG_MAGIC, path
+    img = matplotlib.image.imread(path)
+    assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+
+
+def test_markdown_report_opens_with_the_compare_table(tmp_path):
+    res = synthetic_result()
+    written = write_report(res, tmp_path / "run.md", simulated_steps=steps())
+    text = (tmp_path / "run.md").read_text()
+    lines = text.splitlines()
+    assert lines[0] == "# servecal replay report"
+    head, rows = table_cells(compare(res))
+    # the very first block is the key table, cell for cell the formatting of replay.compare.compare
+    assert lines[2] == "| " + " | ".join(head) + " |"
+    assert lines[4:4 + len(rows)] == ["| " + " | ".join(r) + " |" for r in rows]
+    assert [r[0] for r in rows] == ["queue_wait", "ttft", "tpot", "e2e", "itl"]
+    assert [p.name for p in written] == ["run.md", "run_scatter.png", "run_cdf.png", "run_steps.png"]
+    for p in written[1:]:
+        assert f"]({p.name})" in text
+        assert_png(p)
+    assert "## Errors over time" in text
+    assert sorted(q.name for q in tmp_path.iterdir()) == sorted(p.name for p in written)  # no temporaries left
+
+
+def test_html_report(tmp_path):
+    ts = pd.DataFrame({"t": np.arange(1.0, 30.0), "running": 1, "waiting": 0})
+    written = write_report(synthetic_result(), tmp_path / "run.html", measured_timeseries=ts)
+    text = (tmp_path / "run.html").read_text()
+    assert text.startswith("<!DOCTYPE html>")
+    assert text.index("<table>") < text.index("<h2>") < text.index("<img")
+    assert "<th>meas_p99_ms</th>" in text and "<td>ttft</td>" in text
+    assert [p.name for p in written] == ["run.html", "run_scatter.png", "run_cdf.png", "run_timeseries.png"]
+    for p in written[1:]:
+        assert f'src="{p.name}"' in text
+        assert_png(p)
+
+
+def test_unknown_suffix_writes_nothing(tmp_path):
+    with pytest.raises(ConfigError, match=r"\.txt.*use \.md or \.html"):
+        write_report(synthetic_result(), tmp_path / "run.txt")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_partial_files_when_a_figure_fails(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    (tmp_path / "run.md").write_text("previous report\n")
+    real_savefig, calls = Figure.savefig, []
+
+    def failing_savefig(self, fname, **kw):
+        calls.append(fname)
+        if len(calls) == 2:  # the first PNG is already on disk (as a temporary) when the second fails
+            with open(fname, "wb") as fh:
+                fh.write(b"\x89PNG half")
+            raise OSError("disk full")
+        return real_savefig(self, fname, **kw)
+
+    monkeypatch.setattr(Figure, "savefig", failing_savefig)
+    with pytest.raises(OSError, match="disk full"):
+        write_report(synthetic_result(), tmp_path / "run.md")
+    assert len(calls) == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["run.md"]  # no PNG, no temporary
+    assert (tmp_path / "run.md").read_text() == "previous report\n"
+
+
+def test_simulated_counts_hand_worked():
+    # a: arrives 0, scheduled 0.5, done 2; b: arrives 1, scheduled 1, done 3; c: rejected (never counted)
+    res = pd.DataFrame({"arrival_time_s": [0.0, 1.0, 1.5], "pred_queue_wait_s": [0.5, 0.0, np.nan],
+                        "pred_e2e_s": [2.0, 2.0, np.nan], "pred_status": ["ok", "ok", "rejected: exceeds KV cache capacity"]})
+    running, waiting = simulated_counts(res, [0.0, 0.25, 0.5, 1.0, 2.0, 2.99, 3.0, 9.0])
+    assert waiting.tolist() == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert running.tolist() == [0, 0, 1, 2, 1, 1, 0, 0]
+
+
+def test_errors_over_time_reuses_compare_per_window():
+    res = synthetic_result()
+    win = errors_over_time(res)
+    assert len(win) == NUM_TIME_WINDOWS
+    assert win["n"].sum() == compare(res).set_index("metric").loc["ttft", "n"]  # every compared request, once
+    first = res[res["arrival_time_s"] < win["end_s"][0]]
+    expected = compare(first, percentiles=(50,)).set_index("metric").loc["ttft"]
+    assert win.loc[0, ["meas_p50", "pred_p50", "rel_err_p50"]].tolist() == \
+        pytest.approx([expected["meas_p50"], expected["pred_p50"], expected["rel_err_p50"]])
+
+
+def test_read_timeseries_errors(tmp_path):
+    p = tmp_path / "ts.csv"
+    p.write_text("t,running\n1.0,3\n")
+    with pytest.raises(TimeseriesError, match=r"ts\.csv: missing column\(s\) waiting"):
+        read_timeseries(p)
+    p.write_text("t,running,waiting\n1.0,3,0\n2.0,x,1\n")
+    with pytest.raises(TimeseriesError, match=r"column 'running', line 3: 'x'"):
+        read_timeseries(p)
+    with pytest.raises(TimeseriesError, match="no such file"):
+        read_timeseries(tmp_path / "absent.csv")
+    p.write_text("t,prompt_throughput,running,waiting\n2.0,5.0,4,1\n1.0,9.0,3,0\n")
+    ts = read_timeseries(p)
+    assert ts["t"].tolist() == [1.0, 2.0] and ts["running"].tolist() == [3, 4]
+
+
+def test_real_vllm_timeseries_reads(real_data_dir):
+    ts = read_timeseries(real_data_dir / "lss_vllm_rtxpro6000_llama31_8b_timeseries.csv")
+    assert len(ts) > 60 and ts["running"].max() <= 128  # max_num_seqs of that run
+
+
+# -- the CLI ---------------------------------------------------------------------------------------
+
+def test_cli_report_and_timeseries(tmp_path):
+    from replay.cli import main
+
+    trace, cal, opts = make_cli_inputs(tmp_path, error=0.05)
+    ts = tmp_path / "timeseries.csv"
+    ts.write_text("t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n"
+                  + "".join(f"{t}.0,0,0,1,0,0.0\n" for t in range(1, 4)))
+    report = tmp_path / "out" / "rep.md"
+    res = CliRunner().invoke(main, [str(trace), "--calibration", str(cal), *opts, "--report", str(report),
+                                    "--measured-timeseries", str(ts), "--tolerance", "e2e_p50=0.01"])
+    assert res.exit_code == 3, res.output  # the report is written before the tolerance verdict
+    text = report.read_text()
+    assert text.splitlines()[2].startswith("| metric | n |")
+    for name in ("rep_scatter.png", "rep_cdf.png", "rep_timeseries.png", "rep_steps.png"):
+        assert_png(report.parent / name)
+
+
+def test_cli_report_usage_errors(tmp_path):
+    from replay.cli import main
+
+    trace, cal, opts = make_cli_inputs(tmp_path)
+    base = [str(trace), "--calibration", str(cal), *opts]
+    res = CliRunner().invoke(main, base + ["--report", str(tmp_path / "rep.pdf")])
+    assert res.exit_code == 2 and "use .md or .html" in res.output and "replaying" not in res.output
+    res = CliRunner().invoke(main, base + ["--measured-timeseries", str(trace)])
+    assert res.exit_code == 2 and "give --report too" in res.output
+    bad = tmp_path / "ts.csv"
+    bad.write_text("t,running\n1.0,2\n")
+    res = CliRunner().invoke(main, base + ["--report", str(tmp_path / "rep.md"), "--measured-timeseries", str(bad)])
+    assert res.exit_code == 1 and "missing column(s) waiting" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "rep.md").exists()
