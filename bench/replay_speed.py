@@ -20,7 +20,6 @@ import resource
 import time
 from pathlib import Path
 
-import numpy as np
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
 

@@ -10,7 +10,6 @@ the step's duration; at the step's end tokens are emitted and requests completed
 from __future__ import annotations
 
 import heapq
-import math
 from dataclasses import dataclass
 
 import numpy as np

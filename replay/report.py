@@ -12,15 +12,16 @@ earlier report of the same name) untouched, and a report never refers to a missi
 """
 from __future__ import annotations
 
+import contextlib
+
 import html
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from schemas.tables import write_text_atomic
+from schemas.tables import atomic_output, write_text_atomic
 
 from .compare import MAPE_MIN_MEAS_S, compare, compared_rows, format_table, metric_values, table_cells
 from .errors import ConfigError, ReplayError
@@ -431,17 +432,6 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
 
 def _save_atomically(figures: list[tuple[str, object]], folder: Path) -> None:
     """Save every figure as PNG to a temporary file, then rename them all; on error remove the temporaries."""
-    folder.mkdir(parents=True, exist_ok=True)
-    temps: list[tuple[str, Path]] = []
-    try:
+    with contextlib.ExitStack() as stack:
         for name, fig in figures:
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-            os.close(fd)
-            temps.append((tmp, folder / name))
-            fig.savefig(tmp, format="png", dpi=100)
-        for tmp, final in temps:
-            os.replace(tmp, final)
-    except BaseException:
-        for tmp, _ in temps:
-            Path(tmp).unlink(missing_ok=True)
-        raise
+            fig.savefig(stack.enter_context(atomic_output(folder / name)), format="png", dpi=100)

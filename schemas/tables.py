@@ -6,6 +6,7 @@ Times are float64 seconds; token counts int64.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -114,35 +115,43 @@ def to_table(kind: str, data: "dict | object", extra_metadata: dict[str, str] | 
     return table.replace_schema_metadata(meta)
 
 
-def write_table(table: pa.Table, path: str | os.PathLike) -> None:
-    """Write ``table`` to Parquet atomically (temp file in the same folder, then rename).
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike):
+    """Yield a temporary path beside ``path``; rename it to ``path`` only if the block succeeds.
 
-    A failure never leaves a partial or overwritten output file.
+    A failure (or an interrupt) never leaves a partial or overwritten output file. The
+    result gets the usual permissions (0666 less the umask), not mkstemp's private 0600.
+
+    Examples
+    --------
+    >>> with atomic_output("plot.png") as tmp:          # doctest: +SKIP
+    ...     fig.savefig(tmp, format="png")
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        pq.write_table(table, tmp)
+        yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_table(table: pa.Table, path: str | os.PathLike) -> None:
+    """Write ``table`` to Parquet atomically (see :func:`atomic_output`)."""
+    with atomic_output(path) as tmp:
+        pq.write_table(table, tmp)
 
 
 def write_text_atomic(text: str, path: str | os.PathLike) -> None:
-    """Write ``text`` atomically (temp file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``text`` atomically (see :func:`atomic_output`)."""
+    with atomic_output(path) as tmp:
+        Path(tmp).write_text(text)
 
 
 def table_kind(table: pa.Table) -> str | None:

@@ -28,7 +28,10 @@ _AT_LEAST_ONE = {REQUEST_TRACE: ("num_output_tokens", "num_prompt_tokens"),
                  REPLAY_RESULT: ("num_output_tokens", "num_prompt_tokens")}
 #: Measured columns that may be null (a failed request has no latency).
 _NULLABLE = {"queue_wait_s", "ttft_s", "tpot_s", "e2e_s", "token_times_s", "num_cached_tokens", "block_hashes",
-             "replica_id", "priority", "status", "slo_ttft_s", "slo_tpot_s"}
+             "replica_id", "priority", "status", "slo_ttft_s", "slo_tpot_s",
+             # predictions are NaN for requests not simulated (failed in the trace, rejected)
+             # and TPOT is NaN for one-token outputs
+             "pred_queue_wait_s", "pred_ttft_s", "pred_tpot_s", "pred_e2e_s", "pred_token_times_s"}
 
 
 def _rows(mask: np.ndarray) -> tuple[tuple[int, ...], int]:

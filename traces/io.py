@@ -1,10 +1,7 @@
 """Reading and writing validated servecal traces."""
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
-from pathlib import Path
 
 import pandas as pd
 
@@ -49,29 +46,3 @@ def write_trace(frame: pd.DataFrame, kind: str, path: str | os.PathLike, metadat
     table = to_table(kind, frame, metadata)
     table = validate(table, str(path), kind)
     write_table(table, path)
-
-
-@contextlib.contextmanager
-def atomic_output(path: str | os.PathLike):
-    """Yield a temporary path beside ``path``; rename it to ``path`` only if the block succeeds.
-
-    A failure (or an interrupt) never leaves a partial or overwritten output file.
-
-    Examples
-    --------
-    >>> with atomic_output("plot.png") as tmp:          # doctest: +SKIP
-    ...     fig.savefig(tmp, format="png")
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield tmp
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the output private
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -105,7 +105,7 @@ def export_vidur(frame: pd.DataFrame, path: str | os.PathLike) -> dict[str, int]
     TraceError
         If no row is left to write.
     """
-    from ..io import atomic_output
+    from schemas.tables import atomic_output
 
     ok = np.ones(len(frame), bool)
     if "status" in frame:
