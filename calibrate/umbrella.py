@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from replay.cli import main as replay_main
+from replay.cli import add_load_to_describe, main as replay_main
 from schemas.cli_support import version_option
 from traces.cli import main as traces_main
 
@@ -25,7 +25,11 @@ def main():
     """
 
 
-main.add_command(traces_main, "traces")
+#: ``traces`` with the replay-aware ``describe --calibration`` (the ``traces`` console script).
+traces_cli = traces_main
+add_load_to_describe(traces_cli.commands["describe"])
+
+main.add_command(traces_cli, "traces")
 main.add_command(calibrate_main, "calibrate")
 main.add_command(replay_main, "replay")
 main.add_command(demo, "demo")

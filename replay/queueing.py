@@ -227,3 +227,47 @@ def batch_means_ci(samples, num_batches: int = 20, confidence: float = 0.99) -> 
     m = float(means.mean())
     half = float(stats.t.ppf(0.5 + confidence / 2, k - 1) * means.std(ddof=1) / np.sqrt(k))
     return m, m - half, m + half
+
+
+def request_service_times_s(num_prompt_tokens, num_output_tokens, cost_model) -> np.ndarray:
+    """Service time of each request served alone (batch size 1, whole-prompt prefill), seconds.
+
+    ``S = T_prefill(prompt) + sum_{j=1}^{output-1} T_decode(1, prompt + j)`` on the cost
+    model (seed sections 1 and 3): the M/G/1 view of a replica that runs one request at a
+    time. A batching engine serves several at once, so rho >= 1 here means "needs batching",
+    not "unstable".
+
+    Parameters
+    ----------
+    num_prompt_tokens, num_output_tokens : array_like of int, shape (n,)
+    cost_model : replay.cost_model.RooflineCostModel (vectorised ``step_time_s``)
+
+    Returns
+    -------
+    numpy.ndarray of float, shape (n,), seconds
+    """
+    p = np.asarray(num_prompt_tokens, np.int64)
+    o = np.asarray(num_output_tokens, np.int64)
+    out = np.empty(p.size)
+    for i in range(p.size):
+        ctx = p[i] + np.arange(1, o[i], dtype=np.int64) + 1  # sequence length of each decode step
+        decode = cost_model.step_time_s(np.zeros_like(ctx), np.ones_like(ctx), ctx).sum() if ctx.size else 0.0
+        out[i] = cost_model.step_time_s(int(p[i]), 0, 0) + decode
+    return out
+
+
+def offered_load(arrival_time_s, num_prompt_tokens, num_output_tokens, cost_model) -> dict:
+    """Offered load of a trace on one request-at-a-time server (M/G/1 view).
+
+    Returns a dict with ``arrival_rate_per_s`` (n / (t_last - t_first)), ``mean_service_s``
+    (E[S]), ``second_moment_s2`` (E[S^2]), ``scv`` (Var(S)/E[S]^2), ``rho`` (lambda E[S])
+    and ``pk_mean_wait_s`` (Pollaczek-Khinchine W_q; NaN when rho >= 1).
+    """
+    t = np.asarray(arrival_time_s, float)
+    span = float(t[-1] - t[0]) if t.size > 1 else 0.0
+    lam = (t.size / span) if span > 0 else float("nan")
+    mom = service_moments(request_service_times_s(num_prompt_tokens, num_output_tokens, cost_model))
+    rho = utilization(lam, mom.mean_s)
+    wait = mg1_mean_wait_s(lam, mom.mean_s, mom.second_moment_s2) if np.isfinite(rho) and rho < 1 else float("nan")
+    return {"arrival_rate_per_s": lam, "mean_service_s": mom.mean_s, "second_moment_s2": mom.second_moment_s2,
+            "scv": mom.scv, "rho": rho, "pk_mean_wait_s": wait}

@@ -1,7 +1,8 @@
 """Built-in schedulers and the loader of user schedulers.
 
-``get_scheduler_factory(name)`` accepts a built-in name, ``package.module:ClassName``,
-or a name registered in the ``servecal.schedulers`` entry-point group.
+``get_scheduler_factory(name)`` accepts a built-in name, ``package.module:ClassName``
+(importable from the current directory too), or a name registered in the
+``servecal.schedulers`` entry-point group.
 
 ``disagg`` (``--scheduler disagg``) is not one replica's policy but two pools of instances,
 each with its own policy (:mod:`.disagg`); :func:`replay.simulate.replay_frame` builds it
@@ -10,6 +11,8 @@ each with its own policy (:mod:`.disagg`); :func:`replay.simulate.replay_frame` 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from importlib.metadata import entry_points
 
 from ..errors import ConfigError
@@ -45,6 +48,8 @@ def get_scheduler_factory(name: str):
                           "replay it with replay.simulate.replay_frame (or replay.disagg.DisaggEngine)")
     if ":" in name:
         mod, _, attr = name.partition(":")
+        if os.getcwd() not in sys.path:  # a module beside the user's trace, as uvicorn does
+            sys.path.insert(0, os.getcwd())
         try:
             cls = getattr(importlib.import_module(mod), attr)
         except (ImportError, AttributeError) as exc:
