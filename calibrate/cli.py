@@ -6,12 +6,12 @@ import click
 from schemas.calibration import sha256_of
 from schemas.cli_support import DataError, user_errors, version_option
 from schemas.errors import SpecError
-from schemas.specs import get_gpu, get_model, list_gpus, list_models
+from schemas.specs import get_gpu, get_model, gpu_from_json, list_gpus, list_models, model_from_hf_config
 from schemas.tables import REQUEST_TRACE, STEP_TRACE
 from replay.cli import replay_config, replay_options
 
 from .errors import CalibrationError
-from .step_fit import calibration_from_fit, fit_steps
+from .step_fit import bootstrap_ci95, calibration_from_fit, fit_steps, set_ci95
 
 _errors = user_errors(data_errors=(CalibrationError,), usage_errors=(SpecError,))
 
@@ -51,8 +51,12 @@ def print_fit(fits, dropped) -> None:
 
 @main.command()
 @click.argument("trace", type=click.Path(dir_okay=False))
-@click.option("--model", required=True, help="Catalog key, Hugging Face id, or path to a config.json.")
-@click.option("--gpu", required=True, help="Catalog key, nvidia-smi name, or path to a GPU spec JSON.")
+@click.option("--model", default=None, help="Catalog key or Hugging Face id (see 'calibrate catalog').")
+@click.option("--model-config", type=click.Path(dir_okay=False), default=None,
+              help="A Hugging Face config.json instead of --model (dense or mixture-of-experts).")
+@click.option("--gpu", default=None, help="Catalog key or the name nvidia-smi prints.")
+@click.option("--gpu-spec", type=click.Path(dir_okay=False), default=None,
+              help="A JSON with name, peak_flops, mem_bandwidth_bytes_per_s, mem_bytes instead of --gpu.")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel degree of the trace.")
 @click.option("--form", default="max,sum", show_default=True,
               help="Roofline forms to fit (comma separated); the best is written.")
@@ -61,10 +65,16 @@ def print_fit(fits, dropped) -> None:
 @click.option("--balance-kinds/--no-balance-kinds", default=True, show_default=True,
               help="Step traces: weigh prefill-only, decode-only and mixed steps equally (profiling grids "
                    "skew the counts).")
+@click.option("--ci", "ci_method", type=click.Choice(["stderr", "bootstrap"]), default="stderr", show_default=True,
+              help="95 % intervals: value +/- 1.96 stderr, or a bootstrap over steps (step traces).")
+@click.option("--ci-samples", type=click.IntRange(min=20), default=200, show_default=True,
+              help="Bootstrap resamples.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
 @replay_options
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Calibration JSON to write.")
 @_errors
-def fit(trace, model, gpu, tp, form, loss, balance_kinds, output, **replay_kwargs):
+def fit(trace, model, model_config, gpu, gpu_spec, tp, form, loss, balance_kinds, ci_method, ci_samples, seed, output,
+        **replay_kwargs):
     """Fit eta_compute, eta_mem and t_launch_s to a step trace or a request log.
 
     The kind of TRACE is read from its schema metadata. A step trace (step_trace/1) is
@@ -85,15 +95,26 @@ def fit(trace, model, gpu, tp, form, loss, balance_kinds, output, **replay_kwarg
     bad = [f for f in forms if f not in ("max", "sum")]
     if bad or not forms:
         raise click.BadParameter(f"{form!r}: expected max, sum or max,sum", param_hint="--form")
-    model_spec, gpu_spec = get_model(model), get_gpu(gpu)
+    model_spec = model_from_options(model, model_config)
+    if (gpu is None) == (gpu_spec is None):
+        raise click.UsageError("give exactly one of --gpu and --gpu-spec")
+    gpu_spec = get_gpu(gpu) if gpu else gpu_from_json(gpu_spec)
     kind, frame, _ = read_trace(trace)
     source = {"path": str(trace), "sha256": sha256_of(trace), "kind": kind}
     if kind == STEP_TRACE:
         fits, dropped = fit_steps(frame, model_spec, gpu_spec, tp, forms, loss, balance_kinds=balance_kinds)
         print_fit(fits, dropped)
         cal = calibration_from_fit(fits, model_spec, gpu_spec, tp, source, dropped)
+        boot = None
+        if ci_method == "bootstrap":
+            boot = bootstrap_ci95(frame, model_spec, gpu_spec, tp, fits[0].form, loss, balance_kinds, ci_samples, seed)
+        set_ci95(cal, ci_method, boot)
     elif kind == REQUEST_TRACE:
         from .request_fit import calibration_from_request_fit, fit_requests
+
+        if ci_method == "bootstrap":
+            raise click.BadParameter("a bootstrap of a simulation-in-the-loop fit would take hundreds of fits; "
+                                     "use --ci stderr for request logs", param_hint="--ci")
 
         cfg = replay_config(replay_kwargs)
         fits = []
@@ -105,10 +126,21 @@ def fit(trace, model, gpu, tp, form, loss, balance_kinds, output, **replay_kwarg
         fits.sort(key=lambda r: r.cost)
         print_request_fit(fits)
         cal = calibration_from_request_fit(fits, model_spec, gpu_spec, tp, source, cfg)
+        set_ci95(cal, ci_method)
     else:
         raise DataError(f"{trace}: is a {kind}; give a step trace or a request log")
+    for k, p in cal.params.items():
+        if p.ci95:
+            click.echo(f"  95% interval ({ci_method}) {k}: [{p.ci95[0]:.6g}, {p.ci95[1]:.6g}]")
     cal.write(output)
     click.echo(f"wrote {output}")
+
+
+def model_from_options(model: str | None, model_config: str | None):
+    """The model of ``--model`` or ``--model-config`` (exactly one must be given)."""
+    if (model is None) == (model_config is None):
+        raise click.UsageError("give exactly one of --model and --model-config")
+    return get_model(model) if model else model_from_hf_config(model_config)
 
 
 def print_request_fit(fits) -> None:

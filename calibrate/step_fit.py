@@ -88,3 +88,43 @@ def calibration_from_fit(fits: list[FitResult], model: ModelSpec, gpu: GpuSpec, 
     }
     return Calibration(model=model, gpu=gpu, tp=tp, form=best.form, params=params, fit=fit, source=source)
 
+
+
+def bootstrap_ci95(steps: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int, form: str, loss: str = "soft_l1",
+                   balance_kinds: bool = True, num_samples: int = 200, seed: int = 0) -> dict:
+    """95 % percentile-bootstrap intervals of the fitted parameters, resampling steps.
+
+    Each of ``num_samples`` resamples (rows drawn with replacement, ``numpy.random.default_rng(seed)``)
+    is refitted with the same form and loss; the interval is the 2.5th-97.5th percentile of
+    the refitted values (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 13).
+
+    Returns
+    -------
+    dict parameter -> (low, high), natural units.
+    """
+    rng = np.random.default_rng(seed)
+    data, _ = step_data(steps, RooflineCostModel(model, gpu, CostParams(), tp), balance_kinds)
+    n = data.duration_s.size
+    draws = {k: [] for k in ("eta_compute", "eta_mem", "t_launch_s")}
+    for _ in range(num_samples):
+        idx = rng.integers(0, n, n)
+        sub = RooflineData(data.flops[idx], data.bytes_[idx], data.n_launch[idx], data.duration_s[idx],
+                           data.peak_flops, data.bandwidth_bytes_per_s,
+                           None if data.fixed_s is None else data.fixed_s[idx],
+                           None if data.group is None else data.group[idx])
+        r = fit_roofline(sub, form=form, loss=loss)
+        for k in draws:
+            draws[k].append(r.values[k])
+    return {k: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) for k, v in draws.items()}
+
+
+def set_ci95(cal: Calibration, method: str, bootstrap: dict | None = None) -> None:
+    """Store 95 % intervals in ``cal.params``: from the bootstrap, or ``value +/- 1.96 stderr``."""
+    for k, p in cal.params.items():
+        if not p.vary:
+            continue
+        if method == "bootstrap" and bootstrap and k in bootstrap:
+            p.ci95 = bootstrap[k]
+        elif p.stderr is not None:
+            p.ci95 = (p.value - 1.96 * p.stderr, p.value + 1.96 * p.stderr)
+    cal.fit["ci_method"] = method

@@ -2,14 +2,16 @@
 
 A heap of ``(time, priority, seq, event)`` drives the simulation; ``seq`` is a
 per-engine counter, so equal times resolve deterministically: arrivals and callbacks
-(:meth:`Engine.call_at`, e.g. a KV transfer done), then step ends, then the wake-up of an
-idle replica (so it sees every request that arrived at that instant).
+(:meth:`Engine.call_at`, e.g. a KV transfer done), then step ends, then callbacks scheduled
+with ``after_step_ends=True`` (closed-loop sends, :mod:`replay.closed_loop`), then the wake-up
+of an idle replica (so it sees every request that arrived at that instant).
 At every step end of a replica its scheduler picks the next batch; the cost model gives
 the step's duration; at the step's end tokens are emitted and requests completed.
 """
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,10 +22,13 @@ from .kv_cache import make_kv_cache
 from .request import Request
 from .schedulers.base import Batch, ReplicaState, Scheduler, SchedulerConfig
 
-_ARRIVAL, _STEP_END, _WAKE = 0, 1, 2
+_ARRIVAL, _STEP_END, _WAKE = 0, 1, 3
 #: A callback scheduled with :meth:`Engine.call_at` (e.g. a KV transfer done, replay.disagg). Arrivals
 #: never enter the heap, so it shares their priority: it runs before step ends of the same instant.
 _CALL = 0
+#: A callback scheduled with ``call_at(..., after_step_ends=True)``: after the step ends of its
+#: instant (whatever their order), before the wake-ups (so woken replicas see what it enqueues).
+_LATE_CALL = 2
 #: Shortest run of decode steps worth advancing in closed form (shorter ones go step by step).
 _MIN_RUN = 4
 
@@ -94,6 +99,13 @@ class Engine:
         :class:`replay.disagg.DisaggEngine` gives each pool its own).
     on_step_end : callable (rid, now) -> None, or None
         Hook called after a step's tokens are emitted, before the replica schedules again.
+    on_request_done : callable (Request, now) -> None, or None
+        Hook called once per request when its last token is emitted (status ``"ok"``), at the
+        end of that step (``now``, seconds), after the replica's ``running`` list dropped it.
+    arrival_bound : callable () -> float, or None
+        Earliest time (seconds) a request not in :meth:`run`'s list could still arrive (one
+        a hook will hand to :meth:`arrive`); closed-form decode runs stop there. None: no
+        such requests.
     """
 
     def __init__(self, cost_model: StepCostModel, scheduler_factory, scheduler_config: SchedulerConfig,
@@ -103,6 +115,8 @@ class Engine:
         self.cost_model = cost_model
         self.cost_models: list[StepCostModel] = [cost_model] * num_replicas
         self.on_step_end = None
+        self.on_request_done = None
+        self.arrival_bound = None
         self.config = engine_config
         if engine_config.preemption_mode not in ("recompute", "swap"):
             raise ConfigError(f"--preemption-mode must be recompute or swap, not {engine_config.preemption_mode!r}")
@@ -128,9 +142,20 @@ class Engine:
         self._seq += 1
         heapq.heappush(self._heap, (time, kind, self._seq, payload))
 
-    def call_at(self, time: float, fn) -> None:
-        """Run ``fn(now)`` at simulation time ``time`` (seconds), before step ends of that instant."""
-        self._push(time, _CALL, fn)
+    def call_at(self, time: float, fn, after_step_ends: bool = False) -> None:
+        """Run ``fn(now)`` at simulation time ``time`` (seconds).
+
+        By default before the step ends of that instant; with ``after_step_ends`` after all
+        of them (every replica ending a step then has scheduled its next one) and before the
+        wake-ups of idle replicas.
+        """
+        self._push(time, _LATE_CALL if after_step_ends else _CALL, fn)
+
+    def arrive(self, req: Request, now: float) -> None:
+        """Route an arriving ``req`` to a replica and queue it there at ``now`` (seconds)."""
+        rid = self._route(req)
+        req.replica_id = rid
+        self.enqueue(rid, req, now)  # wakes after every arrival of this instant is queued
 
     def enqueue(self, rid: int, req: Request, now: float) -> None:
         """Put ``req`` in replica ``rid``'s waiting queue and wake the replica if it is idle.
@@ -161,20 +186,24 @@ class Engine:
             return "rejected: exceeds KV cache capacity"
         return None
 
+    def admit(self, req: Request) -> bool:
+        """Prepare ``req`` to arrive; False (and ``req.status`` set) when it is rejected."""
+        reason = self.rejection_reason(req)
+        if reason:
+            req.status = reason
+            return False
+        if self.config.record_token_times and req.token_times_s is None:
+            req.token_times_s = []
+        return True
+
     def run(self, requests: list[Request]) -> list[Request]:
         """Simulate until every request has finished or been rejected.
 
         ``requests`` must be sorted by arrival time. Returns the same list, updated.
+        Requests that hooks hand to :meth:`arrive` meanwhile are simulated too (see
+        :attr:`arrival_bound`).
         """
-        arrivals = []
-        for req in requests:
-            reason = self.rejection_reason(req)
-            if reason:
-                req.status = reason
-                continue
-            if self.config.record_token_times and req.token_times_s is None:
-                req.token_times_s = []
-            arrivals.append(req)
+        arrivals = [req for req in requests if self.admit(req)]
         # Arrivals are consumed in order from a list (they are sorted), the heap holds only
         # step ends and wake-ups; an arrival goes first on a tie (priority 0).
         self._arrivals, self._next_arrival = arrivals, 0
@@ -184,17 +213,14 @@ class Engine:
             if self._next_arrival < n and (not heap or arrivals[self._next_arrival].arrival_time_s <= heap[0][0]):
                 req = arrivals[self._next_arrival]
                 self._next_arrival += 1
-                now = req.arrival_time_s
-                rid = self._route(req)
-                req.replica_id = rid
-                self.enqueue(rid, req, now)  # wakes after every arrival of this instant is queued
+                self.arrive(req, req.arrival_time_s)
                 continue
             now, kind, _, rid = heapq.heappop(heap)
             if kind == _STEP_END:
                 self._end_step(rid, now)
                 if self.on_step_end is not None:
                     self.on_step_end(rid, now)
-            elif kind == _CALL:
+            elif kind == _CALL or kind == _LATE_CALL:
                 rid(now)  # the payload of a call_at event is its callback
                 continue
             self._start_step(rid, now)
@@ -252,10 +278,11 @@ class Engine:
         k = min(r.num_output_tokens - r.num_generated_tokens for r in reqs)
         if k < _MIN_RUN:
             return False
-        if self._next_arrival < len(self._arrivals):
+        next_arrival = self._next_arrival_time_s()
+        if next_arrival < math.inf:
             # step times only grow within a run: this bounds the steps before the next arrival
             first = self.cost_models[rid].step_time_s(0, b, batch.decode_context_tokens, 0)
-            if now + (_MIN_RUN - 1) * first >= self._arrivals[self._next_arrival].arrival_time_s:
+            if now + (_MIN_RUN - 1) * first >= next_arrival:
                 return False
         kv = state.kv
         computed = np.fromiter((r.num_computed_tokens for r in reqs), np.int64, b)
@@ -280,8 +307,8 @@ class Engine:
         else:
             durations = np.array([cm.step_time_s(0, b, int(c), 0) for c in ctx])
         ends = np.cumsum(np.concatenate(([now], durations)))[1:]
-        if self._next_arrival < len(self._arrivals):  # the step ending at/after the next arrival is the last
-            j = int(np.searchsorted(ends, self._arrivals[self._next_arrival].arrival_time_s, side="left"))
+        if next_arrival < math.inf:  # the step ending at/after the next arrival is the last
+            j = int(np.searchsorted(ends, next_arrival, side="left"))
             if j + 1 < k:
                 k = j + 1
                 if k <= 1:
@@ -302,11 +329,32 @@ class Engine:
         self._push(batch.run_end_times_s[-1], _STEP_END, rid)
         return True
 
+    def _next_arrival_time_s(self) -> float:
+        """Earliest time a request can still arrive, seconds (``inf``: none): the next of
+        :meth:`run`'s list or :attr:`arrival_bound`, whichever is first."""
+        t = self._arrivals[self._next_arrival].arrival_time_s if self._next_arrival < len(self._arrivals) else math.inf
+        return t if self.arrival_bound is None else min(t, self.arrival_bound())
+
+    def next_event_time_s(self) -> float:
+        """Time of the earliest pending event (step end, wake-up, callback), seconds (``inf``: none).
+
+        No replica can emit a token, so no request can complete, before it (besides the
+        replica starting a step now, whose own step end is not pending).
+        """
+        return self._heap[0][0] if self._heap else math.inf
+
+    def _finish(self, state: ReplicaState, done: list[Request], now: float) -> None:
+        """Drop the requests that emitted their last token at ``now`` from ``running``; call the hook."""
+        state.running = [r for r in state.running if r.status != "ok"]
+        if self.on_request_done is not None:
+            for req in done:
+                self.on_request_done(req, now)
+
     def _end_step(self, rid: int, now: float) -> None:
         state = self.replicas[rid]
         batch = self._batches[rid]
         kv = state.kv
-        finished = False
+        done = []  # requests that emit their last token in this step
         if batch.run_end_times_s is not None:
             ends = batch.run_end_times_s
             k = len(ends)
@@ -319,9 +367,9 @@ class Engine:
                 if req.num_generated_tokens == req.num_output_tokens:
                     req.status = "ok"
                     kv.free(req)
-                    finished = True
-            if finished:
-                state.running = [r for r in state.running if r.status != "ok"]
+                    done.append(req)
+            if done:
+                self._finish(state, done, now)
             return
         for req, n in zip(batch.requests, batch.num_new_tokens):
             c = req.num_computed_tokens = req.num_computed_tokens + n
@@ -337,6 +385,6 @@ class Engine:
             if g == req.num_output_tokens:
                 req.status = "ok"
                 kv.free(req)
-                finished = True
-        if finished:
-            state.running = [r for r in state.running if r.status != "ok"]
+                done.append(req)
+        if done:
+            self._finish(state, done, now)

@@ -133,3 +133,25 @@ def test_version_and_help_everywhere():
         assert res.exit_code == 0, (args, res.output)
         if "--help" in args:
             assert "Example" in res.output
+
+
+def test_model_config_and_gpu_spec_files(tmp_path):
+    steps = _steps(tmp_path, [0.01, 0.02, 0.012, 0.03])
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+           "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "vocab_size": 128256, "max_position_embeddings": 131072, "tie_word_embeddings": False,
+           "torch_dtype": "bfloat16"}
+    (tmp_path / "my-llama").mkdir()
+    (tmp_path / "my-llama" / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "gpu.json").write_text(json.dumps({"name": "my-gpu", "peak_flops": 4e14, "mem_bandwidth_bytes_per_s": 2e12,
+                                                   "mem_bytes": 48e9}))
+    out = tmp_path / "cal.json"
+    res = invoke("calibrate", "fit", steps, "--model-config", tmp_path / "my-llama" / "config.json",
+                 "--gpu-spec", tmp_path / "gpu.json", "--form", "max", "-o", out)
+    assert res.exit_code == 0, res.output
+    cal = json.loads(out.read_text())
+    assert cal["gpu"]["name"] == "my-gpu" and cal["model"]["num_layers"] == 32
+    assert cal["model"]["num_params"] == pytest.approx(8.03e9, rel=0.01)
+    res = invoke("calibrate", "fit", steps, "--model", "llama-3.1-8b", "--model-config", tmp_path / "my-llama" / "config.json",
+                 "--gpu", "h100-80gb", "-o", tmp_path / "x.json")
+    assert res.exit_code == 2 and "exactly one of --model and --model-config" in res.output

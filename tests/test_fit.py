@@ -100,3 +100,51 @@ def test_synthetic_step_log_with_noise_recovered_within_2pct():
     assert r.values["eta_mem"] == pytest.approx(0.85, rel=0.02)
     # 0.3 ms is ~2 % of a step here, the size of the noise: only its interval must cover the truth
     assert abs(r.values["t_launch_s"] - 3e-4) < 3 * r.stderr["t_launch_s"]
+
+
+def _synthetic_steps(seed, truth, n=600, noise=0.01):
+    rng = np.random.default_rng(seed)
+    m, g = get_model("llama-3.1-8b"), get_gpu("h100-80gb")
+    cm = RooflineCostModel(m, g, CostParams(**truth))
+    pre = rng.choice([0, 0, 256, 1024, 2048], n)
+    dec = rng.integers(0, 128, n)
+    dec[(pre == 0) & (dec == 0)] = 1
+    ctx = dec * rng.integers(100, 4000, n)
+    dur = cm.step_time_s(pre, dec, ctx) * rng.lognormal(0, noise, n)
+    return pd.DataFrame({"num_prefill_tokens": pre, "num_decode_seqs": dec, "decode_context_tokens": ctx,
+                         "step_duration_s": dur}), m, g
+
+
+@pytest.mark.slow
+def test_recovery_and_95pct_interval_coverage_over_100_seeds():
+    truth = dict(eta_compute=0.6, eta_mem=0.85, t_launch_s=1e-3)
+    covered = {k: 0 for k in truth}
+    rel_err = {k: [] for k in truth}
+    for seed in range(100):
+        steps, m, g = _synthetic_steps(seed, truth)
+        r = fit_steps(steps, m, g, forms=("max",))[0][0]
+        for k, v in truth.items():
+            rel_err[k].append(abs(r.values[k] - v) / v)
+            if r.stderr[k] is not None and abs(r.values[k] - v) <= 1.96 * r.stderr[k]:
+                covered[k] += 1
+    for k in truth:
+        assert covered[k] >= 90, (k, covered[k])
+        assert np.median(rel_err[k]) < 0.02, (k, np.median(rel_err[k]))
+    assert max(rel_err["eta_compute"]) < 0.02 and max(rel_err["eta_mem"]) < 0.02
+
+
+def test_bootstrap_intervals_cover_truth_and_are_deterministic():
+    from calibrate.step_fit import bootstrap_ci95
+
+    truth = dict(eta_compute=0.6, eta_mem=0.85, t_launch_s=1e-3)
+    covered = {k: 0 for k in truth}
+    for seed in range(10):
+        steps, m, g = _synthetic_steps(seed, truth, n=300)
+        ci = bootstrap_ci95(steps, m, g, 1, "max", num_samples=40, seed=seed)
+        for k, v in truth.items():
+            lo, hi = ci[k]
+            covered[k] += lo <= v <= hi
+            assert hi - lo < 0.2 * v
+    # 95 % intervals: at least 8 of 10 cover (P(fewer) < 1 % for a calibrated interval)
+    assert all(c >= 8 for c in covered.values()), covered
+    assert bootstrap_ci95(steps, m, g, 1, "max", num_samples=40, seed=9) == ci
