@@ -18,6 +18,7 @@ import multiprocessing as mp
 import platform
 import resource
 import time
+from collections import deque
 from pathlib import Path
 
 
@@ -65,8 +66,7 @@ def run_reference(args):
     t0 = time.perf_counter()
     budget, max_seqs = 8192, 256
     now, i, n_req, steps = 0.0, 0, len(arr), 0
-    waiting, running = [], []  # running: [remaining_prompt, remaining_output, context]
-    wi = 0
+    waiting, running = deque(), []  # a request: [prompt tokens left, output tokens left, context]
     while i < n_req or waiting or running:
         while i < n_req and arr[i] <= now:
             waiting.append([prompt[i], out[i], 0])
@@ -74,41 +74,33 @@ def run_reference(args):
         if not waiting and not running:
             now = arr[i]
             continue
+        while waiting and len(running) < max_seqs:
+            running.append(waiting.popleft())
         left, pre, dec, ctx = budget, 0, 0, 0
-        for r in running:
+        fed = []
+        for r in running:  # decodes first, then prompt chunks in admission order
             if r[0] == 0:
                 dec += 1
                 ctx += r[2] + 1
                 left -= 1
-        while wi < len(waiting) and left > 0 and len(running) < max_seqs:
-            r = waiting[wi]
-            wi += 1
-            running.append(r)
         for r in running:
             if r[0] > 0 and left > 0:
                 c = min(r[0], left)
                 pre += c
                 left -= c
-                r[0] -= c
-                r[2] += c
-                r.append(c)
+                fed.append((r, c))
         now += cm.step_time_s(pre, dec, ctx, 0)
         steps += 1
-        keep = []
-        for r in running:
-            if len(r) == 4:
-                r.pop()
-                if r[0] == 0:
-                    r[1] -= 1
-            elif r[0] == 0:
+        for r in running:  # decodes emit a token
+            if r[0] == 0:
                 r[1] -= 1
                 r[2] += 1
-            if r[1] > 0:
-                keep.append(r)
-        running = keep
-        if wi > 1024:
-            del waiting[:wi]
-            wi = 0
+        for r, c in fed:
+            r[0] -= c
+            r[2] += c
+            if r[0] == 0:
+                r[1] -= 1  # the last chunk emits the first token
+        running = [r for r in running if r[1] > 0]
     wall = time.perf_counter() - t0
     return wall, n_req, steps, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 

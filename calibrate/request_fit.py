@@ -6,7 +6,9 @@ of the predicted latencies to the measured ones.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import lmfit
 import numpy as np
@@ -57,8 +59,47 @@ class RequestFitResult:
     warnings: list = field(default_factory=list)
 
 
+class _QuantileResidual:
+    """Relative errors of the predicted latency quantiles for candidate parameters (one replay per call).
+
+    A picklable callable, so the multi-starts can run in other processes; ``n_calls``
+    counts the replays made through this instance.
+    """
+
+    def __init__(self, trace, model, gpu, tp, cfg, form, metrics, quantiles, meas):
+        self.trace, self.model, self.gpu, self.tp, self.cfg = trace, model, gpu, tp, cfg
+        self.form, self.metrics, self.quantiles, self.meas = form, metrics, quantiles, meas
+        self.n_calls = 0
+
+    def __call__(self, p):
+        self.n_calls += 1
+        v = p.valuesdict()
+        cm = RooflineCostModel(self.model, self.gpu,
+                               CostParams(v["eta_compute"], v["eta_mem"], v["t_step_ms"] * 1e-3, 0.0, self.form), self.tp)
+        res, _ = replay_frame(self.trace, cm, self.cfg)
+        out = []
+        for m in self.metrics:
+            pv = res[f"pred_{m}"].to_numpy(float)
+            pv = pv[np.isfinite(pv)]
+            q = np.percentile(pv, self.quantiles) if pv.size else np.full(len(self.quantiles), 1e9)
+            out.append((q - self.meas[m]) / self.meas[m])
+        return np.concatenate(out)
+
+
+def _polish(residual: _QuantileResidual, start) -> tuple[lmfit.minimizer.MinimizerResult, int]:
+    """One multi-start: lmfit ``least_squares`` from ``start``; the result and the replays it took."""
+    params = lmfit.Parameters()
+    for (name, lo, hi), s in zip(_PARAMS, start):
+        params.add(name, value=s, min=lo, max=hi)
+    before = residual.n_calls
+    r = lmfit.Minimizer(residual, params).minimize(method="least_squares", diff_step=0.02, x_scale="jac",
+                                                    max_nfev=60)
+    return r, residual.n_calls - before
+
+
 def fit_requests(trace: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int, cfg: ReplayConfig,
-                 form: str = "max", metrics=("ttft_s", "tpot_s"), quantiles=QUANTILES) -> RequestFitResult:
+                 form: str = "max", metrics=("ttft_s", "tpot_s"), quantiles=QUANTILES,
+                 jobs: int | None = None) -> RequestFitResult:
     """Fit ``eta_compute``, ``eta_mem`` and the per-step constant to measured request latencies.
 
     Parameters
@@ -71,6 +112,9 @@ def fit_requests(trace: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int, c
     form : {"max", "sum"}
     metrics : measured columns to match.
     quantiles : percentiles matched, numpy linear method on both sides.
+    jobs : int, optional
+        Processes polishing the starts at once (default ``os.cpu_count()``; 1: one after
+        the other here). The result does not depend on it.
 
     Returns
     -------
@@ -86,7 +130,8 @@ def fit_requests(trace: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int, c
     Residuals: ``(q_pred - q_meas) / q_meas`` for every metric and quantile. Each start of
     :data:`_STARTS` is polished with lmfit's ``least_squares`` (trust region reflective,
     bounds, finite differences with a 2 % step, since the replayed quantiles are piecewise
-    smooth in the parameters); the best start wins. Deterministic for a given input.
+    smooth in the parameters); the best start wins. The starts are independent, so they run
+    in parallel processes (spawn). Deterministic for a given input.
     Standard errors come from a central-difference Jacobian at the optimum scaled by the
     reduced chi-square (:func:`_covariance`); they ignore the discreteness of scheduling
     and are indicative.
@@ -100,33 +145,23 @@ def fit_requests(trace: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int, c
     if len(metrics) * len(quantiles) <= len(_PARAMS):
         raise FitError("too few quantiles to fit three parameters")
     cfg = replace(cfg, record_token_times=False, record_steps=False)
-    pred_cols = {m: f"pred_{m}" for m in metrics}
-    n_replays = 0
+    residual = _QuantileResidual(trace, model, gpu, tp, cfg, form, metrics, quantiles, meas)
+    workers = min((os.cpu_count() or 1) if jobs is None else jobs, len(_STARTS))
+    if workers <= 1:
+        polished = [_polish(residual, start) for start in _STARTS]
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
 
-    def residual(p):
-        nonlocal n_replays
-        n_replays += 1
-        v = p.valuesdict()
-        cm = RooflineCostModel(model, gpu, CostParams(v["eta_compute"], v["eta_mem"], v["t_step_ms"] * 1e-3, 0.0, form), tp)
-        res, _ = replay_frame(trace, cm, cfg)
-        out = []
-        for m in metrics:
-            pv = res[pred_cols[m]].to_numpy(float)
-            pv = pv[np.isfinite(pv)]
-            q = np.percentile(pv, quantiles) if pv.size else np.full(len(quantiles), 1e9)
-            out.append((q - meas[m]) / meas[m])
-        return np.concatenate(out)
-
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            polished = list(pool.map(partial(_polish, residual), _STARTS))
     best = None
-    for start in _STARTS:
-        params = lmfit.Parameters()
-        for (name, lo, hi), s in zip(_PARAMS, start):
-            params.add(name, value=s, min=lo, max=hi)
-        r = lmfit.Minimizer(residual, params).minimize(method="least_squares", diff_step=0.02, x_scale="jac",
-                                                        max_nfev=60)
+    for r, _ in polished:  # in start order, as the serial loop: ties go to the earlier start
         if best is None or r.chisqr < best.chisqr:
             best = r
+    before = residual.n_calls
     _covariance(best, residual)
+    n_replays = sum(n for _, n in polished) + residual.n_calls - before
     return _result(best, form, metrics, quantiles, len(trace), n_replays, residual)
 
 

@@ -125,6 +125,7 @@ def set_ci95(cal: Calibration, method: str, bootstrap: dict | None = None) -> No
             continue
         if method == "bootstrap" and bootstrap and k in bootstrap:
             p.ci95 = bootstrap[k]
-        elif p.stderr is not None:
-            p.ci95 = (p.value - 1.96 * p.stderr, p.value + 1.96 * p.stderr)
+        elif p.stderr is not None:  # clipped to the parameter's range: efficiencies in (0, 1], times >= 0
+            hi = 1.0 if k.startswith("eta_") else float("inf")
+            p.ci95 = (max(0.0, p.value - 1.96 * p.stderr), min(hi, p.value + 1.96 * p.stderr))
     cal.fit["ci_method"] = method

@@ -10,6 +10,7 @@ from schemas.cli_support import DataError, user_errors, version_option
 from schemas.tables import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE
 from schemas.specs import get_model
 
+from .closed_loop import on_send_times
 from .compare import broken_tolerances, compare, format_scheduler_table, format_table, scheduler_table
 from .cost_model import LINKS, cost_model_from_calibration
 from .disagg import DisaggEngine, describe_config
@@ -71,6 +72,12 @@ def replay_options(fn):
                      help="disagg: KV link one-way latency, seconds [default: --link's]."),
         click.option("--first-token-from", type=click.Choice(FIRST_TOKEN_FROM), default=None,
                      help="disagg: instance that emits output token 1 [default: prefill, as DistServe]."),
+        click.option("--concurrency", type=click.IntRange(min=1), default=None,
+                     help="Closed loop: N clients send the trace's requests in order, each when its previous "
+                          "one completes (llmperf, GenAI-Perf, vllm bench --max-concurrency); arrival times "
+                          "are ignored [default: open loop, arrivals as traced]."),
+        click.option("--think-time-s", type=click.FloatRange(min=0, max=float("inf"), max_open=True), default=0.0,
+                     show_default=True, help="Closed loop: a client's pause between a completion and its next send, seconds."),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -91,7 +98,7 @@ def replay_config(kwargs: dict, one_scheduler: bool = True, **extra) -> ReplayCo
     """
     keys = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "gpu_memory_utilization",
             "block_size", "max_model_len", "replicas", "router", "enable_prefix_caching", "hash_block_size",
-            "preemption_mode", "slo_ttft_s", "slo_tpot_s")
+            "preemption_mode", "slo_ttft_s", "slo_tpot_s", "concurrency", "think_time_s")
     given = {k: kwargs[k] for k in DISAGG_OPTIONS if kwargs.get(k) is not None}
     if one_scheduler and kwargs["scheduler"] != "disagg" and given:
         names = ", ".join("--" + k.replace("_", "-") for k in given)
@@ -143,20 +150,38 @@ def parse_tolerances(text: str | None) -> dict[str, float]:
               help="Replay the trace under each scheduler of LIST (e.g. fcfs,chunked,static,sjf,edf,disagg) "
                    "and print one table of predicted latency percentiles and goodput instead of the "
                    "comparison with measured latencies.")
+@click.option("--sweep", multiple=True, metavar="NAME=VALUES",
+              help="Replay at every point of a grid and print one table of predicted percentiles, goodput and "
+                   "throughput. NAME: rate-scale (arrival times divided by it), scheduler, max-num-seqs, "
+                   "max-num-batched-tokens, replicas, concurrency; VALUES: a,b,c or start:stop:step (stop "
+                   "included when on the grid). Repeat for a cartesian product.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="--sweep: local processes evaluating the points [default: the number of CPUs].")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="--sweep: run the points on the Ray cluster at ADDR (auto, ray://host:10001); needs "
+                   "pip install 'servecal[ray]' here and servecal on the cluster.")
+@click.option("--sweep-out", type=click.Path(dir_okay=False), default=None,
+              help="--sweep: also write the table (.parquet or .csv; seconds, requests/s).")
 @_errors
 def main(trace, calibration_path, model, tp, output, steps_out, token_times, chrome_trace, report,
-         measured_timeseries, tolerance, compare_schedulers, **kwargs):
+         measured_timeseries, tolerance, compare_schedulers, sweep, jobs, ray_address, sweep_out, **kwargs):
     """Replay TRACE through the simulated engine; compare with measured latencies.
 
     \b
     Example:
       replay run.parquet --calibration cal.json --scheduler chunked \\
              --max-num-seqs 128 --max-num-batched-tokens 2048 -o pred.parquet
+      replay run.parquet --calibration cal.json --concurrency 32
+      replay run.parquet --calibration cal.json --slo-ttft-s 0.5 \\
+             --sweep rate-scale=0.5:3:0.25 --sweep scheduler=fcfs,chunked --sweep-out sweep.csv
     """
     from traces.io import read_trace
 
     tolerances = parse_tolerances(tolerance)
     names = None
+    sweeps = check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers,
+                                 (("-o", output), ("--steps-out", steps_out), ("--chrome-trace", chrome_trace),
+                                  ("--report", report), ("--tolerance", tolerance), ("--token-times", token_times)))
     if compare_schedulers is not None:
         names = parse_scheduler_list(compare_schedulers)
         clash = [opt for opt, v in (("-o", output), ("--steps-out", steps_out), ("--chrome-trace", chrome_trace),
@@ -180,13 +205,19 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
     if names is not None:
         compare_schedulers_run(frame, meta, cost_model, replay_config(kwargs, one_scheduler=False), names)
         return
+    if sweeps is not None:
+        sweep_run(frame, meta, cost_model, replay_config(kwargs, one_scheduler="scheduler" not in sweeps), sweeps,
+                  jobs, ray_address, sweep_out)
+        return
     cfg = replay_config(kwargs, record_token_times=token_times, record_steps=steps_out is not None or bool(report),
                         record_step_requests=chrome_trace is not None)
     m = cost_model.model
     where = (f"scheduler disagg: {describe_config(cost_model, cfg)}" if cfg.scheduler == "disagg" else
              f"{cost_model.tp} x {cost_model.gpu.name} (TP={cost_model.tp}), scheduler {cfg.scheduler}")
+    loop = "" if cfg.concurrency is None else \
+        f", closed loop: {cfg.concurrency} clients, think time {cfg.think_time_s:g} s"
     click.echo(f"replaying {len(frame)} requests: model {m.name}, {where}, max_num_seqs={cfg.max_num_seqs}, "
-               f"max_num_batched_tokens={cfg.max_num_batched_tokens}")
+               f"max_num_batched_tokens={cfg.max_num_batched_tokens}{loop}")
     result, engine = replay_frame(frame, cost_model, cfg, meta)
     n_ok = int((result["pred_status"] == "ok").sum())
     rejected = result["pred_status"].str.startswith("rejected").sum()
@@ -208,7 +239,7 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
         from .metrics import goodput_rps
 
         line = f"goodput (ttft <= {cfg.slo_ttft_s} s, tpot <= {cfg.slo_tpot_s} s): predicted " \
-               f"{goodput_rps(result, cfg.slo_ttft_s, cfg.slo_tpot_s):.3f} req/s"
+               f"{goodput_rps(on_send_times(result), cfg.slo_ttft_s, cfg.slo_tpot_s):.3f} req/s"
         if {"ttft_s", "tpot_s", "e2e_s"} <= set(result.columns):
             line += f", measured {goodput_rps(result, cfg.slo_ttft_s, cfg.slo_tpot_s, prefix=''):.3f} req/s"
         click.echo(line)
@@ -225,14 +256,14 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
     if chrome_trace:
         from .chrome_trace import write_chrome_trace
 
-        write_chrome_trace(chrome_trace, engine, result)
+        write_chrome_trace(chrome_trace, engine, on_send_times(result))  # closed loop: the simulated sends
         click.echo(f"wrote {chrome_trace}")
     table = compare(result)
     click.echo(format_table(table))
     if report:
         from .report import write_report
 
-        written = write_report(result, report, timeseries, steps_frame(engine))
+        written = write_report(on_send_times(result), report, timeseries, steps_frame(engine))
         click.echo(f"wrote {', '.join(str(p) for p in written)}")
     if tolerances:
         broken = broken_tolerances(table, tolerances)
@@ -343,3 +374,84 @@ def describe_load(trace: str, calibration_path: str, model: str | None) -> str:
     if "queue_wait_s" in frame and frame["queue_wait_s"].notna().any():
         lines.append(f"  measured mean queue wait = {frame['queue_wait_s'].mean() * 1e3:.1f} ms (the batching engine)")
     return "\n".join(lines)
+
+
+def check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers, exclusive) -> dict | None:
+    """Parse ``--sweep`` and check the options that go with it, before anything runs.
+
+    Parameters
+    ----------
+    sweep : tuple[str, ...]
+        The ``--sweep`` values.
+    jobs, ray_address, sweep_out, compare_schedulers
+        The options of the same names (None when not given).
+    exclusive : sequence of (option, value)
+        Options that a sweep cannot be combined with (set when truthy).
+
+    Returns
+    -------
+    dict or None
+        ``{name: values}`` (:func:`replay.sweep.parse_sweeps`); None without ``--sweep``.
+
+    Raises
+    ------
+    ConfigError
+        A bad ``--sweep``; ``--jobs``/``--ray-address``/``--sweep-out`` without it; an option
+        both swept and given; a clash with another mode; Ray not installed; an output that is
+        neither .parquet nor .csv.
+    """
+    from .sweep import check_output_path, check_ray, parse_sweeps
+
+    if not sweep:
+        given = [opt for opt, v in (("--jobs", jobs), ("--ray-address", ray_address), ("--sweep-out", sweep_out))
+                 if v is not None]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: only --sweep uses these")
+        return None
+    sweeps = parse_sweeps(sweep)
+    clash = (["--compare-schedulers"] if compare_schedulers is not None else []) + [o for o, v in exclusive if v]
+    if clash:
+        raise ConfigError(f"--sweep prints one table of predictions; it cannot be combined with {', '.join(clash)}")
+    ctx = click.get_current_context()
+    fixed = [f"--{n}" for n in sweeps if n != "rate-scale"
+             and ctx.get_parameter_source(n.replace("-", "_")) == click.core.ParameterSource.COMMANDLINE]
+    if fixed:
+        raise ConfigError(f"{', '.join(fixed)}: swept by --sweep, so give its values there only")
+    if ray_address is not None:
+        if jobs is not None:
+            raise ConfigError("--jobs: with --ray-address the Ray cluster runs the points")
+        check_ray()
+    if sweep_out:
+        check_output_path(sweep_out)
+    return sweeps
+
+
+def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: int | None, ray_address: str | None,
+              sweep_out: str | None) -> None:
+    """Replay ``frame`` at every point of ``sweeps`` (``cfg`` otherwise), print the table, write ``sweep_out``."""
+    import os
+    import time
+
+    from .sweep import SweepContext, format_sweep_table, run_sweep, sweep_points, write_sweep_table
+
+    n = len(sweep_points(sweeps))
+    m, gpus = cost_model.model, cfg.replicas * cost_model.tp
+    loop = "" if cfg.concurrency is None else f", closed loop: {cfg.concurrency} clients"
+    click.echo(f"sweeping {n} points ({' x '.join(f'{len(v)} {k}' for k, v in sweeps.items())}) on {len(frame)} "
+               f"requests: model {m.name}, {cfg.replicas} x {cost_model.tp} x {cost_model.gpu.name} "
+               f"(TP={cost_model.tp}, {gpus} GPU{'s' * (gpus != 1)}), scheduler {cfg.scheduler}, "
+               f"max_num_seqs={cfg.max_num_seqs}, max_num_batched_tokens={cfg.max_num_batched_tokens}{loop} "
+               "(swept options override these)")
+    start = time.perf_counter()
+    table = run_sweep(SweepContext(frame, meta or {}, cost_model, cfg), sweeps, jobs, ray_address)
+    where = (f"on Ray ({ray_address})" if ray_address else
+             f"on {min(jobs or os.cpu_count() or 1, n)} local process(es)")
+    click.echo(format_sweep_table(table, list(sweeps)))
+    slo = [f"{k} <= {v} s" for k, v in (("ttft", cfg.slo_ttft_s), ("tpot", cfg.slo_tpot_s)) if v is not None]
+    click.echo("(predicted, ms over completed requests; throughput_rps: completed requests/s"
+               + (f"; goodput_rps: those meeting {' and '.join(slo)})" if slo else
+                  "; give --slo-ttft-s/--slo-tpot-s for goodput)"))
+    click.echo(f"{n} points in {time.perf_counter() - start:.1f} s {where}", err=True)
+    if sweep_out:
+        write_sweep_table(table, sweep_out)
+        click.echo(f"wrote {sweep_out}")

@@ -176,10 +176,13 @@ class RooflineCostModel:
         tokens = num_prefill_tokens + num_decode_seqs
         c = self.compute_s(tokens)
         m = self.memory_s(decode_context_tokens + prefill_context_tokens)
+        if not isinstance(c, np.ndarray):  # scalars: plain floats, the same IEEE operations
+            if tokens <= 0:
+                return 0.0
+            body = (c if c > m else m) if p.form == "max" else c + m
+            return float(p.t_launch_s + p.t_cpu_s + body + self.allreduce_s(tokens))
         body = np.maximum(c, m) if p.form == "max" else c + m
         t = p.t_launch_s + p.t_cpu_s + body + self.allreduce_s(tokens)
-        if np.ndim(t) == 0:
-            return float(t) if tokens > 0 else 0.0
         return np.where(np.asarray(tokens) > 0, t, 0.0)
 
     def prefill_time_s(self, num_tokens: int) -> float:

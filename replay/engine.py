@@ -268,8 +268,8 @@ class Engine:
         """Advance ``k > 1`` identical decode steps at once when nothing can change the batch.
 
         The scheduler (``decode_runs = True``) returned every running request as a decode,
-        so until the next arrival, the first completion, or the KV cache running out, the
-        same batch repeats with ``L_total`` growing by ``B`` per step. The steps' durations
+        so until the next arrival (or :attr:`arrival_bound`), the first completion, or the KV
+        cache running out, the same batch repeats with ``L_total`` growing by ``B`` per step. The steps' durations
         are computed together and their end times accumulated in the same order as the
         step-by-step path, so both give the same timestamps. Returns False when ``k = 1``.
         """
@@ -284,6 +284,8 @@ class Engine:
             first = self.cost_models[rid].step_time_s(0, b, batch.decode_context_tokens, 0)
             if now + (_MIN_RUN - 1) * first >= next_arrival:
                 return False
+            if first > 0:  # no more steps than fit before the arrival at the first one's duration, plus one
+                k = min(k, int((next_arrival - now) / first) + 2)
         kv = state.kv
         computed = np.fromiter((r.num_computed_tokens for r in reqs), np.int64, b)
         held = np.fromiter((r.num_blocks for r in reqs), np.int64, b)
@@ -335,13 +337,43 @@ class Engine:
         t = self._arrivals[self._next_arrival].arrival_time_s if self._next_arrival < len(self._arrivals) else math.inf
         return t if self.arrival_bound is None else min(t, self.arrival_bound())
 
-    def next_event_time_s(self) -> float:
-        """Time of the earliest pending event (step end, wake-up, callback), seconds (``inf``: none).
+    def completion_bound_s(self, min_step_s: float = 0.0) -> float:
+        """A time before which no request can complete on another replica, seconds (``inf``: none).
 
-        No replica can emit a token, so no request can complete, before it (besides the
-        replica starting a step now, whose own step end is not pending).
+        Meant for a replica starting a step (its own step end is not pending yet). A pending
+        callback or wake-up at ``T`` bounds at ``T``. A replica's pending step end ``X``
+        bounds at ``X`` if the step emits some request's last token, else at
+        ``X + s * min_step_s``, ``s`` the fewest output tokens a request it holds (batch,
+        running or waiting) still has to emit after ``X``: a step emits at most one token per
+        request and lasts at least ``min_step_s``. Requests arriving later complete later still.
+
+        Parameters
+        ----------
+        min_step_s : float
+            A lower bound on the duration of any step, seconds (0: the step end itself).
         """
-        return self._heap[0][0] if self._heap else math.inf
+        bound = math.inf
+        for time, kind, _, payload in self._heap:
+            if time < bound:
+                bound = time if kind != _STEP_END or min_step_s <= 0 else \
+                    min(bound, time + min_step_s * self._tokens_left_after_step(payload))
+        return bound
+
+    def _tokens_left_after_step(self, rid: int) -> int:
+        """Fewest output tokens a request held by replica ``rid`` must emit after its pending step."""
+        state, batch = self.replicas[rid], self._batches[rid]
+        if batch.run_end_times_s is not None:
+            k = len(batch.run_end_times_s)
+            left = min(r.num_output_tokens - r.num_generated_tokens - k for r in batch.requests)
+        else:
+            left = min(r.num_output_tokens - r.num_generated_tokens
+                       - (r.num_computed_tokens + n >= r.num_prompt_tokens + r.num_generated_tokens)
+                       for r, n in zip(batch.requests, batch.num_new_tokens))
+        # the batch is part of running: when it is all of it only the waiting requests remain
+        for queue in (state.waiting,) if len(batch.requests) == len(state.running) else (state.running, state.waiting):
+            for r in queue:
+                left = min(left, r.num_output_tokens - r.num_generated_tokens)
+        return left
 
     def _finish(self, state: ReplicaState, done: list[Request], now: float) -> None:
         """Drop the requests that emitted their last token at ``now`` from ``running``; call the hook."""

@@ -9,6 +9,7 @@ import pandas as pd
 from schemas.specs import GpuSpec, ModelSpec
 
 from .cost_model import LINKS, RooflineCostModel, kv_capacity_blocks
+from .closed_loop import ClosedLoop, check_closed_loop, send_times_column
 from .disagg import DisaggEngine, resolve_pools
 from .engine import Engine, EngineConfig
 from .errors import ConfigError
@@ -74,6 +75,12 @@ class ReplayConfig:
     first_token_from : str
         ``disagg``: ``prefill`` (DistServe: the prefill instance emits token 1) or ``decode``
         (the first decode step after the transfer does).
+    concurrency : int | None
+        Closed loop (:class:`replay.closed_loop.ClosedLoop`): this many clients send the
+        trace's requests in trace order, each when its previous one completes; arrival
+        times are ignored. None: open loop, requests arrive at ``arrival_time_s``.
+    think_time_s : float
+        Closed loop: a client's pause between a completion and its next send, seconds.
     """
 
     scheduler: str = "chunked"
@@ -103,6 +110,8 @@ class ReplayConfig:
     link_bandwidth_bytes_per_s: float | None = None
     link_latency_s: float | None = None
     first_token_from: str = "prefill"
+    concurrency: int | None = None
+    think_time_s: float = 0.0
 
 
 def resolve_num_gpu_blocks(cfg: ReplayConfig, model: ModelSpec, gpu: GpuSpec, tp: int) -> int:
@@ -191,6 +200,7 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
     """
     if cfg.max_num_seqs < 1 or cfg.max_num_batched_tokens < 1:
         raise ConfigError("--max-num-seqs and --max-num-batched-tokens must be >= 1")
+    check_closed_loop(cfg.concurrency, cfg.think_time_s)
     decode_cost_model = None
     if cfg.scheduler == "disagg":
         # each pool with its own TP (BR-23); the prefill pool's sizes the cache and swap time below
@@ -227,8 +237,13 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
         engine = Engine(cost_model, factory, sched_cfg, engine_cfg, num_replicas=cfg.replicas,
                         router=get_router(cfg.router))
     reqs = requests_from_frame(df, cfg.record_token_times, cfg.slo_ttft_s, cfg.slo_tpot_s)
-    engine.run(reqs)
+    if cfg.concurrency is None:
+        engine.run(reqs)
+    else:
+        ClosedLoop(engine, reqs, cfg.concurrency, cfg.think_time_s).run()
     result = result_frame(df, reqs)
+    if cfg.concurrency is not None:
+        result["pred_arrival_time_s"] = send_times_column(len(df), reqs)
     if isinstance(engine, DisaggEngine):
         for col, values in engine.result_columns(len(df)).items():
             result[col] = values

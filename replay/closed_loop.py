@@ -1,0 +1,151 @@
+"""Closed-loop replay (``replay --concurrency N``): N clients, each sending its next request
+when its previous one completes.
+
+Benchmark clients often hold a fixed number of requests in flight instead of following
+arrival times: LLMPerf (``--num-concurrent-requests``), GenAI-Perf (``--concurrency``) and
+``vllm bench serve --max-concurrency``. Their traces carry no meaningful arrival times, so
+the replay simulates the send times too. The engine is driven through its hooks
+(:attr:`~replay.engine.Engine.on_request_done`, :meth:`~replay.engine.Engine.call_at`,
+:meth:`~replay.engine.Engine.arrive`, :attr:`~replay.engine.Engine.arrival_bound`); batching,
+KV accounting and token bookkeeping stay the engine's.
+"""
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import numpy as np
+import pandas as pd
+
+from .engine import Engine
+from .errors import ConfigError
+from .request import Request
+
+
+def check_closed_loop(concurrency: int | None, think_time_s: float) -> None:
+    """Raise a ConfigError for impossible closed-loop options.
+
+    Parameters
+    ----------
+    concurrency : int or None
+        Clients (``--concurrency``), >= 1; None: open loop (trace arrival times).
+    think_time_s : float
+        Pause of a client between a completion and its next send, seconds, >= 0 and finite;
+        only meaningful with ``concurrency``.
+    """
+    if concurrency is None:
+        if think_time_s:
+            raise ConfigError("--think-time-s is the pause of a closed-loop client: give --concurrency too")
+        return
+    if int(concurrency) != concurrency or concurrency < 1:
+        raise ConfigError(f"--concurrency must be an integer >= 1, not {concurrency}")
+    if not 0 <= think_time_s < math.inf:
+        raise ConfigError(f"--think-time-s must be >= 0 seconds and finite, not {think_time_s}")
+
+
+class ClosedLoop:
+    """``concurrency`` clients sending ``requests`` in trace order through ``engine``.
+
+    Parameters
+    ----------
+    engine : Engine
+        A fresh engine (or :class:`~replay.disagg.DisaggEngine`); its ``on_request_done`` and
+        ``arrival_bound`` hooks are taken over.
+    requests : list[Request]
+        In trace order (their ``arrival_time_s`` is ignored and overwritten with the send time).
+    concurrency : int
+        Number of clients, >= 1.
+    think_time_s : float
+        Pause between a completion and the client's next send, seconds (default 0).
+
+    Notes
+    -----
+    The first ``min(concurrency, n)`` requests are sent at time 0. After that, whenever a
+    request completes at ``t`` (its last token), its client sends the next request of the
+    trace at ``t + think_time_s``; a request that is rejected (too long for the model or
+    the KV cache) completes at its own send time. So request ``k`` is sent when the
+    earliest client becomes free, as in :func:`traces.importers.llmperf.closed_loop_arrivals`.
+
+    A send at ``t`` reaches the engine after every step ending at ``t`` has been processed
+    (a client only sees the last token once the step that emitted it has ended), so the new
+    request waits for the next step boundary of its replica, or starts at ``t`` on an idle one:
+    with one client, requests run back to back with no queue wait. The order of equal-time
+    step ends on different replicas does not matter, which keeps the result independent of
+    closed-form decode runs (``--exact-steps``). A run must not pass a send to its replica,
+    so it stops at :meth:`Engine.completion_bound_s`, the earliest time another replica could
+    complete a request: its pending step end if that emits a last token, else that time plus
+    :attr:`min_step_s` per output token its requests still owe (the bound assumes, like the
+    runs themselves, that a step never takes less than a one-token step without context).
+    The bound ignores the think time, which only makes it earlier (runs shorter, still exact).
+
+    Latencies stay relative to each request's own send time (``Request.arrival_time_s``);
+    throughput over a long run satisfies Little's law, ``throughput * mean E2E = concurrency``
+    (with zero think time).
+    """
+
+    def __init__(self, engine: Engine, requests: list[Request], concurrency: int, think_time_s: float = 0.0):
+        check_closed_loop(concurrency, think_time_s)
+        assert engine.on_request_done is None and engine.arrival_bound is None, "engine hooks already taken"
+        self.engine, self.requests = engine, requests
+        self.concurrency, self.think_time_s = int(concurrency), float(think_time_s)
+        self._next = 0        # index in requests of the next request to send
+        self._scheduled = 0   # sends scheduled, not yet made
+        #: The shortest step any replica can take, seconds: one token, no context.
+        self.min_step_s = max(0.0, min(min(cm.step_time_s(1, 0, 0, 0), cm.step_time_s(0, 1, 0, 0))
+                                       for cm in engine.cost_models))
+
+    def run(self) -> list[Request]:
+        """Simulate until every request has completed or been rejected; return ``requests``, updated."""
+        eng = self.engine
+        eng.on_request_done = self._client_free
+        eng.arrival_bound = partial(eng.completion_bound_s, self.min_step_s)
+        for _ in range(min(self.concurrency, len(self.requests))):
+            self._schedule_send(0.0)
+        eng.run([])
+        return self.requests
+
+    def _schedule_send(self, time: float) -> None:
+        if self._next + self._scheduled < len(self.requests):  # a useless send would only cut decode runs short
+            self._scheduled += 1
+            self.engine.call_at(time, self._send, after_step_ends=True)
+
+    def _client_free(self, req: Request, now: float) -> None:
+        self._schedule_send(now + self.think_time_s)
+
+    def _send(self, now: float) -> None:
+        self._scheduled -= 1
+        req = self.requests[self._next]
+        self._next += 1
+        req.arrival_time_s = now
+        if self.engine.admit(req):
+            self.engine.arrive(req, now)
+        else:
+            self._client_free(req, now)  # rejected: completed at its send time
+
+
+def send_times_column(num_rows: int, requests: list[Request]) -> np.ndarray:
+    """The ``pred_arrival_time_s`` column of a closed-loop replay result.
+
+    Returns
+    -------
+    ndarray of float64, shape (num_rows,)
+        Simulated send time of each trace row, seconds since the first send; NaN for rows
+        that were not simulated (failed in the trace).
+    """
+    out = np.full(num_rows, np.nan)
+    for r in requests:
+        out[r.index] = r.arrival_time_s
+    return out
+
+
+def on_send_times(result: pd.DataFrame) -> pd.DataFrame:
+    """A replay result whose ``arrival_time_s`` is the simulated send time, when there is one.
+
+    Rates computed over the predicted timeline (goodput, throughput:
+    :func:`replay.metrics.goodput_rps`) need the predicted arrivals; a closed-loop result
+    holds them in ``pred_arrival_time_s``. An open-loop result is returned as it is.
+    """
+    if "pred_arrival_time_s" not in result:
+        return result
+    # rows never sent (failed in the trace) have no send time; the first send is at 0
+    return result.assign(arrival_time_s=result["pred_arrival_time_s"].fillna(0.0))
