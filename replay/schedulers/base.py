@@ -224,17 +224,27 @@ def schedule_running(state: ReplicaState, batch: Batch, budget) -> tuple:
     return budget, preempted
 
 
-def admit_waiting(state: ReplicaState, batch: Batch, budget, now: float):
+def admit_waiting(state: ReplicaState, batch: Batch, budget, now: float, whole_prompts: bool = False,
+                  reserve_peak: bool = False):
     """Admit ``state.waiting`` in its current order, prompts chunked to fill the token ``budget``.
 
     Stops at the first request whose blocks are not free (head-of-line, as vLLM v1), when
     ``max_num_seqs`` requests run, or when the budget is spent. A request admitted the first
     time takes its prefix-cache hit (:meth:`KVCache.lookup`) and feeds only the rest.
 
+    Parameters
+    ----------
+    whole_prompts : bool
+        Admit whole prompts only (vLLM v0, no chunking); a prompt longer than the budget
+        is admitted alone into an empty batch, so every request eventually runs.
+    reserve_peak : bool
+        Take the blocks of the request's peak KV (prompt + output - 1 tokens) up front, as
+        request-level batching does, so it never needs preemption.
+
     Returns
     -------
     budget : int
-        Tokens left in the step.
+        Tokens left in the step (negative after an oversized whole prompt).
     """
     kv = state.kv
     waiting = state.waiting
@@ -242,11 +252,18 @@ def admit_waiting(state: ReplicaState, batch: Batch, budget, now: float):
     while waiting and budget > 0 and len(state.running) < max_num_seqs:
         req = waiting[0]
         hit = kv.lookup(req)
-        n = min(req.num_uncomputed_tokens - hit, budget)
-        if not kv.can_allocate(req, n, hit):
+        need = req.num_uncomputed_tokens - hit
+        if whole_prompts:
+            if need > budget and batch.requests:
+                break
+            n = need
+        else:
+            n = min(need, budget)
+        take = req.peak_kv_tokens - req.num_computed_tokens - hit if reserve_peak else n
+        if not kv.can_allocate(req, take, hit):
             break
         waiting.popleft()
-        kv.allocate(req, n, hit)
+        kv.allocate(req, take, hit)
         state.admit(req, now)
         batch.add(req, n)
         budget -= n

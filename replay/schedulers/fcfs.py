@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from .base import Batch, ReplicaState, schedule_running
+from .base import Batch, ReplicaState, admit_waiting, schedule_running
 
 
 class FcfsScheduler:
@@ -30,20 +30,7 @@ class FcfsScheduler:
 
     def schedule(self, now: float, state: ReplicaState) -> Batch:
         batch = Batch()
-        budget = state.config.max_num_batched_tokens
-        kv = state.kv
-        waiting = state.waiting
-        while waiting and len(state.running) < state.config.max_num_seqs:
-            req = waiting[0]
-            hit = kv.lookup(req)
-            n = req.num_uncomputed_tokens - hit
-            if (n > budget and batch.requests) or not kv.can_allocate(req, n, hit):
-                break
-            waiting.popleft()
-            kv.allocate(req, n, hit)
-            state.admit(req, now)
-            batch.add(req, n)
-            budget -= n
+        admit_waiting(state, batch, state.config.max_num_batched_tokens, now, whole_prompts=True)
         if batch.requests:
             return batch
         schedule_running(state, batch, math.inf)  # every running request decodes one token

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from .base import Batch, ReplicaState, schedule_running
+from .base import Batch, ReplicaState, admit_waiting, schedule_running
 
 
 class StaticScheduler:
@@ -40,19 +40,5 @@ class StaticScheduler:
         if state.running:  # the batch in flight decodes; its blocks are reserved, so no preemption
             schedule_running(state, batch, math.inf)
             return batch
-        budget = state.config.max_num_batched_tokens
-        kv = state.kv
-        waiting = state.waiting
-        while waiting and len(state.running) < state.config.max_num_seqs:
-            req = waiting[0]
-            hit = kv.lookup(req)
-            n = req.num_uncomputed_tokens - hit
-            reserve = req.peak_kv_tokens - req.num_computed_tokens - hit
-            if (n > budget and batch.requests) or not kv.can_allocate(req, reserve, hit):
-                break
-            waiting.popleft()
-            kv.allocate(req, reserve, hit)
-            state.admit(req, now)
-            batch.add(req, n)
-            budget -= n
+        admit_waiting(state, batch, state.config.max_num_batched_tokens, now, whole_prompts=True, reserve_peak=True)
         return batch
