@@ -70,11 +70,14 @@ def print_fit(fits, dropped) -> None:
 @click.option("--ci-samples", type=click.IntRange(min=20), default=200, show_default=True,
               help="Bootstrap resamples.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Request logs: processes running the fit's starts in parallel [default: CPU count]; "
+                   "the result does not depend on it.")
 @replay_options
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Calibration JSON to write.")
 @_errors
-def fit(trace, model, model_config, gpu, gpu_spec, tp, form, loss, balance_kinds, ci_method, ci_samples, seed, output,
-        **replay_kwargs):
+def fit(trace, model, model_config, gpu, gpu_spec, tp, form, loss, balance_kinds, ci_method, ci_samples, seed, jobs,
+        output, **replay_kwargs):
     """Fit eta_compute, eta_mem and t_launch_s to a step trace or a request log.
 
     The kind of TRACE is read from its schema metadata. A step trace (step_trace/1) is
@@ -122,7 +125,7 @@ def fit(trace, model, model_config, gpu, gpu_spec, tp, form, loss, balance_kinds
             click.echo(f"fitting form={f} by simulation in the loop ({len(frame)} requests, scheduler "
                        f"{cfg.scheduler}, max_num_seqs={cfg.max_num_seqs}, "
                        f"max_num_batched_tokens={cfg.max_num_batched_tokens}) ...", err=True)
-            fits.append(fit_requests(frame, model_spec, gpu_spec, tp, cfg, form=f))
+            fits.append(fit_requests(frame, model_spec, gpu_spec, tp, cfg, form=f, jobs=jobs))
         fits.sort(key=lambda r: r.cost)
         print_request_fit(fits)
         cal = calibration_from_request_fit(fits, model_spec, gpu_spec, tp, source, cfg)

@@ -58,6 +58,12 @@ class ClosedLoop:
     think_time_s : float
         Pause between a completion and the client's next send, seconds (default 0).
 
+    Attributes
+    ----------
+    min_step_s : float
+        The shortest step any replica can take (one token, no context), seconds; it bounds
+        how soon another replica can complete a request (see Notes).
+
     Notes
     -----
     The first ``min(concurrency, n)`` requests are sent at time 0. After that, whenever a

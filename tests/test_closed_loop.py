@@ -79,6 +79,18 @@ def test_more_clients_than_requests():
     assert all(r.status == "ok" for r in got.values())
 
 
+def test_rows_failed_in_the_trace_are_not_sent():
+    trace = _trace(6).assign(status=["ok", "failed: 500", None, "ok", "failed: timeout", "ok"])
+    res, _ = replay_frame(trace, COST, ReplayConfig(concurrency=1))
+    sent = res["pred_arrival_time_s"]
+    assert sent.isna().tolist() == [False, True, False, False, True, False]
+    # one client: each of the 4 simulated requests is sent when the previous one completes
+    ok = res[sent.notna()]
+    assert np.allclose(ok["pred_arrival_time_s"].iloc[1:].to_numpy(),
+                       (ok["pred_arrival_time_s"] + ok["pred_e2e_s"]).iloc[:-1].to_numpy(), rtol=0, atol=1e-12)
+    assert np.isfinite(goodput_rps(on_send_times(res), None, None))  # unsent rows do not break the rates
+
+
 def _trace(n, seed=0):
     return synth_requests(n, 1.0, "lognormal:mean=600,sigma=0.8", "lognormal:mean=120,sigma=0.8", seed=seed)
 
