@@ -31,6 +31,8 @@ def main():
 def print_fit(fits, dropped) -> None:
     """Print lmfit's report of the best fit, R^2, residual percentiles and warnings."""
     best = fits[0]
+    click.echo("lmfit report of the best form (t_launch_frac = t_launch_s / median step duration, "
+               "so every fitted number is of order 1):")
     click.echo(best.report)
     for reason, n in dropped.items():
         click.echo(f"dropped {n} row(s): {reason}")
@@ -69,7 +71,7 @@ def print_fit(fits, dropped) -> None:
               help="95 % intervals: value +/- 1.96 stderr, or a bootstrap over steps (step traces).")
 @click.option("--ci-samples", type=click.IntRange(min=20), default=200, show_default=True,
               help="Bootstrap resamples.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the bootstrap.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Request logs: processes running the fit's starts in parallel [default: CPU count]; "
                    "the result does not depend on it.")
@@ -149,6 +151,8 @@ def model_from_options(model: str | None, model_config: str | None):
 def print_request_fit(fits) -> None:
     """Print the best request fit, every form's cost, and the quantile errors at the optimum."""
     best = fits[0]
+    click.echo("lmfit report of the best form (t_launch_ms = t_launch_s in milliseconds; its uncertainties "
+               "are recomputed below from a central-difference Jacobian):")
     click.echo(best.report)
     for f in fits:
         click.echo(f"form={f.form}: cost {f.cost:.4g} (sum of squared relative quantile errors), {f.n_replays} replays")

@@ -34,7 +34,7 @@ TRUTH = CostParams(eta_compute=0.55, eta_mem=0.80, t_launch_s=4e-4, t_cpu_s=0.0,
               help="Arrival rate, requests/s.")
 @click.option("--noise", type=click.FloatRange(min=0), default=0.03, show_default=True,
               help="Lognormal sigma of the step-time noise of the synthetic cluster.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 def demo(out_dir, num_requests, rate, noise, seed):
     """Run import -> fit -> replay -> compare on a SYNTHETIC cluster and workload.
 
@@ -43,6 +43,10 @@ def demo(out_dir, num_requests, rate, noise, seed):
       servecal demo --out-dir /tmp/demo
     """
     out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.UsageError(f"--out-dir {out_dir}: cannot create the folder ({exc.strerror})") from None
     rng = np.random.default_rng(seed)
     model, gpu = get_model("llama-3.1-8b"), get_gpu("h100-80gb")
     click.echo(f"SYNTHETIC DEMO: {model.name} on 1 x {gpu.name}; the 'cluster' is a roofline with "

@@ -25,8 +25,8 @@ from .errors import FitError
 QUANTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)
 #: (name, lower, upper) of the fitted parameters; the per-step constant in milliseconds so
 #: every parameter is of order 1 (BR-18).
-_PARAMS = (("eta_compute", 0.02, 1.0), ("eta_mem", 0.02, 1.0), ("t_step_ms", 0.0, 50.0))
-#: Multi-start points (eta_compute, eta_mem, t_step_ms); the best is polished.
+_PARAMS = (("eta_compute", 0.02, 1.0), ("eta_mem", 0.02, 1.0), ("t_launch_ms", 0.0, 50.0))
+#: Multi-start points (eta_compute, eta_mem, t_launch_ms); the best is polished.
 _STARTS = ((0.5, 0.8, 1.0), (0.3, 0.5, 0.2), (0.8, 0.95, 3.0))
 
 
@@ -75,7 +75,7 @@ class _QuantileResidual:
         self.n_calls += 1
         v = p.valuesdict()
         cm = RooflineCostModel(self.model, self.gpu,
-                               CostParams(v["eta_compute"], v["eta_mem"], v["t_step_ms"] * 1e-3, 0.0, self.form), self.tp)
+                               CostParams(v["eta_compute"], v["eta_mem"], v["t_launch_ms"] * 1e-3, 0.0, self.form), self.tp)
         res, _ = replay_frame(self.trace, cm, self.cfg)
         out = []
         for m in self.metrics:
@@ -203,12 +203,12 @@ def _covariance(r, residual, rel_step: float = 0.05) -> None:
 
 def _result(r, form, metrics, quantiles, n_requests, n_replays, residual) -> RequestFitResult:
     v = r.params.valuesdict()
-    values = {"eta_compute": v["eta_compute"], "eta_mem": v["eta_mem"], "t_launch_s": v["t_step_ms"] * 1e-3}
-    names = {"eta_compute": "eta_compute", "eta_mem": "eta_mem", "t_step_ms": "t_launch_s"}
+    values = {"eta_compute": v["eta_compute"], "eta_mem": v["eta_mem"], "t_launch_s": v["t_launch_ms"] * 1e-3}
+    names = {"eta_compute": "eta_compute", "eta_mem": "eta_mem", "t_launch_ms": "t_launch_s"}
     stderr, ident, bounds, warnings = {}, {}, {}, []
     for pname, key in names.items():
         se = r.params[pname].stderr
-        scale = 1e-3 if pname == "t_step_ms" else 1.0
+        scale = 1e-3 if pname == "t_launch_ms" else 1.0
         stderr[key] = None if se is None else float(se) * scale
         val = values[key]
         lo, hi = next((lo, hi) for n, lo, hi in _PARAMS if n == pname)

@@ -15,9 +15,9 @@ import numpy as np
 from .errors import FitError
 
 #: Bounds of the fitted parameters (efficiencies strictly positive: the model stays finite).
-#: ``launch_frac`` is the launch latency as a fraction of the median per-launch duration of
+#: ``t_launch_frac`` is the launch latency as a fraction of the median per-launch duration of
 #: the data, so every parameter is of order 1 whatever the log's time unit (BR-18).
-BOUNDS = {"eta_compute": (1e-3, 1.0), "eta_mem": (1e-3, 1.0), "launch_frac": (0.0, 1.0)}
+BOUNDS = {"eta_compute": (1e-3, 1.0), "eta_mem": (1e-3, 1.0), "t_launch_frac": (0.0, 1.0)}
 
 
 @dataclass
@@ -154,8 +154,8 @@ def fit_roofline(d: RooflineData, form: str = "max", loss: str = "soft_l1",
     start = {"eta_compute": 0.5, "eta_mem": 0.8, "t_launch_s": 0.01 * t_ref, **(start or {})}
     params = lmfit.Parameters()
     for name, (lo, hi) in BOUNDS.items():
-        key = "t_launch_s" if name == "launch_frac" else name
-        scale = 1.0 / t_ref if name == "launch_frac" else 1.0
+        key = "t_launch_s" if name == "t_launch_frac" else name
+        scale = 1.0 / t_ref if name == "t_launch_frac" else 1.0
         val = fixed.get(key, start[key]) * scale
         params.add(name, value=min(max(val, lo + 1e-9), hi), min=lo, max=hi, vary=key not in fixed)
     nvary = sum(p.vary for p in params.values())
@@ -168,7 +168,7 @@ def fit_roofline(d: RooflineData, form: str = "max", loss: str = "soft_l1",
 
     def residual(p):
         v = p.valuesdict()
-        pred = predict_s(d, v["eta_compute"], v["eta_mem"], v["launch_frac"] * t_ref, form)
+        pred = predict_s(d, v["eta_compute"], v["eta_mem"], v["t_launch_frac"] * t_ref, form)
         return (pred - meas) / scale
 
     mini = lmfit.Minimizer(residual, params)
@@ -179,7 +179,7 @@ def fit_roofline(d: RooflineData, form: str = "max", loss: str = "soft_l1",
     else:
         raise ValueError(f"method {method!r} with loss {loss!r} is not supported")
     v = res.params.valuesdict()
-    values = {"eta_compute": v["eta_compute"], "eta_mem": v["eta_mem"], "t_launch_s": v["launch_frac"] * t_ref}
+    values = {"eta_compute": v["eta_compute"], "eta_mem": v["eta_mem"], "t_launch_s": v["t_launch_frac"] * t_ref}
     pred = predict_s(d, values["eta_compute"], values["eta_mem"], values["t_launch_s"], form)
     rel = (pred - meas) / meas
     ss_res = float(np.sum((pred - meas) ** 2))
@@ -189,10 +189,10 @@ def fit_roofline(d: RooflineData, form: str = "max", loss: str = "soft_l1",
     n_cb = int(np.sum(c > m))
 
     stderr, ident, bounds, warnings = {}, {}, {}, []
-    names = {"eta_compute": "eta_compute", "eta_mem": "eta_mem", "launch_frac": "t_launch_s"}
+    names = {"eta_compute": "eta_compute", "eta_mem": "eta_mem", "t_launch_frac": "t_launch_s"}
     for pname, key in names.items():
         p = res.params[pname]
-        scale = t_ref if pname == "launch_frac" else 1.0
+        scale = t_ref if pname == "t_launch_frac" else 1.0
         if not p.vary:
             stderr[key], ident[key], bounds[key] = 0.0, True, "fixed"
             continue
@@ -229,7 +229,7 @@ def fit_roofline(d: RooflineData, form: str = "max", loss: str = "soft_l1",
             warnings.append(f"{key}: the data barely constrain it (stderr {se if se is not None else 'n/a'} "
                             f"vs value {values[key]:.3g}).")
         if ident.get(key) and bounds.get(key) != "fixed":
-            lo, hi = BOUNDS[key if key != "t_launch_s" else "launch_frac"]
+            lo, hi = BOUNDS[key if key != "t_launch_s" else "t_launch_frac"]
             raw = values[key] / (t_ref if key == "t_launch_s" else 1)
             if np.isclose(raw, hi) or (lo > 0 and np.isclose(raw, lo)):
                 warnings.append(f"{key}: fitted value {values[key]:.3g} sits on its bound.")

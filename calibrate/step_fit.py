@@ -121,7 +121,7 @@ def bootstrap_ci95(steps: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int,
 def set_ci95(cal: Calibration, method: str, bootstrap: dict | None = None) -> None:
     """Store 95 % intervals in ``cal.params``: from the bootstrap, or ``value +/- 1.96 stderr``."""
     for k, p in cal.params.items():
-        if not p.vary:
+        if not p.vary or not p.identifiable:  # only a bound is known (FittedParam.bound)
             continue
         if method == "bootstrap" and bootstrap and k in bootstrap:
             p.ci95 = bootstrap[k]

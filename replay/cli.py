@@ -110,15 +110,24 @@ def replay_config(kwargs: dict, one_scheduler: bool = True, **extra) -> ReplayCo
 
 def parse_tolerances(text: str | None) -> dict[str, float]:
     """``"ttft_p50=0.1,tpot_p50=0.1"`` -> ``{"ttft_p50": 0.1, "tpot_p50": 0.1}``."""
+    from .compare import METRIC_LABELS
+
+    known = set(METRIC_LABELS)
     out = {}
     for part in filter(None, (text or "").split(",")):
         key, sep, val = part.partition("=")
+        key = key.strip()
+        metric, _, stat = key.rpartition("_")
         try:
-            out[key.strip()] = float(val)
-            assert sep and out[key.strip()] >= 0
+            out[key] = float(val)
+            assert sep and out[key] >= 0
         except (ValueError, AssertionError):
             raise click.BadParameter(f"{part!r}: expected metric_stat=fraction, e.g. ttft_p50=0.1",
                                      param_hint="--tolerance") from None
+        if metric not in known or not (stat == "mape" or stat in ("p50", "p90", "p99")):
+            raise click.BadParameter(f"{key!r}: expected <metric>_<stat> with metric one of "
+                                     f"{', '.join(sorted(known))} and stat p50, p90, p99 or mape",
+                                     param_hint="--tolerance")
     return out
 
 
@@ -199,6 +208,9 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
     cal = Calibration.read(calibration_path)
     model_spec = get_model(model) if model else None
     cost_model = cost_model_from_calibration(cal, model_spec, tp)
+    if model_spec is not None and model_spec.name != cal.model.name:
+        click.echo(f"note: the calibration was fitted on {cal.model.name}; its efficiencies are carried over to "
+                   f"{model_spec.name} on the same GPU (an extrapolation: check against a measured run)", err=True)
     kind, frame, meta = read_trace(trace)
     if kind != REQUEST_TRACE:
         raise DataError(f"{trace}: is a {kind}; replay needs a request trace ({REQUEST_TRACE})")
@@ -213,7 +225,7 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
                         record_step_requests=chrome_trace is not None)
     m = cost_model.model
     where = (f"scheduler disagg: {describe_config(cost_model, cfg)}" if cfg.scheduler == "disagg" else
-             f"{cost_model.tp} x {cost_model.gpu.name} (TP={cost_model.tp}), scheduler {cfg.scheduler}")
+             f"{hardware(cost_model, cfg)}, scheduler {cfg.scheduler}")
     loop = "" if cfg.concurrency is None else \
         f", closed loop: {cfg.concurrency} clients, think time {cfg.think_time_s:g} s"
     click.echo(f"replaying {len(frame)} requests: model {m.name}, {where}, max_num_seqs={cfg.max_num_seqs}, "
@@ -304,10 +316,10 @@ def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, names: li
     """
     from dataclasses import replace
 
-    m, gpus = cost_model.model, cfg.replicas * cost_model.tp
-    click.echo(f"comparing {len(names)} schedulers on {len(frame)} requests: model {m.name}, {cfg.replicas} x "
-               f"{cost_model.tp} x {cost_model.gpu.name} (TP={cost_model.tp}, {gpus} GPU{'s' * (gpus != 1)}), "
-               f"max_num_seqs={cfg.max_num_seqs}, max_num_batched_tokens={cfg.max_num_batched_tokens}")
+    m = cost_model.model
+    click.echo(f"comparing {len(names)} schedulers on {len(frame)} requests: model {m.name}, "
+               f"{hardware(cost_model, cfg)}, max_num_seqs={cfg.max_num_seqs}, "
+               f"max_num_batched_tokens={cfg.max_num_batched_tokens}")
     if "disagg" in names:
         click.echo(f"  disagg: {describe_config(cost_model, cfg)}")
     results = {}
@@ -315,8 +327,16 @@ def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, names: li
         results[name], _ = replay_frame(frame, cost_model, replace(cfg, scheduler=name), meta)
     click.echo(format_scheduler_table(scheduler_table(results, cfg.slo_ttft_s, cfg.slo_tpot_s)))
     slo = [f"{k} <= {v} s" for k, v in (("ttft", cfg.slo_ttft_s), ("tpot", cfg.slo_tpot_s)) if v is not None]
-    click.echo("(predicted, ms over completed requests; goodput_rps: completed requests/s "
-               + (f"meeting {' and '.join(slo)})" if slo else "; no --slo-ttft-s/--slo-tpot-s given)"))
+    click.echo("(predicted, ms over completed requests; goodput_rps: completed requests/s"
+               + (f" meeting {' and '.join(slo)})" if slo else "; no --slo-ttft-s/--slo-tpot-s given)"))
+
+
+def hardware(cost_model, cfg: ReplayConfig) -> str:
+    """``"2 replicas of 2 x h100-80gb (TP=2), 4 GPUs"`` or ``"1 x h100-80gb (TP=1)"``."""
+    one = f"{cost_model.tp} x {cost_model.gpu.name} (TP={cost_model.tp})"
+    if cfg.replicas == 1:
+        return one
+    return f"{cfg.replicas} replicas of {one}, {cfg.replicas * cost_model.tp} GPUs"
 
 
 def add_load_to_describe(describe: click.Command) -> click.Command:
@@ -435,11 +455,10 @@ def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: in
     from .sweep import SweepContext, format_sweep_table, run_sweep, sweep_points, write_sweep_table
 
     n = len(sweep_points(sweeps))
-    m, gpus = cost_model.model, cfg.replicas * cost_model.tp
+    m = cost_model.model
     loop = "" if cfg.concurrency is None else f", closed loop: {cfg.concurrency} clients"
     click.echo(f"sweeping {n} points ({' x '.join(f'{len(v)} {k}' for k, v in sweeps.items())}) on {len(frame)} "
-               f"requests: model {m.name}, {cfg.replicas} x {cost_model.tp} x {cost_model.gpu.name} "
-               f"(TP={cost_model.tp}, {gpus} GPU{'s' * (gpus != 1)}), scheduler {cfg.scheduler}, "
+               f"requests: model {m.name}, {hardware(cost_model, cfg)}, scheduler {cfg.scheduler}, "
                f"max_num_seqs={cfg.max_num_seqs}, max_num_batched_tokens={cfg.max_num_batched_tokens}{loop} "
                "(swept options override these)")
     start = time.perf_counter()

@@ -173,6 +173,9 @@ def format_table(table: pd.DataFrame, percentiles=PERCENTILES) -> str:
     widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
     text = "\n".join([fmt.format(*head)] + [fmt.format(*c) for c in lines])
+    text += ("\n(err_pXX: (pred - meas) / meas of the percentile; mape: mean |pred - meas| / meas over requests "
+             "measured >= 1 ms; bias_ms: mean(pred) - mean(meas); ks: Kolmogorov-Smirnov distance of the two "
+             "distributions, 0 same to 1 disjoint; wass_ms: Wasserstein (earth mover's) distance)")
     if {"tpot", "itl"} <= set(table["metric"]):
         text += "\n(mean TPOT: tpot row, each request once; mean ITL: itl row, each token gap once)"
     return text

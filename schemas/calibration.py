@@ -118,11 +118,34 @@ class Calibration:
                 if p.get("ci95") is not None:
                     p["ci95"] = tuple(p["ci95"])
                 params[k] = FittedParam(**p)
-            return cls(model=ModelSpec.from_dict(d["model"]), gpu=GpuSpec.from_dict(d["gpu"]),
-                       tp=int(d["tp"]), form=str(d["form"]), params=params,
-                       fit=d.get("fit", {}), source=d.get("source", {}))
+            cal = cls(model=ModelSpec.from_dict(d["model"]), gpu=GpuSpec.from_dict(d["gpu"]),
+                      tp=d["tp"], form=d["form"], params=params,
+                      fit=d.get("fit", {}), source=d.get("source", {}))
         except (KeyError, TypeError, ValueError) as exc:
             raise SchemaError(f"{path}: calibration field missing or invalid: {exc}") from None
+        problem = cal.problem()
+        if problem:
+            raise SchemaError(f"{path}: {problem}")
+        return cal
+
+    def problem(self) -> str | None:
+        """What makes the values unusable (None if they are fine): efficiencies in (0, 1.5],
+        times finite and >= 0, ``form`` max or sum, ``tp`` a whole number >= 1."""
+        import math
+
+        for k, p in self.params.items():
+            v = p.value
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                return f"params.{k}.value is {v!r}; expected a finite number"
+            if k.startswith("eta_") and not 0 < v <= 1.5:
+                return f"params.{k}.value is {v!r}; expected an efficiency in (0, 1.5]"
+            if k.endswith("_s") and v < 0:
+                return f"params.{k}.value is {v!r}; expected seconds >= 0"
+        if self.form not in ("max", "sum"):
+            return f"form is {self.form!r}; expected 'max' or 'sum'"
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
+            return f"tp is {self.tp!r}; expected a whole number >= 1"
+        return None
 
 
 def sha256_of(path: str | os.PathLike) -> str:

@@ -17,16 +17,31 @@ class DataError(click.ClickException):
     exit_code = 1
 
 
+#: Parameter names of the files commands read and write, checked by :func:`user_errors`.
+INPUT_PARAMS = ("src", "sources", "file", "trace", "calibration_path", "measured_timeseries")
+OUTPUT_PARAMS = ("output", "steps_out", "chrome_trace", "report", "sweep_out", "plot")
+
+
 def user_errors(data_errors: tuple = (), usage_errors: tuple = ()):
     """Decorate a click command so the named exceptions become one clear message, no traceback.
 
     ``SchemaError`` and every class in ``data_errors`` exit 1; ``usage_errors`` exit 2.
+    Before the command runs, every output (parameters :data:`OUTPUT_PARAMS`) must be
+    writable and differ from every input (:data:`INPUT_PARAMS`) and from the other outputs
+    (exit 2), so a bad second output never costs the first one.
     """
     data_errors = (SchemaError, *data_errors)
 
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
+            inputs = []
+            for name in INPUT_PARAMS:
+                v = kwargs.get(name)
+                inputs += list(v) if isinstance(v, (list, tuple)) else [v]
+            outputs = {"--" + name.replace("_", "-") if name != "output" else "-o/--output": kwargs.get(name)
+                       for name in OUTPUT_PARAMS}
+            check_outputs(inputs, outputs)
             try:
                 return fn(*args, **kwargs)
             except usage_errors as exc:
@@ -42,3 +57,35 @@ def user_errors(data_errors: tuple = (), usage_errors: tuple = ()):
 def version_option():
     """``--version`` with the installed distribution's version."""
     return click.version_option(package_name="servecal", prog_name="servecal")
+
+
+def check_outputs(inputs, outputs: dict) -> None:
+    """Refuse before any work an output that is an input or another output, or unwritable.
+
+    Parameters
+    ----------
+    inputs : iterable of paths read by the command
+    outputs : dict option name -> path (None when not given)
+
+    Raises
+    ------
+    click.UsageError
+        Naming the option.
+    """
+    import os
+
+    from .tables import check_writable
+
+    seen = {os.path.realpath(p): "input" for p in inputs if p}
+    for option, path in outputs.items():
+        if not path:
+            continue
+        real = os.path.realpath(path)
+        if real in seen:
+            raise click.UsageError(f"{option} {path}: the same file as the {seen[real]}; "
+                                   "choose another output name")
+        seen[real] = option
+        try:
+            check_writable(path)
+        except SchemaError as exc:
+            raise click.UsageError(f"{option} {exc}") from None

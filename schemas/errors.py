@@ -54,3 +54,7 @@ class ValidationError(SchemaError):
 
 class SpecError(SchemaError):
     """A model or GPU spec is unknown, incomplete or inconsistent."""
+
+
+class OutputError(SchemaError):
+    """An output file cannot be written (missing folder, not writable, same as an input)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import SchemaError
+from .errors import OutputError, SchemaError
 
 SCHEMA_KEY = b"servecal.schema"
 REQUEST_TRACE = "request_trace/1"
@@ -128,8 +128,11 @@ def atomic_output(path: str | os.PathLike):
     ...     fig.savefig(tmp, format="png")
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    check_writable(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({exc.strerror})") from None
     os.close(fd)
     try:
         yield tmp
@@ -137,9 +140,28 @@ def atomic_output(path: str | os.PathLike):
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Raise :class:`OutputError` unless ``path`` names a file in an existing, writable folder.
+
+    Commands call it for every output before doing any work, so that a run with a bad
+    second output does not replace its first one.
+    """
+    path = Path(path)
+    if not path.name or path.is_dir():
+        raise OutputError(f"{path}: is a directory; expected a file name")
+    parent = path.parent
+    if not parent.is_dir():
+        raise OutputError(f"{path}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{path}: folder {parent} is not writable")
 
 
 def write_table(table: pa.Table, path: str | os.PathLike) -> None:

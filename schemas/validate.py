@@ -18,7 +18,7 @@ _MAX_ROWS = 5
 #: Columns that must be > 0, >= 0, and >= 1 (numbers), by kind.
 _POSITIVE = {STEP_TRACE: ("step_duration_s",)}
 _NONNEG = {
-    REQUEST_TRACE: ("arrival_time_s", "num_prompt_tokens", "queue_wait_s", "ttft_s", "tpot_s", "e2e_s",
+    REQUEST_TRACE: ("arrival_time_s", "queue_wait_s", "ttft_s", "tpot_s", "e2e_s",
                     "num_cached_tokens", "slo_ttft_s", "slo_tpot_s"),
     STEP_TRACE: ("step_start_time_s", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
                  "decode_context_tokens", "prefill_context_tokens"),

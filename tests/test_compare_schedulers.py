@@ -102,7 +102,7 @@ def test_compare_schedulers_with_defaults_and_disagg_options(trace_and_calibrati
                  "--tp-prefill", 2, "--link", "400gbe")
     assert res.exit_code == 0, res.output
     assert list(table_rows(res.output)) == ["chunked", "disagg"]
-    assert "2 x 1 x h100-80gb (TP=1, 2 GPUs)" in res.output
+    assert "2 replicas of 1 x h100-80gb (TP=1), 2 GPUs" in res.output
     assert "1 prefill x 2 x h100-80gb + 2 decode x 1 x h100-80gb (4 GPUs; prefill TP=2, decode TP=1)" in res.output
     assert "no --slo-ttft-s/--slo-tpot-s given" in res.output
 

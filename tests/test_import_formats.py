@@ -324,6 +324,9 @@ def test_describe_plot_is_written_atomically(tmp_path):
     imported(tmp_path, "burstgpt", src)
     png = tmp_path / "sub" / "p.png"
     res = run_cli("describe", tmp_path / "out.parquet", "--plot", png)
+    assert res.exit_code == 2 and "does not exist" in res.output  # no folder is created silently
+    png.parent.mkdir()
+    res = run_cli("describe", tmp_path / "out.parquet", "--plot", png)
     assert res.exit_code == 0, res.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in png.parent.iterdir()] == ["p.png"]  # no temp file left

@@ -103,7 +103,9 @@ def test_no_partial_files_when_a_figure_fails(tmp_path, monkeypatch):
         return real_savefig(self, fname, **kw)
 
     monkeypatch.setattr(Figure, "savefig", failing_savefig)
-    with pytest.raises(OSError, match="disk full"):
+    from schemas.errors import OutputError
+
+    with pytest.raises(OutputError, match="run_cdf.png: cannot write \\(disk full\\)"):
         write_report(synthetic_result(), tmp_path / "run.md")
     assert len(calls) == 2
     assert [p.name for p in tmp_path.iterdir()] == ["run.md"]  # no PNG, no temporary
@@ -160,6 +162,7 @@ def test_cli_report_and_timeseries(tmp_path):
     ts.write_text("t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n"
                   + "".join(f"{t}.0,0,0,1,0,0.0\n" for t in range(1, 4)))
     report = tmp_path / "out" / "rep.md"
+    report.parent.mkdir()
     res = CliRunner().invoke(main, [str(trace), "--calibration", str(cal), *opts, "--report", str(report),
                                     "--measured-timeseries", str(ts), "--tolerance", "e2e_p50=0.01"])
     assert res.exit_code == 3, res.output  # the report is written before the tolerance verdict

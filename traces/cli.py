@@ -27,7 +27,7 @@ _ARRIVALS = click.option(
     "--arrivals", type=click.Choice(["auto", "recorded", "zero", "synth"]), default="auto", show_default=True,
     help="Arrival times: recorded start_times; all at 0 (request_rate=inf); synthesised from the run's "
          "request_rate and burstiness (seeded); auto = recorded, else zero for an inf rate, else an error.")
-_SEED = click.option("--seed", type=int, default=0, show_default=True, help="Seed of --arrivals synth.")
+_SEED = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --arrivals synth.")
 
 
 @contextlib.contextmanager
@@ -461,7 +461,7 @@ def export_vidur_cmd(trace, output):
                    "empirical:TRACE.parquet.")
 @click.option("--output-tokens", default="lognormal:mean=256,sigma=0.8", show_default=True,
               help="Output length distribution (same forms).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed: same seed, same bytes.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed: same seed, same bytes.")
 @_option_errors
 def synth(num_requests, rate, output, arrival, cv, prompt_tokens, output_tokens, seed):
     """Write a synthetic request trace (no measured latencies), reproducibly.
