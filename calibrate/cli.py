@@ -9,11 +9,12 @@ from schemas.errors import SpecError
 from schemas.specs import get_gpu, get_model, gpu_from_json, list_gpus, list_models, model_from_hf_config
 from schemas.tables import REQUEST_TRACE, STEP_TRACE
 from replay.cli import replay_config, replay_options
+from replay.errors import ConfigError, ReplayError
 
 from .errors import CalibrationError
 from .step_fit import bootstrap_ci95, calibration_from_fit, fit_steps, set_ci95
 
-_errors = user_errors(data_errors=(CalibrationError,), usage_errors=(SpecError,))
+_errors = user_errors(data_errors=(CalibrationError, ReplayError), usage_errors=(SpecError, ConfigError))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -104,8 +105,9 @@ def fit(trace, model, model_config, gpu, gpu_spec, tp, form, loss, balance_kinds
     if (gpu is None) == (gpu_spec is None):
         raise click.UsageError("give exactly one of --gpu and --gpu-spec")
     gpu_spec = get_gpu(gpu) if gpu else gpu_from_json(gpu_spec)
-    kind, frame, _ = read_trace(trace)
+    kind, frame, meta = read_trace(trace)
     source = {"path": str(trace), "sha256": sha256_of(trace), "kind": kind}
+    warn_metadata_mismatch(meta, model_spec, gpu_spec, tp)
     if kind == STEP_TRACE:
         fits, dropped = fit_steps(frame, model_spec, gpu_spec, tp, forms, loss, balance_kinds=balance_kinds)
         print_fit(fits, dropped)
@@ -139,6 +141,23 @@ def fit(trace, model, model_config, gpu, gpu_spec, tp, form, loss, balance_kinds
             click.echo(f"  95% interval ({ci_method}) {k}: [{p.ci95[0]:.6g}, {p.ci95[1]:.6g}]")
     cal.write(output)
     click.echo(f"wrote {output}")
+
+
+def warn_metadata_mismatch(meta: dict, model_spec, gpu_spec, tp: int) -> None:
+    """Warn when the trace's own metadata (an importer's ``gpu``, ``model``, ``tp``) disagrees
+    with the options: the fit would describe hardware the trace did not run on."""
+    for key, given in (("gpu", gpu_spec.name), ("model", model_spec.name)):
+        named = meta.get(key)
+        if not named:
+            continue
+        try:
+            resolved = (get_gpu if key == "gpu" else get_model)(named).name
+        except SpecError:
+            continue
+        if resolved != given:
+            click.echo(f"warning: the trace says {key} {named!r} ({resolved}); fitting it as --{key} {given}", err=True)
+    if meta.get("tp") and meta["tp"].isdigit() and int(meta["tp"]) != tp:
+        click.echo(f"warning: the trace says tp {meta['tp']}; fitting it as --tp {tp}", err=True)
 
 
 def model_from_options(model: str | None, model_config: str | None):

@@ -136,15 +136,17 @@ def fit_requests(trace: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int, c
     reduced chi-square (:func:`_covariance`); they ignore the discreteness of scheduling
     and are indicative.
     """
-    meas = {}
     for m in metrics:
         if m not in trace or not np.isfinite(trace[m].to_numpy(float)).any():
             raise FitError(f"the trace has no measured '{m}'; a request log fit needs {', '.join(metrics)}")
-        v = trace[m].to_numpy(float)
-        meas[m] = np.percentile(v[np.isfinite(v)], quantiles)
     if len(metrics) * len(quantiles) <= len(_PARAMS):
         raise FitError("too few quantiles to fit three parameters")
     cfg = replace(cfg, record_token_times=False, record_steps=False)
+    trace, dropped_note = _drop_unsimulable(trace, model, gpu, tp, cfg, form)
+    meas = {}
+    for m in metrics:
+        v = trace[m].to_numpy(float)
+        meas[m] = np.percentile(v[np.isfinite(v)], quantiles)
     residual = _QuantileResidual(trace, model, gpu, tp, cfg, form, metrics, quantiles, meas)
     workers = min((os.cpu_count() or 1) if jobs is None else jobs, len(_STARTS))
     if workers <= 1:
@@ -162,7 +164,33 @@ def fit_requests(trace: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int, c
     before = residual.n_calls
     _covariance(best, residual)
     n_replays = sum(n for _, n in polished) + residual.n_calls - before
-    return _result(best, form, metrics, quantiles, len(trace), n_replays, residual)
+    result = _result(best, form, metrics, quantiles, len(trace), n_replays, residual)
+    if dropped_note:
+        result.warnings.insert(0, dropped_note)
+    return result
+
+
+def _drop_unsimulable(trace: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int, cfg: ReplayConfig,
+                      form: str) -> tuple[pd.DataFrame, str | None]:
+    """Requests the engine rejects whatever the parameters (longer than ``max_model_len`` or
+    the KV cache) cannot be fitted: drop them, say how many; refuse when none is left.
+
+    Raises
+    ------
+    FitError
+        If every request is rejected (or failed in the trace).
+    """
+    res, _ = replay_frame(trace, RooflineCostModel(model, gpu, CostParams(form=form), tp), cfg)
+    rejected = res["pred_status"].str.startswith("rejected").to_numpy()
+    ok = (res["pred_status"] == "ok").to_numpy()
+    if not ok.any():
+        reasons = ", ".join(f"{n} {r}" for r, n in res["pred_status"].value_counts().items())
+        raise FitError(f"no request can be simulated with these options ({reasons}); "
+                       "check --max-model-len, --num-gpu-blocks and --gpu-memory-utilization")
+    if rejected.any():
+        return trace[~rejected].reset_index(drop=True), f"{int(rejected.sum())} request(s) rejected by the engine " \
+            "(too long for max_model_len or the KV cache) are left out of the fit"
+    return trace, None
 
 
 def _covariance(r, residual, rel_step: float = 0.05) -> None:

@@ -239,8 +239,11 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
     click.echo(f"simulated {engine.num_steps} steps; {n_ok} completed, {rejected} rejected, "
                f"{int(result['pred_num_preemptions'].sum())} preemptions; "
                f"KV cache {kv} x {cfg.block_size} tokens")
-    for reason, count in result.loc[result["pred_status"].str.startswith("rejected"), "pred_status"].value_counts().items():
+    skipped = ~result["pred_status"].isin(["ok"]) & ~result["pred_status"].str.startswith("rejected")
+    for reason, count in result.loc[~(result["pred_status"] == "ok"), "pred_status"].value_counts().items():
         click.echo(f"  {count} {reason}")
+    if skipped.all() or n_ok == 0:
+        click.echo("warning: no request completed in the simulation; nothing to compare", err=True)
     if cfg.enable_prefix_caching:
         hit, total = int(result["pred_num_cached_tokens"].sum()), int(frame["num_prompt_tokens"].sum())
         click.echo(f"prefix cache: {hit} of {total} prompt tokens hit ({hit / total:.1%})"

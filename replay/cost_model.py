@@ -15,6 +15,8 @@ import numpy as np
 from schemas.calibration import Calibration
 from schemas.specs import GpuSpec, ModelSpec
 
+from .errors import ConfigError
+
 
 class StepCostModel(Protocol):
     """What the engine needs from a cost model."""
@@ -123,9 +125,14 @@ class RooflineCostModel:
 
     def __post_init__(self):
         if self.tp < 1:
-            raise ValueError(f"tp must be >= 1, not {self.tp}")
+            raise ConfigError(f"tp must be >= 1, not {self.tp}")
+        if self.model.num_attention_heads % self.tp:
+            raise ConfigError(f"tp={self.tp} does not divide the {self.model.num_attention_heads} attention heads of "
+                             f"{self.model.name} (vLLM refuses it)")
         if self.tp_link is None:  # the GPU's own interconnect
-            object.__setattr__(self, "tp_link", LINKS.get(self.gpu.tp_link, LINKS["pcie4"]))
+            if self.gpu.tp_link not in LINKS:
+                raise ConfigError(f"gpu {self.gpu.name}: unknown tp_link {self.gpu.tp_link!r}; known: {', '.join(LINKS)}")
+            object.__setattr__(self, "tp_link", LINKS[self.gpu.tp_link])
 
     def with_params(self, params: CostParams) -> "RooflineCostModel":
         """A copy with other parameters."""

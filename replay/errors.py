@@ -6,7 +6,7 @@ class ReplayError(Exception):
     """Base class of replay errors; the CLI prints the message and exits 1 (or 2 for options)."""
 
 
-class ConfigError(ReplayError):
+class ConfigError(ReplayError, ValueError):
     """An option or a combination of options cannot be simulated (names the option)."""
 
 

@@ -14,6 +14,9 @@ from .errors import Problem, ValidationError
 from .tables import COLUMNS_BY_KIND, REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE, table_kind
 
 _MAX_ROWS = 5
+#: Relative times must stay below this (31 years): larger values are absolute timestamps,
+#: whose float64 spacing would swallow step durations (an epoch in us is ~1.7e15).
+MAX_RELATIVE_TIME_S = 1e9
 
 #: Columns that must be > 0, >= 0, and >= 1 (numbers), by kind.
 _POSITIVE = {STEP_TRACE: ("step_duration_s",)}
@@ -141,6 +144,11 @@ def validate(table: pa.Table, path: str, kind: str | None = None) -> pa.Table:
         if bad.any():
             problems.append(_problem("is below 1", name, bad, ">= 1 token (0 only with a status other than 'ok')"
                                      if name == "num_output_tokens" else ">= 1 token"))
+    for name in ("arrival_time_s", "step_start_time_s"):
+        v = num(name)
+        if v is not None and (bad := np.abs(v) >= MAX_RELATIVE_TIME_S).any():
+            problems.append(_problem(f"is {MAX_RELATIVE_TIME_S:.0e} s or more (an absolute timestamp?)", name, bad,
+                                     "seconds since the trace start (rebase: subtract the first value)"))
     for name in ("arrival_time_s", "step_start_time_s", "ttft_s", "e2e_s", "queue_wait_s"):
         v = num(name)
         if v is not None and (bad := np.isinf(v)).any():

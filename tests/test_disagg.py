@@ -147,7 +147,7 @@ def test_kv_blocks_bound_the_prefill_pool_until_transfers_end():
 # -- BR-23: each phase with its own tensor parallelism -----------------------------------------------
 
 BR23_MODEL = ModelSpec("br23-8b", num_params=8e9, num_active_params=8e9, num_layers=1, hidden_size=1,
-                       num_attention_heads=1, num_kv_heads=1, head_dim=1, dtype_bytes=2, max_model_len=4096)
+                       num_attention_heads=8, num_kv_heads=1, head_dim=1, dtype_bytes=2, max_model_len=4096)
 BR23_GPU = GpuSpec("br23-gpu", peak_flops=1e15, mem_bandwidth_bytes_per_s=3e12, mem_bytes=80 * 2**30,
                    tp_link="nvlink4")
 BR23_PARAMS = CostParams(eta_compute=0.5, eta_mem=0.75, t_launch_s=0.0, t_cpu_s=0.0)

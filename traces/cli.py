@@ -46,7 +46,7 @@ def _progress(label: str, path):
 
 def _write_requests(frame, meta: dict, output) -> None:
     """Validate and write an imported request trace; print a one-line summary and any warning."""
-    write_trace(frame, REQUEST_TRACE, output, meta)
+    write_trace(frame, REQUEST_TRACE, output, meta, source=meta.get("source"))
     span = float(frame["arrival_time_s"].iloc[-1]) if len(frame) else 0.0
     line = f"{output}: {len(frame)} requests over {span:.1f} s (request_trace/1)"
     extras = [f"{meta[k]} {w}" for k, w in (("num_failed", "failed"), ("num_invalid", "invalid"))
@@ -167,6 +167,8 @@ def describe(file, plot):
     """
     from .describe import describe_frame, format_description, plot_trace
 
+    if plot and os.path.splitext(str(plot))[1].lower() not in (".png", ".pdf", ".svg", ".jpg", ".jpeg"):
+        raise click.BadParameter(f"{plot}: expected a .png, .pdf, .svg or .jpg file name", param_hint="--plot")
     kind, frame, meta = read_trace(file)
     click.echo(format_description(describe_frame(kind, frame)))
     if plot:

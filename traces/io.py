@@ -35,8 +35,12 @@ def read_trace(path: str | os.PathLike, kind: str | None = None) -> tuple[str, p
     return table_kind(table), table.to_pandas(), table_metadata(table)
 
 
-def write_trace(frame: pd.DataFrame, kind: str, path: str | os.PathLike, metadata: dict | None = None) -> None:
+def write_trace(frame: pd.DataFrame, kind: str, path: str | os.PathLike, metadata: dict | None = None,
+                source: str | None = None) -> None:
     """Validate ``frame`` as ``kind`` and write it atomically as Parquet.
+
+    ``source`` (the file the frame was imported from) is named in validation messages,
+    whose rows are then rows of the imported table.
 
     Raises
     ------
@@ -44,5 +48,5 @@ def write_trace(frame: pd.DataFrame, kind: str, path: str | os.PathLike, metadat
         If the frame breaks the contract (nothing is written).
     """
     table = to_table(kind, frame, metadata)
-    table = validate(table, str(path), kind)
+    table = validate(table, f"{source} (rows of the imported table)" if source else str(path), kind)
     write_table(table, path)

@@ -23,33 +23,40 @@ def parse_dist(spec: str):
         Naming the spec and the expected forms.
     """
     kind, _, arg = spec.partition(":")
+    #: Longest length a distribution may produce (tokens): beyond any model's context.
+    limit = 1 << 24
     try:
         if kind == "fixed":
             v = int(arg)
-            assert v >= 1
+            assert 1 <= v <= limit
             return lambda rng, n, col: np.full(n, v, np.int64)
         if kind == "uniform":
             lo, hi = (int(x) for x in arg.split(","))
-            assert 1 <= lo <= hi
+            assert 1 <= lo <= hi <= limit
             return lambda rng, n, col: rng.integers(lo, hi + 1, n).astype(np.int64)
         if kind == "lognormal":
             kv = dict(p.split("=") for p in arg.split(","))
             mean, sigma = float(kv["mean"]), float(kv["sigma"])
-            assert mean > 0 and sigma >= 0 and set(kv) == {"mean", "sigma"}
+            assert 0 < mean <= limit and 0 <= sigma <= 5 and set(kv) == {"mean", "sigma"}
             mu = np.log(mean) - sigma ** 2 / 2  # so that E[X] = mean
 
             def draw(rng, n, col):
-                return np.maximum(1, np.rint(rng.lognormal(mu, sigma, n))).astype(np.int64)
+                x = np.rint(rng.lognormal(mu, sigma, n))
+                return np.clip(x, 1, limit).astype(np.int64)
             return draw
         if kind == "empirical":
+            from schemas.tables import REQUEST_TRACE
+
             from .io import read_trace
 
-            _, df, _ = read_trace(arg)
+            trace_kind, df, _ = read_trace(arg)
+            if trace_kind != REQUEST_TRACE:
+                raise DistError(f"length distribution {spec!r}: {arg} is a {trace_kind}; expected a request trace")
             return lambda rng, n, col: rng.choice(df[col].to_numpy(np.int64), n, replace=True)
-    except (ValueError, KeyError, AssertionError, TypeError):
+    except (ValueError, KeyError, AssertionError, TypeError, OverflowError):
         pass
-    raise DistError(f"length distribution {spec!r}: expected fixed:N, uniform:LO,HI, "
-                    "lognormal:mean=M,sigma=S or empirical:TRACE.parquet")
+    raise DistError(f"length distribution {spec!r}: expected fixed:N, uniform:LO,HI (1 <= N <= {limit}), "
+                    "lognormal:mean=M,sigma=S (sigma <= 5) or empirical:TRACE.parquet")
 
 
 def synth_requests(num_requests: int, rate_rps: float, prompt_tokens: str = "lognormal:mean=512,sigma=0.8",

@@ -1,6 +1,7 @@
 """Import vLLM v1 per-request state timestamps (``RUN_requests.jsonl``)."""
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -54,7 +55,15 @@ def import_vllm_request_stats(path: str | Path, arrival_clock: str = "engine") -
         raise TraceFormatError(path, f"cannot open ({exc.strerror})") from None
     rows = []
     with fh:
-        for lineno, line in enumerate(fh, start=1):
+        lines = iter(fh)
+        for lineno in itertools.count(1):
+            try:
+                line = next(lines)
+            except StopIteration:
+                break
+            except UnicodeDecodeError:
+                raise TraceFormatError(path, "is not UTF-8 text", line=lineno,
+                                       expected="a JSONL file of vLLM request stats") from None
             if not line.strip():
                 continue
             try:

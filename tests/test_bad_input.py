@@ -1,0 +1,135 @@
+"""Faults found by trying to break the CLI: each gives one message and the right exit code, before any work."""
+import json
+import os
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from calibrate.umbrella import main as servecal
+from schemas.calibration import Calibration, FittedParam
+from schemas.specs import get_gpu, get_model
+from schemas.tables import REQUEST_TRACE, to_table, write_table
+
+
+def invoke(*args):
+    res = CliRunner().invoke(servecal, [str(a) for a in args])
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output
+    return res
+
+
+@pytest.fixture
+def files(tmp_path):
+    df = pd.DataFrame({"request_id": ["a", "b", "c"], "arrival_time_s": [0.0, 0.1, 0.2],
+                       "num_prompt_tokens": [100, 200, 300], "num_output_tokens": [5, 6, 7],
+                       "ttft_s": [0.05, 0.06, 0.07], "tpot_s": [0.01, 0.01, 0.01], "e2e_s": [0.1, 0.12, 0.14]})
+    write_table(to_table(REQUEST_TRACE, df), tmp_path / "t.parquet")
+    params = {k: FittedParam(v) for k, v in (("eta_compute", 0.5), ("eta_mem", 0.8), ("t_launch_s", 1e-4), ("t_cpu_s", 0.0))}
+    Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, "max", params).write(tmp_path / "cal.json")
+    return tmp_path
+
+
+@pytest.mark.parametrize("field,value", [("eta_compute", -0.5), ("eta_mem", float("nan")), ("eta_mem", "0.9"),
+                                         ("t_launch_s", -1.0)])
+def test_calibration_with_bad_values(files, field, value):
+    d = json.loads((files / "cal.json").read_text())
+    d["params"][field]["value"] = value
+    (files / "bad.json").write_text(json.dumps(d))
+    res = invoke("replay", files / "t.parquet", "--calibration", files / "bad.json")
+    assert res.exit_code == 1 and "bad.json" in res.output and f"params.{field}.value" in res.output
+
+
+def test_calibration_with_bad_form_or_tp(files):
+    d = json.loads((files / "cal.json").read_text())
+    d["form"], d["tp"] = "median", 1
+    (files / "bad.json").write_text(json.dumps(d))
+    res = invoke("replay", files / "t.parquet", "--calibration", files / "bad.json")
+    assert res.exit_code == 1 and "form is 'median'" in res.output
+
+
+def test_output_equal_to_input_is_refused_and_input_kept(files):
+    before = (files / "cal.json").read_bytes()
+    res = invoke("replay", files / "t.parquet", "--calibration", files / "cal.json", "-o", files / "cal.json")
+    assert res.exit_code == 2 and "the same file as the input" in res.output
+    assert (files / "cal.json").read_bytes() == before
+    res = invoke("replay", files / "t.parquet", "--calibration", files / "cal.json", "-o", files / "x.parquet",
+                 "--steps-out", files / "x.parquet")
+    assert res.exit_code == 2 and "--steps-out" in res.output
+
+
+def test_a_bad_second_output_does_not_cost_the_first(files):
+    (files / "k.parquet").write_bytes(b"KEEP")
+    res = invoke("replay", files / "t.parquet", "--calibration", files / "cal.json", "-o", files / "k.parquet",
+                 "--report", files / "nope" / "r.md")
+    assert res.exit_code == 2 and "does not exist" in res.output
+    assert (files / "k.parquet").read_bytes() == b"KEEP"
+    assert not (files / "nope").exists()
+
+
+def test_output_folder_is_never_created_silently(files):
+    res = invoke("traces", "synth", "--requests", 5, "--rate", 1, "-o", files / "no" / "where" / "s.parquet")
+    assert res.exit_code == 2 and "does not exist" in res.output and not (files / "no").exists()
+
+
+def test_unwritable_output_is_one_message(files):
+    res = invoke("calibrate", "fit", files / "t.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                 "-o", "/proc/c.json")
+    # as root the folder looks writable, so the failure shows only at the write: still one message
+    assert res.exit_code in (1, 2) and "/proc/c.json: cannot write" in res.output
+
+
+def test_negative_seed_and_bad_lengths(files):
+    assert invoke("traces", "synth", "--requests", 5, "--rate", 1, "--seed", -1, "-o", files / "s.parquet").exit_code == 2
+    res = invoke("traces", "synth", "--requests", 5, "--rate", 1, "--prompt-tokens", "fixed:99999999999999999999",
+                 "-o", files / "s.parquet")
+    assert res.exit_code == 2 and "--prompt-tokens" in res.output or "length distribution" in res.output
+    assert not (files / "s.parquet").exists()
+
+
+def test_binary_vllm_request_stats(files):
+    (files / "b.jsonl").write_bytes(bytes(range(256)) * 4)
+    res = invoke("traces", "import", "vllm-request-stats", files / "b.jsonl", "-o", files / "o.parquet")
+    assert res.exit_code == 1 and "not UTF-8" in res.output and "b.jsonl" in res.output
+
+
+def test_absolute_timestamps_are_refused(files):
+    df = pd.DataFrame({"request_id": ["a", "b"], "arrival_time_s": [1.7e15, 1.7e15 + 1],
+                       "num_prompt_tokens": [10, 10], "num_output_tokens": [2, 2]})
+    write_table(to_table(REQUEST_TRACE, df), files / "abs.parquet", )
+    res = invoke("traces", "validate", files / "abs.parquet")
+    assert res.exit_code == 1 and "absolute timestamp" in res.output and "arrival_time_s" in res.output
+
+
+def test_plot_format_checked_before_work(files):
+    res = invoke("traces", "describe", files / "t.parquet", "--plot", files / "x.xyz")
+    assert res.exit_code == 2 and "--plot" in res.output
+
+
+def test_tolerance_typo_is_a_usage_error(files):
+    res = invoke("replay", files / "t.parquet", "--calibration", files / "cal.json", "--tolerance", "TTFT_P50=0.1")
+    assert res.exit_code == 2 and "--tolerance" in res.output and "replaying" not in res.output
+
+
+def test_tp_must_divide_attention_heads(files):
+    res = invoke("replay", files / "t.parquet", "--calibration", files / "cal.json", "--tp", 3)
+    assert res.exit_code == 2 and "does not divide the 32 attention heads" in res.output
+
+
+def test_unknown_interconnect_in_a_gpu_spec(files, tmp_path):
+    (tmp_path / "g.json").write_text(json.dumps({"name": "g", "peak_flops": 1e15, "mem_bandwidth_bytes_per_s": 2e12,
+                                                 "mem_bytes": 80e9, "tp_link": "carrier-pigeon"}))
+    steps = files / "t.parquet"
+    res = invoke("calibrate", "fit", steps, "--model", "llama-3.1-8b", "--gpu-spec", tmp_path / "g.json",
+                 "--max-num-seqs", 4, "-o", tmp_path / "c.json")
+    assert res.exit_code == 2 and "carrier-pigeon" in res.output
+
+
+def test_request_fit_config_errors_and_nothing_simulable(files):
+    res = invoke("calibrate", "fit", files / "t.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                 "--scheduler", "foo", "-o", files / "c.json")
+    assert res.exit_code == 2 and "--scheduler foo" in res.output
+    res = invoke("calibrate", "fit", files / "t.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                 "--max-model-len", 50, "--jobs", 1, "-o", files / "c.json")
+    assert res.exit_code == 1 and "no request can be simulated" in res.output
+    assert not (files / "c.json").exists()
