@@ -1,6 +1,5 @@
 """Faults found by trying to break the CLI: each gives one message and the right exit code, before any work."""
 import json
-import os
 
 import pandas as pd
 import pytest

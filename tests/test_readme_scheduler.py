@@ -28,7 +28,7 @@ def test_readme_custom_scheduler_is_short_and_runs(tmp_path, monkeypatch):
     df = pd.DataFrame({"request_id": [f"r{i}" for i in range(6)], "arrival_time_s": [0.0, 0.0, 0.0, 0.01, 0.02, 0.03],
                        "num_prompt_tokens": [300, 50, 800, 20, 100, 60], "num_output_tokens": [40, 5, 12, 80, 3, 9],
                        "ttft_s": 0.05, "e2e_s": 1.0})
-    write_table(to_table(REQUEST_TRACE, df), tmp_path / "run.parquet")
+    write_table(to_table(REQUEST_TRACE, df), tmp_path / "llama.parquet")
     params = {k: FittedParam(v) for k, v in (("eta_compute", 0.5), ("eta_mem", 0.8), ("t_launch_s", 1e-4), ("t_cpu_s", 0.0))}
     Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, "max", params).write(tmp_path / "cal.json")
     monkeypatch.chdir(tmp_path)
