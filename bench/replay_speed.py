@@ -137,7 +137,7 @@ def main():
     cases += [("synthetic-75%", n, 0.75 * cap), ("overloaded-2x", n // 10, 2 * cap), ("overloaded-2x", n, 2 * cap)]
     from replay.schedulers import BUILTIN
 
-    scheds = [s for s in args.schedulers.split(",") if s in BUILTIN]
+    scheds = [s for s in args.schedulers.split(",") if s in BUILTIN or s == "disagg"]
     print(f"{'workload':>14} {'requests':>9} {'scheduler':>9} {'path':>10} {'wall_s':>8} {'req/s':>9} "
           f"{'steps/s':>9} {'rss_MB':>7} {'vs ref':>7}")
     for kind, cn, rate in cases:
