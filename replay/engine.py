@@ -30,7 +30,7 @@ _CALL = 0
 #: instant (whatever their order), before the wake-ups (so woken replicas see what it enqueues).
 _LATE_CALL = 2
 #: Shortest run of decode steps worth advancing in closed form (shorter ones go step by step).
-_MIN_RUN = 4
+_MIN_RUN = 8
 
 
 @dataclass
@@ -275,17 +275,18 @@ class Engine:
         """
         reqs = batch.requests
         b = len(reqs)
-        k = min(r.num_output_tokens - r.num_generated_tokens for r in reqs)
-        if k < _MIN_RUN:
-            return False
+        k = math.inf
         next_arrival = self._next_arrival_time_s()
-        if next_arrival < math.inf:
+        if next_arrival < math.inf:  # checked first: O(1), and most steps under load stop here
             # step times only grow within a run: this bounds the steps before the next arrival
             first = self.cost_models[rid].step_time_s(0, b, batch.decode_context_tokens, 0)
             if now + (_MIN_RUN - 1) * first >= next_arrival:
                 return False
             if first > 0:  # no more steps than fit before the arrival at the first one's duration, plus one
-                k = min(k, int((next_arrival - now) / first) + 2)
+                k = int((next_arrival - now) / first) + 2
+        k = min(k, min(r.num_output_tokens - r.num_generated_tokens for r in reqs))
+        if k < _MIN_RUN:
+            return False
         kv = state.kv
         computed = np.fromiter((r.num_computed_tokens for r in reqs), np.int64, b)
         held = np.fromiter((r.num_blocks for r in reqs), np.int64, b)
