@@ -15,7 +15,7 @@ from .compare import broken_tolerances, compare, format_scheduler_table, format_
 from .cost_model import LINKS, cost_model_from_calibration
 from .disagg import DisaggEngine, describe_config
 from .errors import ConfigError, ReplayError
-from .schedulers import get_scheduler_factory
+from .schedulers import check_scheduler_names
 from .schedulers.disagg import FIRST_TOKEN_FROM
 from .simulate import ReplayConfig, replay_frame, steps_frame
 
@@ -299,15 +299,7 @@ def parse_scheduler_list(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise ConfigError("--compare-schedulers: give a comma-separated list, e.g. fcfs,chunked,disagg")
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise ConfigError(f"--compare-schedulers: {', '.join(repeated)} given more than once")
-    for name in names:
-        if name != "disagg":
-            try:
-                get_scheduler_factory(name)
-            except ConfigError as exc:
-                raise ConfigError(f"--compare-schedulers: {exc}") from None
+    check_scheduler_names(names, "--compare-schedulers")
     return names
 
 

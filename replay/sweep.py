@@ -22,7 +22,7 @@ from .closed_loop import check_closed_loop, on_send_times
 from .compare import scheduler_table
 from .errors import ConfigError
 from .metrics import PERCENTILES, goodput_rps
-from .schedulers import get_scheduler_factory
+from .schedulers import check_scheduler_names
 from .simulate import ReplayConfig, replay_frame
 
 #: Sweepable options (their ``replay`` names) and the type of their values. ``rate-scale``
@@ -79,16 +79,12 @@ def parse_sweep(text: str) -> tuple[str, list]:
         values = [_value(name, v.strip(), kind) for v in spec.split(",") if v.strip()]
         if not values:
             raise ConfigError(f"--sweep {text}: no values")
-    repeated = sorted({str(v) for v in values if values.count(v) > 1})
-    if repeated:
-        raise ConfigError(f"--sweep {name}: {', '.join(repeated)} given more than once")
     if kind is str:
-        for v in values:
-            if v != "disagg":
-                try:
-                    get_scheduler_factory(v)
-                except ConfigError as exc:
-                    raise ConfigError(f"--sweep {name}: {exc}") from None
+        check_scheduler_names(values, f"--sweep {name}")
+    else:
+        repeated = sorted({str(v) for v in values if values.count(v) > 1})
+        if repeated:
+            raise ConfigError(f"--sweep {name}: {', '.join(repeated)} given more than once")
     return name, values
 
 

@@ -65,4 +65,25 @@ def get_scheduler_factory(name: str):
     return cls
 
 
-__all__ = ["Batch", "ReplicaState", "Scheduler", "SchedulerConfig", "get_scheduler_factory", "BUILTIN"]
+def check_scheduler_names(names: list, option: str) -> None:
+    """Refuse a list of scheduler names with repeats or names that cannot be loaded.
+
+    ``disagg`` (a cluster of pools, not a single-replica policy) is accepted.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``option`` and the bad name.
+    """
+    repeated = sorted({str(n) for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"{option}: {', '.join(repeated)} given more than once")
+    for name in names:
+        if name != "disagg":
+            try:
+                get_scheduler_factory(name)
+            except ConfigError as exc:
+                raise ConfigError(f"{option}: {exc}") from None
+
+
+__all__ = ["check_scheduler_names", "Batch", "ReplicaState", "Scheduler", "SchedulerConfig", "get_scheduler_factory", "BUILTIN"]
