@@ -19,7 +19,12 @@ from .errors import ConfigError
 
 
 class StepCostModel(Protocol):
-    """What the engine needs from a cost model."""
+    """What the engine needs from a cost model.
+
+    An implementation may also set ``supports_arrays = True`` when ``step_time_s`` is
+    deterministic and accepts numpy arrays; the engine then prices runs of identical decode
+    steps in one call (closed form). Stochastic or scalar-only models are called per step.
+    """
 
     def step_time_s(self, num_prefill_tokens: int, num_decode_seqs: int,
                     decode_context_tokens: int, prefill_context_tokens: int = 0) -> float:
@@ -114,7 +119,8 @@ class RooflineCostModel:
     Yuan 2009), twice per layer (attention and MLP outputs, Megatron-LM).
     """
 
-    #: ``step_time_s`` accepts numpy arrays (the engine's closed-form decode runs use it).
+    #: ``step_time_s`` is deterministic and accepts numpy arrays: the engine may price a run
+    #: of identical decode steps in one call (a cost model without it is called step by step).
     supports_arrays = True
 
     model: ModelSpec

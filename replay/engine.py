@@ -248,7 +248,9 @@ class Engine:
             return
         if (not swap_s and not self.config.exact_steps and not batch.num_prefill_seqs
                 and state.num_preemptions == preemptions  # a preempting step is followed by a re-admission try
-                and getattr(self.schedulers[rid], "decode_runs", False) and len(batch.requests) == len(state.running)):
+                and getattr(self.schedulers[rid], "decode_runs", False) and len(batch.requests) == len(state.running)
+                # a run prices its steps together: only for a deterministic, vectorised cost model
+                and getattr(self.cost_models[rid], "supports_arrays", False)):
             if self._start_decode_run(rid, state, batch, now):
                 return
         duration = self.cost_models[rid].step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs,
@@ -304,11 +306,8 @@ class Engine:
             if k <= 1:
                 return False
         ctx = batch.decode_context_tokens + b * np.arange(k, dtype=np.int64)
-        cm = self.cost_models[rid]
-        if getattr(cm, "supports_arrays", False):
-            durations = cm.step_time_s(np.zeros(k, np.int64), np.full(k, b, np.int64), ctx, np.zeros(k, np.int64))
-        else:
-            durations = np.array([cm.step_time_s(0, b, int(c), 0) for c in ctx])
+        durations = self.cost_models[rid].step_time_s(np.zeros(k, np.int64), np.full(k, b, np.int64), ctx,
+                                                      np.zeros(k, np.int64))
         ends = np.cumsum(np.concatenate(([now], durations)))[1:]
         if next_arrival < math.inf:  # the step ending at/after the next arrival is the last
             j = int(np.searchsorted(ends, next_arrival, side="left"))
