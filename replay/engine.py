@@ -132,6 +132,7 @@ class Engine:
         self._seq = 0
         self._busy = [False] * num_replicas
         self._batches: list[Batch | None] = [None] * num_replicas
+        self._run_blocker: list[Request | None] = [None] * num_replicas  # see _start_decode_run
         self._step_start = [0.0] * num_replicas
         self.steps: list[tuple] = []
         self.step_requests: list[list[str]] = []  # request ids of each recorded step (record_step_requests)
@@ -275,6 +276,10 @@ class Engine:
         are computed together and their end times accumulated in the same order as the
         step-by-step path, so both give the same timestamps. Returns False when ``k = 1``.
         """
+        blocker = self._run_blocker[rid]
+        if (blocker is not None and blocker.status == "running"
+                and blocker.num_output_tokens - blocker.num_generated_tokens < _MIN_RUN):
+            return False  # a running request completes within _MIN_RUN steps: no run (O(1) check)
         reqs = batch.requests
         b = len(reqs)
         k = math.inf
@@ -286,8 +291,10 @@ class Engine:
                 return False
             if first > 0:  # no more steps than fit before the arrival at the first one's duration, plus one
                 k = int((next_arrival - now) / first) + 2
-        k = min(k, min(r.num_output_tokens - r.num_generated_tokens for r in reqs))
+        first_done = min(reqs, key=lambda r: r.num_output_tokens - r.num_generated_tokens)
+        k = min(k, first_done.num_output_tokens - first_done.num_generated_tokens)
         if k < _MIN_RUN:
+            self._run_blocker[rid] = first_done  # skip the O(B) scan until it completes
             return False
         kv = state.kv
         computed = np.fromiter((r.num_computed_tokens for r in reqs), np.int64, b)
