@@ -253,7 +253,8 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
     if cfg.slo_ttft_s is not None or cfg.slo_tpot_s is not None:
         from .metrics import goodput_rps
 
-        line = f"goodput (ttft <= {cfg.slo_ttft_s} s, tpot <= {cfg.slo_tpot_s} s): predicted " \
+        slos = ", ".join(f"{k} <= {v} s" for k, v in (("ttft", cfg.slo_ttft_s), ("tpot", cfg.slo_tpot_s)) if v is not None)
+        line = f"goodput ({slos}): predicted " \
                f"{goodput_rps(on_send_times(result), cfg.slo_ttft_s, cfg.slo_tpot_s):.3f} req/s"
         if {"ttft_s", "tpot_s", "e2e_s"} <= set(result.columns):
             line += f", measured {goodput_rps(result, cfg.slo_ttft_s, cfg.slo_tpot_s, prefix=''):.3f} req/s"
