@@ -65,6 +65,12 @@ PREDICTED_COLUMNS: dict[str, tuple[pa.DataType, bool]] = {
     "pred_num_preemptions": (_i64, True),
     "pred_status": (_str, True),
     "pred_token_times_s": (pa.list_(_f64), False),
+    # optional, by feature: prefix caching, closed loop, disaggregation
+    "pred_num_cached_tokens": (_i64, False),
+    "pred_arrival_time_s": (_f64, False),
+    "pred_decode_replica_id": (_i64, False),
+    "pred_kv_transfer_s": (_f64, False),
+    "pred_decode_queue_wait_s": (_f64, False),
 }
 
 COLUMNS_BY_KIND = {

@@ -34,7 +34,8 @@ _NULLABLE = {"queue_wait_s", "ttft_s", "tpot_s", "e2e_s", "token_times_s", "num_
              "replica_id", "priority", "status", "slo_ttft_s", "slo_tpot_s",
              # predictions are NaN for requests not simulated (failed in the trace, rejected)
              # and TPOT is NaN for one-token outputs
-             "pred_queue_wait_s", "pred_ttft_s", "pred_tpot_s", "pred_e2e_s", "pred_token_times_s"}
+             "pred_queue_wait_s", "pred_ttft_s", "pred_tpot_s", "pred_e2e_s", "pred_token_times_s",
+             "pred_arrival_time_s", "pred_kv_transfer_s", "pred_decode_queue_wait_s", "pred_decode_replica_id"}
 
 
 def _rows(mask: np.ndarray) -> tuple[tuple[int, ...], int]:
