@@ -20,7 +20,7 @@ from .cost_model import StepCostModel
 from .errors import ConfigError
 from .kv_cache import make_kv_cache
 from .request import Request
-from .schedulers.base import Batch, ReplicaState, Scheduler, SchedulerConfig
+from .schedulers.base import Batch, LazyDecodes, ReplicaState, Scheduler, SchedulerConfig
 
 _ARRIVAL, _STEP_END, _WAKE = 0, 1, 3
 #: A callback scheduled with :meth:`Engine.call_at` (e.g. a KV transfer done, replay.disagg). Arrivals
@@ -208,6 +208,9 @@ class Engine:
         # Arrivals are consumed in order from a list (they are sorted), the heap holds only
         # step ends and wake-ups; an arrival goes first on a tie (priority 0).
         self._arrivals, self._next_arrival = arrivals, 0
+        lazy = self._lazy_decodes_ok()
+        for state in self.replicas:
+            state.lazy = LazyDecodes(state.kv.block_size) if lazy else None
         heap = self._heap
         n = len(arrivals)
         while self._next_arrival < n or heap:
@@ -243,7 +246,7 @@ class Engine:
         if state.num_swap_blocks:  # swap preemption: KV copied over the host link during this step
             swap_s = state.num_swap_blocks * self.config.swap_time_per_block_s
             state.num_swap_blocks = 0
-        if not batch.requests:
+        if not batch.requests and not batch.num_lazy_decodes:
             self._busy[rid] = False
             self._batches[rid] = None
             return
@@ -382,6 +385,19 @@ class Engine:
                 left = min(left, r.num_output_tokens - r.num_generated_tokens)
         return left
 
+    def _lazy_decodes_ok(self) -> bool:
+        """Whether steady decoders may be kept implicit (:class:`LazyDecodes`): plain paged
+        cache, recompute preemption, built-in policies (which read running requests only
+        through ``schedule_running``), no per-step request lists, no closed-loop hooks."""
+        from .kv_cache import KVCache
+        from .schedulers import BUILTIN
+
+        cfg = self.config
+        return (not cfg.exact_steps and not cfg.record_step_requests and cfg.preemption_mode == "recompute"
+                and self.arrival_bound is None and self.on_request_done is None
+                and all(type(st.kv) is KVCache for st in self.replicas)
+                and all(type(sch) in BUILTIN.values() for sch in self.schedulers))
+
     def _finish(self, state: ReplicaState, done: list[Request], now: float) -> None:
         """Drop the requests that emitted their last token at ``now`` from ``running``; call the hook."""
         state.running = [r for r in state.running if r.status != "ok"]
@@ -394,6 +410,7 @@ class Engine:
         batch = self._batches[rid]
         kv = state.kv
         done = []  # requests that emit their last token in this step
+        lazy = state.lazy
         if batch.run_end_times_s is not None:
             ends = batch.run_end_times_s
             k = len(ends)
@@ -409,7 +426,11 @@ class Engine:
                     done.append(req)
             if done:
                 self._finish(state, done, now)
+            if lazy is not None:
+                lazy.admit_decoders(state)
             return
+        if lazy is not None:
+            done = lazy.end_step(state, batch, now)
         for req, n in zip(batch.requests, batch.num_new_tokens):
             c = req.num_computed_tokens = req.num_computed_tokens + n
             g = req.num_generated_tokens
@@ -427,3 +448,5 @@ class Engine:
                 done.append(req)
         if done:
             self._finish(state, done, now)
+        if lazy is not None:
+            lazy.admit_decoders(state)

@@ -33,6 +33,7 @@ class Request:
                  "num_generated_tokens", "num_blocks", "num_cached_tokens",
                  "first_scheduled_time_s", "first_token_time_s", "last_token_time_s",
                  "token_times_s", "num_preemptions", "num_recomputed_tokens", "status",
+                 "lazy_step", "lazy_computed", "lazy_generated", "lazy_reserved",
                  "replica_id", "last_scheduled_time_s", "slo_ttft_s", "slo_tpot_s")
 
     def __init__(self, index: int, request_id: str, arrival_time_s: float, num_prompt_tokens: int,
@@ -62,6 +63,12 @@ class Request:
         self.num_recomputed_tokens = 0
         self.status = "waiting"
         self.replica_id = -1
+        # implicit decoding (replay.schedulers.base.LazyDecodes): the replica's step index at
+        # which it joined (-1: explicit) and its counts then
+        self.lazy_step = -1
+        self.lazy_computed = 0
+        self.lazy_generated = 0
+        self.lazy_reserved = False  # its blocks already cover its peak: it takes none while implicit
 
     @property
     def num_tokens(self) -> int:

@@ -1,5 +1,6 @@
 """The closed-form decode runs give the same per-request times as the step-by-step path."""
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from replay.cost_model import CostParams, RooflineCostModel
@@ -41,3 +42,20 @@ def test_fast_path_equals_step_by_step(trace, scheduler, budget, max_num_seqs, b
             continue
         assert len(a) == len(b)
         assert np.max(np.abs(np.asarray(a) - np.asarray(b)), initial=0.0) <= 1e-9
+
+
+@pytest.mark.parametrize("scheduler", sorted(BUILTIN))
+def test_fast_path_equals_step_by_step_on_the_real_run(real_data_dir, scheduler):
+    from traces.importers.vllm_request_stats import import_vllm_request_stats
+
+    trace, _ = import_vllm_request_stats(real_data_dir / "lss_vllm_rtxpro6000_llama31_8b_requests.jsonl")
+    # 5000 blocks (80k tokens) force preemptions, so implicit decoders are made explicit mid-run too
+    base = dict(scheduler=scheduler, max_num_batched_tokens=2048, max_num_seqs=128, num_gpu_blocks=5000,
+                record_token_times=True)
+    slow, e1 = replay_frame(trace, COST, ReplayConfig(**base, exact_steps=True))
+    fast, e2 = replay_frame(trace, COST, ReplayConfig(**base))
+    assert e1.num_steps == e2.num_steps
+    assert slow["pred_num_preemptions"].tolist() == fast["pred_num_preemptions"].tolist()
+    assert slow["pred_status"].tolist() == fast["pred_status"].tolist()
+    for a, b in zip(slow["pred_token_times_s"], fast["pred_token_times_s"]):
+        assert (a is None and b is None) or np.array_equal(np.asarray(a), np.asarray(b))

@@ -11,6 +11,7 @@ and :func:`admit_waiting` (chunked admission of the waiting queue, with prefix-c
 """
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -29,7 +30,8 @@ class Batch:
     """
 
     __slots__ = ("requests", "num_new_tokens", "num_prefill_tokens", "num_prefill_seqs",
-                 "num_decode_seqs", "decode_context_tokens", "prefill_context_tokens", "run_end_times_s")
+                 "num_decode_seqs", "decode_context_tokens", "prefill_context_tokens", "run_end_times_s",
+                 "num_lazy_decodes")
 
     def __init__(self):
         self.requests: list[Request] = []
@@ -41,6 +43,8 @@ class Batch:
         self.prefill_context_tokens = 0
         #: End times of a run of identical decode steps the engine advanced at once (None: one step).
         self.run_end_times_s = None
+        #: Decodes of the replica's implicit decoders (:class:`LazyDecodes`), not in ``requests``.
+        self.num_lazy_decodes = 0
 
     def add(self, req: Request, num_new_tokens: int) -> None:
         """Add ``req`` feeding ``num_new_tokens`` tokens (1 for a decode)."""
@@ -107,6 +111,7 @@ class ReplicaState:
     num_preemptions: int = 0
     preemption_mode: str = "recompute"
     num_swap_blocks: int = 0
+    lazy: "LazyDecodes | None" = None
 
     def admit(self, req: Request, now: float) -> None:
         """Move ``req`` (already removed from ``waiting``, its blocks allocated) to ``running``.
@@ -128,6 +133,7 @@ class ReplicaState:
         re-admitted. Swap: its KV is copied to host memory (``num_swap_blocks``) and copied
         back at re-admission; nothing is recomputed. Its first-token time is kept either way.
         """
+        assert req.lazy_step < 0, "an implicit decoder is never a preemption victim (it precedes the tail)"
         self.running.remove(req)
         if self.preemption_mode == "swap":
             self.num_swap_blocks += req.num_blocks
@@ -188,6 +194,13 @@ def schedule_running(state: ReplicaState, batch: Batch, budget) -> tuple:
     reqs, nnt = batch.requests, batch.num_new_tokens
     num_dec = dec_ctx = 0
     i = 0
+    lazy = state.lazy
+    if lazy is not None and lazy.count:
+        if not lazy.schedule(kv, batch, budget):
+            lazy.materialize_all(state)
+        else:
+            budget -= lazy.count
+            i = lazy.count  # running[:count] are the implicit decoders
     while i < len(running) and budget > 0:
         req = running[i]
         c = req.num_computed_tokens
@@ -254,7 +267,7 @@ def admit_waiting(state: ReplicaState, batch: Batch, budget, now: float, whole_p
         hit = kv.lookup(req)
         need = req.num_uncomputed_tokens - hit
         if whole_prompts:
-            if need > budget and batch.requests:
+            if need > budget and (batch.requests or batch.num_lazy_decodes):
                 break
             n = need
         else:
@@ -268,3 +281,131 @@ def admit_waiting(state: ReplicaState, batch: Batch, budget, now: float, whole_p
         batch.add(req, n)
         budget -= n
     return budget
+
+
+class LazyDecodes:
+    """The decoding requests of a replica whose progress is implicit in its step counter.
+
+    vLLM-style decode-first batching feeds every decoding request one token per step, so a
+    request that decodes steadily needs no per-step bookkeeping: it joins at group step
+    ``j`` with ``c0`` computed and ``g0`` generated tokens, and after group step ``s`` it
+    has ``c0 + s - j + 1`` and ``g0 + s - j + 1``, its token times being the end times of the
+    group's steps (the steps the group decodes in; vLLM v0's prefill-only steps are not). The group keeps what a step needs as aggregates: its size, the sum of its
+    sequence lengths (grows by the size each step), how many cross a KV block boundary at
+    each step (counted by ``(c0 - j) mod block_size``) and a heap of finishing steps. A
+    step then costs O(1) for all of them instead of O(running requests).
+
+    The implicit decoders are always ``running[:count]`` (decoders precede the requests
+    still prefilling in admission order); a request joins when it is the next one and
+    decodes, and every request is made explicit (:meth:`materialize`) before anything else
+    reads it: at completion, before a preemption, or for all when a step cannot serve them
+    together (token budget or free blocks short). Only for a plain paged cache with
+    recompute preemption and the built-in policies (see ``Engine``).
+    """
+
+    __slots__ = ("count", "context_tokens", "crossing", "finishing", "step_index", "step_end_times_s", "_seq")
+
+    def __init__(self, block_size: int):
+        self.count = 0
+        self.context_tokens = 0  # sum of (computed + 1) of the members: their decode context next step
+        self.crossing = [0] * block_size
+        self.finishing: list = []  # heap of (step index of the last token, seq, request)
+        self.step_index = 0  # steps the group decoded in (its own clock)
+        self.step_end_times_s: list[float] = []
+        self._seq = 0
+
+    def schedule(self, kv, batch: Batch, budget) -> bool:
+        """Add every member's decode to ``batch`` and take the blocks they cross into.
+
+        Returns False (and changes nothing) when the budget or the free blocks are short.
+        """
+        need = self.crossing[(-self.step_index) % kv.block_size]
+        if self.count > budget or need > kv.num_free_blocks:
+            return False
+        kv.num_free_blocks -= need
+        batch.num_lazy_decodes = self.count
+        batch.num_decode_seqs += self.count
+        batch.decode_context_tokens += self.context_tokens
+        return True
+
+    def join(self, req: Request, bs: int) -> bool:
+        """Make ``req`` (decoding, ``running[count]``) implicit from the next step on.
+
+        Its blocks must be exactly what its tokens need (it then takes one at each block
+        boundary) or already cover its peak (request-level reservation); otherwise it stays
+        explicit and False is returned.
+        """
+        j, c = self.step_index, req.num_computed_tokens
+        exact = req.num_blocks == -(-c // bs)
+        if not exact and req.num_blocks < -(-req.peak_kv_tokens // bs):
+            return False
+        req.lazy_step, req.lazy_computed, req.lazy_generated = j, c, req.num_generated_tokens
+        req.lazy_reserved = not exact
+        self.count += 1
+        self.context_tokens += c + 1
+        if exact:
+            self.crossing[(c - j) % bs] += 1
+        self._seq += 1
+        heapq.heappush(self.finishing, (j + req.num_output_tokens - req.num_generated_tokens - 1, self._seq, req))
+        return True
+
+    def materialize(self, req: Request, bs: int) -> None:
+        """Write ``req``'s implicit progress into its fields and take it out of the group."""
+        n = self.step_index - req.lazy_step
+        reserved, c0 = req.lazy_reserved, req.lazy_computed
+        req.num_computed_tokens = c0 + n
+        req.num_generated_tokens = req.lazy_generated + n
+        if not reserved:  # it took a block at each boundary it crossed
+            req.num_blocks = -(-req.num_computed_tokens // bs)
+        if n:
+            req.last_token_time_s = self.step_end_times_s[-1]
+            if req.token_times_s is not None:
+                req.token_times_s.extend(self.step_end_times_s[req.lazy_step:self.step_index])
+        self.count -= 1
+        self.context_tokens -= req.num_computed_tokens + 1
+        if not reserved:
+            self.crossing[(c0 - req.lazy_step) % bs] -= 1
+        req.lazy_step = -1
+
+    def materialize_all(self, state: "ReplicaState") -> None:
+        """Make every member explicit (before a step the group cannot serve, or a preemption)."""
+        bs = state.kv.block_size
+        for req in state.running[:self.count]:
+            self.materialize(req, bs)
+        assert self.count == 0 and self.context_tokens == 0
+        self.finishing.clear()
+
+    def end_step(self, state: "ReplicaState", batch: Batch, now: float) -> list:
+        """Advance the group by the step that ended at ``now``; return the members that finished.
+
+        Finished members are explicit again (status ``ok``, blocks freed); then the requests
+        now decoding right after the group join it.
+        """
+        if not batch.num_lazy_decodes:
+            return []  # a step without the group (e.g. vLLM v0's prefill-only steps): no progress
+        self.step_end_times_s.append(now)
+        self.step_index += 1
+        self.context_tokens += batch.num_lazy_decodes
+        done = []
+        bs = state.kv.block_size
+        finishing = self.finishing
+        last = self.step_index - 1
+        while finishing and finishing[0][0] <= last:
+            _, _, req = heapq.heappop(finishing)
+            if req.lazy_step < 0:
+                continue  # made explicit earlier (heap entries are dropped lazily)
+            self.materialize(req, bs)
+            req.status = "ok"
+            state.kv.free(req)
+            done.append(req)
+        return done
+
+    def admit_decoders(self, state: "ReplicaState") -> None:
+        """Let the requests that decode right after the group join it (keeps it a prefix)."""
+        running, bs = state.running, state.kv.block_size
+        while self.count < len(running):
+            req = running[self.count]
+            if not (req.num_generated_tokens and req.num_generated_tokens < req.num_output_tokens
+                    and req.num_computed_tokens == req.num_prompt_tokens + req.num_generated_tokens - 1
+                    and self.join(req, bs)):
+                break
