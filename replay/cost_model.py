@@ -135,6 +135,12 @@ class RooflineCostModel:
         if self.model.num_attention_heads % self.tp:
             raise ConfigError(f"tp={self.tp} does not divide the {self.model.num_attention_heads} attention heads of "
                              f"{self.model.name} (vLLM refuses it)")
+        # the constants of compute_s and memory_s, for the scalar path of step_time_s (the
+        # engine's hot path): the same operations in the same order, so the same floats
+        object.__setattr__(self, "_scalar_terms", (
+            2.0 * self.model.num_active_params, self.params.eta_compute * self.peak_flops,
+            self.model.weight_bytes, self.model.kv_bytes_per_token,
+            self.params.eta_mem * self.bandwidth_bytes_per_s))
         if self.tp_link is None:  # the GPU's own interconnect
             if self.gpu.tp_link not in LINKS:
                 raise ConfigError(f"gpu {self.gpu.name}: unknown tp_link {self.gpu.tp_link!r}; known: {', '.join(LINKS)}")
@@ -187,13 +193,16 @@ class RooflineCostModel:
         """
         p = self.params
         tokens = num_prefill_tokens + num_decode_seqs
-        c = self.compute_s(tokens)
-        m = self.memory_s(decode_context_tokens + prefill_context_tokens)
-        if not isinstance(c, np.ndarray):  # scalars: plain floats, the same IEEE operations
+        if not isinstance(tokens, np.ndarray):  # scalars: plain floats, the same IEEE operations
             if tokens <= 0:
                 return 0.0
+            two_p, compute_den, weights, d_kv, memory_den = self._scalar_terms
+            c = two_p * tokens / compute_den
+            m = (weights + (decode_context_tokens + prefill_context_tokens) * d_kv) / memory_den
             body = (c if c > m else m) if p.form == "max" else c + m
-            return float(p.t_launch_s + p.t_cpu_s + body + self.allreduce_s(tokens))
+            return p.t_launch_s + p.t_cpu_s + body + (self.allreduce_s(tokens) if self.tp > 1 else 0.0)
+        c = self.compute_s(tokens)
+        m = self.memory_s(decode_context_tokens + prefill_context_tokens)
         body = np.maximum(c, m) if p.form == "max" else c + m
         t = p.t_launch_s + p.t_cpu_s + body + self.allreduce_s(tokens)
         return np.where(np.asarray(tokens) > 0, t, 0.0)
