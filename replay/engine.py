@@ -7,6 +7,12 @@ with ``after_step_ends=True`` (closed-loop sends, :mod:`replay.closed_loop`), th
 of an idle replica (so it sees every request that arrived at that instant).
 At every step end of a replica its scheduler picks the next batch; the cost model gives
 the step's duration; at the step's end tokens are emitted and requests completed.
+
+Speed without changing a timestamp (``--exact-steps`` turns both off, and a property test
+checks both against it): steadily decoding requests of the built-in policies are implicit
+(:class:`~replay.schedulers.base.LazyDecodes`), so a decode step costs O(1) for all of
+them; for other policies, runs of identical decode steps are priced in one vectorised call
+(:meth:`Engine._start_decode_run`).
 """
 from __future__ import annotations
 
