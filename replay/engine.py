@@ -417,7 +417,7 @@ class Engine:
         kv = state.kv
         done = []  # requests that emit their last token in this step
         lazy = state.lazy
-        if batch.run_end_times_s is not None:
+        if batch.run_end_times_s is not None:  # a closed-form run of identical decode steps
             ends = batch.run_end_times_s
             k = len(ends)
             for req in batch.requests:
@@ -427,31 +427,27 @@ class Engine:
                 if req.token_times_s is not None:
                     req.token_times_s.extend(ends)
                 if req.num_generated_tokens == req.num_output_tokens:
-                    req.status = "ok"
-                    kv.free(req)
                     done.append(req)
-            if done:
-                self._finish(state, done, now)
+        else:
             if lazy is not None:
-                lazy.admit_decoders(state)
-            return
-        if lazy is not None:
-            done = lazy.end_step(state, batch, now)
-        for req, n in zip(batch.requests, batch.num_new_tokens):
-            c = req.num_computed_tokens = req.num_computed_tokens + n
-            g = req.num_generated_tokens
-            if c < req.num_prompt_tokens + g:
-                continue  # an intermediate prefill chunk emits nothing
-            g = req.num_generated_tokens = g + 1
-            if g == 1:
-                req.first_token_time_s = now
-            req.last_token_time_s = now
-            if req.token_times_s is not None:
-                req.token_times_s.append(now)
-            if g == req.num_output_tokens:
+                done = lazy.end_step(state, batch, now)  # implicit decoders: already freed
+            for req, n in zip(batch.requests, batch.num_new_tokens):
+                c = req.num_computed_tokens = req.num_computed_tokens + n
+                g = req.num_generated_tokens
+                if c < req.num_prompt_tokens + g:
+                    continue  # an intermediate prefill chunk emits nothing
+                g = req.num_generated_tokens = g + 1
+                if g == 1:
+                    req.first_token_time_s = now
+                req.last_token_time_s = now
+                if req.token_times_s is not None:
+                    req.token_times_s.append(now)
+                if g == req.num_output_tokens:
+                    done.append(req)
+        for req in done:
+            if req.status != "ok":
                 req.status = "ok"
                 kv.free(req)
-                done.append(req)
         if done:
             self._finish(state, done, now)
         if lazy is not None:
