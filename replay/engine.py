@@ -214,9 +214,8 @@ class Engine:
         # Arrivals are consumed in order from a list (they are sorted), the heap holds only
         # step ends and wake-ups; an arrival goes first on a tie (priority 0).
         self._arrivals, self._next_arrival = arrivals, 0
-        lazy = self._lazy_decodes_ok()
-        for state in self.replicas:
-            state.lazy = LazyDecodes(state.kv.block_size) if lazy else None
+        for rid, state in enumerate(self.replicas):
+            state.lazy = LazyDecodes(state.kv.block_size) if self._lazy_decodes_ok(rid) else None
         heap = self._heap
         n = len(arrivals)
         while self._next_arrival < n or heap:
@@ -391,18 +390,18 @@ class Engine:
                 left = min(left, r.num_output_tokens - r.num_generated_tokens)
         return left
 
-    def _lazy_decodes_ok(self) -> bool:
-        """Whether steady decoders may be kept implicit (:class:`LazyDecodes`): plain paged
-        cache, recompute preemption, built-in policies (which read running requests only
-        through ``schedule_running``), no per-step request lists, no closed-loop hooks."""
+    def _lazy_decodes_ok(self, rid: int) -> bool:
+        """Whether replica ``rid`` may keep steady decoders implicit (:class:`LazyDecodes`):
+        a plain paged cache, recompute preemption, a policy that declares
+        ``implicit_decoders = True`` on its own class (it reads running requests only through
+        ``schedule_running``), no per-step request lists and no closed-loop hooks."""
         from .kv_cache import KVCache
-        from .schedulers import BUILTIN
 
         cfg = self.config
         return (not cfg.exact_steps and not cfg.record_step_requests and cfg.preemption_mode == "recompute"
                 and self.arrival_bound is None and self.on_request_done is None
-                and all(type(st.kv) is KVCache for st in self.replicas)
-                and all(type(sch) in BUILTIN.values() for sch in self.schedulers))
+                and type(self.replicas[rid].kv) is KVCache
+                and type(self.schedulers[rid]).__dict__.get("implicit_decoders", False))
 
     def _finish(self, state: ReplicaState, done: list[Request], now: float) -> None:
         """Drop the requests that emitted their last token at ``now`` from ``running``; call the hook."""

@@ -87,6 +87,9 @@ class DecodeScheduler(ChunkedScheduler):
     """
 
     name = "disagg-decode"
+    #: Reads running requests only through ``schedule_running``: the engine may keep steady
+    #: decoders implicit (``LazyDecodes``). Declared per class, so subclasses opt in themselves.
+    implicit_decoders = True
 
     def __init__(self, inputs_pending=None):
         self._inputs_pending = inputs_pending
