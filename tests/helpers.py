@@ -26,3 +26,27 @@ def run(reqs, cost, scheduler="chunked", budget=2048, max_num_seqs=256, num_gpu_
                  EngineConfig(num_gpu_blocks, block_size, max_model_len, True, True), num_replicas=replicas)
     eng.run(rs)
     return {r.request_id: r for r in rs}, eng
+
+
+def replay_both_paths(trace, cost, atol=1e-9, **config):
+    """Replay ``trace`` step by step (``exact_steps``) and on the fast path; assert they agree.
+
+    Same step count, statuses and preemption counts, and every token time within ``atol``
+    seconds (0: identical). Returns both results ``(exact, fast)``.
+    """
+    import numpy as np
+
+    from replay.simulate import ReplayConfig, replay_frame
+
+    slow, e1 = replay_frame(trace, cost, ReplayConfig(**config, exact_steps=True))
+    fast, e2 = replay_frame(trace, cost, ReplayConfig(**config))
+    assert e1.num_steps == e2.num_steps
+    assert slow["pred_status"].tolist() == fast["pred_status"].tolist()
+    assert slow["pred_num_preemptions"].tolist() == fast["pred_num_preemptions"].tolist()
+    for a, b in zip(slow["pred_token_times_s"], fast["pred_token_times_s"]):
+        if a is None:
+            assert b is None
+            continue
+        assert len(a) == len(b)
+        assert np.max(np.abs(np.asarray(a) - np.asarray(b)), initial=0.0) <= atol
+    return slow, fast

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from helpers import LinearStepCost
+from helpers import LinearStepCost, replay_both_paths
 from replay.cost_model import CostParams, Link, RooflineCostModel, kv_transfer_time_s
 from replay.disagg import DisaggEngine, pool_cost_models, resolve_link
 from replay.engine import EngineConfig
@@ -342,9 +342,4 @@ def test_closed_form_decode_runs_equal_step_by_step_under_disagg(seed):
     base = dict(scheduler="disagg", decode_replicas=1 + seed % 2, num_gpu_blocks=[300, 100000][seed % 2],
                 max_num_batched_tokens=1024, record_token_times=True,
                 first_token_from=["prefill", "decode"][seed % 2])
-    slow, e1 = replay_frame(trace, COST, ReplayConfig(**base, exact_steps=True))
-    fast, e2 = replay_frame(trace, COST, ReplayConfig(**base))
-    assert e1.num_steps == e2.num_steps
-    assert slow["pred_num_preemptions"].tolist() == fast["pred_num_preemptions"].tolist()
-    for a, b in zip(slow["pred_token_times_s"], fast["pred_token_times_s"]):
-        assert np.max(np.abs(np.asarray(a) - np.asarray(b)), initial=0.0) <= 1e-9
+    replay_both_paths(trace, COST, **base)

@@ -1,11 +1,12 @@
 """The closed-form decode runs give the same per-request times as the step-by-step path."""
 import numpy as np
+
+from helpers import replay_both_paths
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from replay.cost_model import CostParams, RooflineCostModel
 from replay.schedulers import BUILTIN
-from replay.simulate import ReplayConfig, replay_frame
 from schemas.specs import get_gpu, get_model
 import pandas as pd
 
@@ -29,19 +30,8 @@ def traces(draw):
        form=st.sampled_from(["max", "sum"]), replicas=st.sampled_from([1, 2]))
 def test_fast_path_equals_step_by_step(trace, scheduler, budget, max_num_seqs, blocks, form, replicas):
     cost = COST.with_params(CostParams(eta_compute=0.6, eta_mem=0.8, t_launch_s=2e-4, form=form))
-    base = dict(scheduler=scheduler, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs,
-                num_gpu_blocks=blocks, replicas=replicas, record_token_times=True)
-    slow, e1 = replay_frame(trace, cost, ReplayConfig(**base, exact_steps=True))
-    fast, e2 = replay_frame(trace, cost, ReplayConfig(**base))
-    assert e1.num_steps == e2.num_steps
-    assert slow["pred_status"].tolist() == fast["pred_status"].tolist()
-    assert slow["pred_num_preemptions"].tolist() == fast["pred_num_preemptions"].tolist()
-    for a, b in zip(slow["pred_token_times_s"], fast["pred_token_times_s"]):
-        if a is None:
-            assert b is None
-            continue
-        assert len(a) == len(b)
-        assert np.max(np.abs(np.asarray(a) - np.asarray(b)), initial=0.0) <= 1e-9
+    replay_both_paths(trace, cost, scheduler=scheduler, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs,
+                      num_gpu_blocks=blocks, replicas=replicas, record_token_times=True)
 
 
 @pytest.mark.parametrize("scheduler", sorted(BUILTIN))
@@ -50,12 +40,5 @@ def test_fast_path_equals_step_by_step_on_the_real_run(real_data_dir, scheduler)
 
     trace, _ = import_vllm_request_stats(real_data_dir / "lss_vllm_rtxpro6000_llama31_8b_requests.jsonl")
     # 5000 blocks (80k tokens) force preemptions, so implicit decoders are made explicit mid-run too
-    base = dict(scheduler=scheduler, max_num_batched_tokens=2048, max_num_seqs=128, num_gpu_blocks=5000,
-                record_token_times=True)
-    slow, e1 = replay_frame(trace, COST, ReplayConfig(**base, exact_steps=True))
-    fast, e2 = replay_frame(trace, COST, ReplayConfig(**base))
-    assert e1.num_steps == e2.num_steps
-    assert slow["pred_num_preemptions"].tolist() == fast["pred_num_preemptions"].tolist()
-    assert slow["pred_status"].tolist() == fast["pred_status"].tolist()
-    for a, b in zip(slow["pred_token_times_s"], fast["pred_token_times_s"]):
-        assert (a is None and b is None) or np.array_equal(np.asarray(a), np.asarray(b))
+    replay_both_paths(trace, COST, atol=0.0, scheduler=scheduler, max_num_batched_tokens=2048, max_num_seqs=128,
+                      num_gpu_blocks=5000, record_token_times=True)
