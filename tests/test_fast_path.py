@@ -1,14 +1,13 @@
 """The closed-form decode runs give the same per-request times as the step-by-step path."""
 import numpy as np
-
-from helpers import replay_both_paths
+import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from helpers import replay_both_paths
 from replay.cost_model import CostParams, RooflineCostModel
 from replay.schedulers import BUILTIN
 from schemas.specs import get_gpu, get_model
-import pandas as pd
 
 COST = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("a100-80gb"),
                          CostParams(eta_compute=0.6, eta_mem=0.8, t_launch_s=2e-4, form="max"))
