@@ -233,6 +233,7 @@ class Engine:
                 rid(now)  # the payload of a call_at event is its callback
                 continue
             self._start_step(rid, now)
+        self._arrivals = []  # the engine outlives the run: hold no request
         return requests
 
     def _route(self, req: Request) -> int:

@@ -1,7 +1,11 @@
 """Replay a request trace through the engine: the library entry point behind ``replay``."""
 from __future__ import annotations
 
+import contextlib
+import gc
+import math
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 import pandas as pd
@@ -140,29 +144,45 @@ def requests_from_frame(df: pd.DataFrame, record_token_times: bool = False, slo_
     A request's SLOs are its row's ``slo_ttft_s``/``slo_tpot_s`` where given, else the
     ``slo_ttft_s``/``slo_tpot_s`` arguments, else none (``inf``).
     """
-    ids = df["request_id"].astype(str).to_numpy()
-    arr = df["arrival_time_s"].to_numpy(float)
-    prompt = df["num_prompt_tokens"].to_numpy(np.int64)
-    out = df["num_output_tokens"].to_numpy(np.int64)
-    prio = df["priority"].to_numpy(np.int64) if "priority" in df else np.zeros(len(df), np.int64)
-    hashes = df["block_hashes"].to_numpy() if "block_hashes" in df else None
-    status = df["status"].to_numpy() if "status" in df else None
+    n = len(df)
+    ids = df["request_id"].astype(str).tolist()
+    arr = df["arrival_time_s"].to_numpy(float).tolist()
+    prompt = df["num_prompt_tokens"].to_numpy(np.int64).tolist()
+    out = df["num_output_tokens"].to_numpy(np.int64).tolist()
+    prio = df["priority"].to_numpy(np.int64).tolist() if "priority" in df else [0] * n
+    hashes = df["block_hashes"].tolist() if "block_hashes" in df else [None] * n
+    keep = [True] * n
+    if "status" in df:
+        status = df["status"]
+        keep = (status.isna() | (status == "ok")).tolist()
     slos = []
     for col, default in (("slo_ttft_s", slo_ttft_s), ("slo_tpot_s", slo_tpot_s)):
-        v = np.full(len(df), np.inf if default is None else float(default))
+        v = np.full(n, np.inf if default is None else float(default))
         if col in df:
             given = pd.to_numeric(df[col], errors="coerce").to_numpy(float)
             v = np.where(np.isnan(given), v, given)
-        slos.append(v)
-    reqs = []
-    for i in range(len(df)):
-        if status is not None and status[i] not in (None, "ok") and status[i] == status[i]:
-            continue
-        reqs.append(Request(i, ids[i], float(arr[i]), int(prompt[i]), int(out[i]), priority=int(prio[i]),
-                            block_hashes=None if hashes is None else hashes[i],
-                            record_token_times=record_token_times, slo_ttft_s=float(slos[0][i]),
-                            slo_tpot_s=float(slos[1][i])))
-    return reqs
+        slos.append(v.tolist())
+    # positional arguments: measurably cheaper than keywords a million times over
+    return [Request(i, rid, t, p, o, pr, math.inf, h, record_token_times, s_ttft, s_tpot)
+            for i, rid, t, p, o, pr, h, s_ttft, s_tpot, k
+            in zip(range(n), ids, arr, prompt, out, prio, hashes, slos[0], slos[1], keep) if k]
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Pause Python's cyclic garbage collector, then restore its state.
+
+    A replay allocates a million requests that live to its end, and allocation-triggered
+    collections would traverse all of them many times (measured: 1.9 s of 3.8 s building 1M
+    requests); they hold no reference cycles, so reference counting frees them.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayConfig,
@@ -236,22 +256,24 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
     else:
         engine = Engine(cost_model, factory, sched_cfg, engine_cfg, num_replicas=cfg.replicas,
                         router=get_router(cfg.router))
-    reqs = requests_from_frame(df, cfg.record_token_times, cfg.slo_ttft_s, cfg.slo_tpot_s)
-    if cfg.concurrency is None:
-        engine.run(reqs)
-    else:
-        ClosedLoop(engine, reqs, cfg.concurrency, cfg.think_time_s).run()
-    result = result_frame(df, reqs)
-    if cfg.concurrency is not None:
-        result["pred_arrival_time_s"] = send_times_column(len(df), reqs)
-    if isinstance(engine, DisaggEngine):
-        for col, values in engine.result_columns(len(df)).items():
-            result[col] = values
-    if cfg.enable_prefix_caching:
-        cached = np.zeros(len(df), np.int64)
-        for r in reqs:
-            cached[r.index] = r.num_cached_tokens
-        result["pred_num_cached_tokens"] = cached
+    with _gc_paused():  # no cycles here; collections would rescan every live request again and again
+        reqs = requests_from_frame(df, cfg.record_token_times, cfg.slo_ttft_s, cfg.slo_tpot_s)
+        if cfg.concurrency is None:
+            engine.run(reqs)
+        else:
+            ClosedLoop(engine, reqs, cfg.concurrency, cfg.think_time_s).run()
+        result = result_frame(df, reqs)
+        if cfg.concurrency is not None:
+            result["pred_arrival_time_s"] = send_times_column(len(df), reqs)
+        if isinstance(engine, DisaggEngine):
+            for col, values in engine.result_columns(len(df)).items():
+                result[col] = values
+        if cfg.enable_prefix_caching:
+            cached = np.zeros(len(df), np.int64)
+            for r in reqs:
+                cached[r.index] = r.num_cached_tokens
+            result["pred_num_cached_tokens"] = cached
+        del reqs  # freed by reference counting before collections resume
     return result, engine
 
 
@@ -260,20 +282,25 @@ def result_frame(df: pd.DataFrame, reqs: list[Request]) -> pd.DataFrame:
     n = len(df)
     qw, ttft, e2e = (np.full(n, np.nan) for _ in range(3))
     rep, pre = np.full(n, -1, np.int64), np.zeros(n, np.int64)
-    status = np.array(["not simulated: failed in trace"] * n, dtype=object)
-    times = [None] * n
+    status = np.full(n, "not simulated: failed in trace", dtype=object)
     out_tokens = df["num_output_tokens"].to_numpy(np.int64)
-    for r in reqs:
-        i = r.index
-        status[i] = r.status
-        rep[i] = r.replica_id
-        pre[i] = r.num_preemptions
+
+    def column(name: str, dtype) -> np.ndarray:
+        return np.fromiter(map(attrgetter(name), reqs), dtype, len(reqs))
+
+    idx = column("index", np.int64)
+    status[idx] = column("status", object)
+    rep[idx] = column("replica_id", np.int64)
+    pre[idx] = column("num_preemptions", np.int64)
+    ok = status[idx] == "ok"
+    arrival = column("arrival_time_s", float)
+    for out, name in ((qw, "first_scheduled_time_s"), (ttft, "first_token_time_s"), (e2e, "last_token_time_s")):
+        out[idx] = np.where(ok, column(name, float) - arrival, np.nan)
+    recorded = [r for r in reqs if r.token_times_s is not None]
+    times = [None] * n if recorded else None
+    for r in recorded:
         if r.status == "ok":
-            qw[i] = r.first_scheduled_time_s - r.arrival_time_s
-            ttft[i] = r.first_token_time_s - r.arrival_time_s
-            e2e[i] = r.last_token_time_s - r.arrival_time_s
-            if r.token_times_s is not None:
-                times[i] = [t - r.arrival_time_s for t in r.token_times_s]
+            times[r.index] = [t - r.arrival_time_s for t in r.token_times_s]
     from .metrics import tpot_s
 
     res = df.copy()
@@ -284,7 +311,7 @@ def result_frame(df: pd.DataFrame, reqs: list[Request]) -> pd.DataFrame:
     res["pred_replica_id"] = rep
     res["pred_num_preemptions"] = pre
     res["pred_status"] = status
-    if any(t is not None for t in times):
+    if times is not None:
         res["pred_token_times_s"] = times
     return res
 
