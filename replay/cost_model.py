@@ -140,7 +140,8 @@ class RooflineCostModel:
         object.__setattr__(self, "_scalar_terms", (
             2.0 * self.model.num_active_params, self.params.eta_compute * self.peak_flops,
             self.model.weight_bytes, self.model.kv_bytes_per_token,
-            self.params.eta_mem * self.bandwidth_bytes_per_s))
+            self.params.eta_mem * self.bandwidth_bytes_per_s, self.params.form == "max",
+            self.params.t_launch_s + self.params.t_cpu_s))
         if self.tp_link is None:  # the GPU's own interconnect
             if self.gpu.tp_link not in LINKS:
                 raise ConfigError(f"gpu {self.gpu.name}: unknown tp_link {self.gpu.tp_link!r}; known: {', '.join(LINKS)}")
@@ -191,16 +192,16 @@ class RooflineCostModel:
 
         A step with no tokens takes 0 s.
         """
-        p = self.params
         tokens = num_prefill_tokens + num_decode_seqs
         if not isinstance(tokens, np.ndarray):  # scalars: plain floats, the same IEEE operations
             if tokens <= 0:
                 return 0.0
-            two_p, compute_den, weights, d_kv, memory_den = self._scalar_terms
+            two_p, compute_den, weights, d_kv, memory_den, form_max, fixed_s = self._scalar_terms
             c = two_p * tokens / compute_den
             m = (weights + (decode_context_tokens + prefill_context_tokens) * d_kv) / memory_den
-            body = (c if c > m else m) if p.form == "max" else c + m
-            return p.t_launch_s + p.t_cpu_s + body + (self.allreduce_s(tokens) if self.tp > 1 else 0.0)
+            body = (c if c > m else m) if form_max else c + m
+            return fixed_s + body + (self.allreduce_s(tokens) if self.tp > 1 else 0.0)
+        p = self.params
         c = self.compute_s(tokens)
         m = self.memory_s(decode_context_tokens + prefill_context_tokens)
         body = np.maximum(c, m) if p.form == "max" else c + m

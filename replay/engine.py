@@ -171,7 +171,9 @@ class Engine:
         them). Arrivals come through here; :mod:`replay.disagg` hands transferred requests over too.
         """
         self.replicas[rid].waiting.append(req)
-        self.wake(rid, now)
+        if not self._busy[rid]:  # wake(), written out: once per arrival
+            self._busy[rid] = True
+            self._push(now, _WAKE, rid)
 
     def wake(self, rid: int, now: float) -> None:
         """Make an idle replica ``rid`` schedule at ``now`` (after the instant's other events)."""
@@ -189,7 +191,7 @@ class Engine:
         if self.config.max_model_len is not None and total > self.config.max_model_len:
             return "rejected: exceeds max_model_len"
         kv = self.replicas[0].kv
-        if kv.blocks_for(req.peak_kv_tokens) > kv.num_gpu_blocks:
+        if -(-(total - 1) // kv.block_size) > kv.num_gpu_blocks:  # blocks of the peak KV, prompt + output - 1
             return "rejected: exceeds KV cache capacity"
         return None
 
@@ -216,15 +218,22 @@ class Engine:
         self._arrivals, self._next_arrival = arrivals, 0
         for rid, state in enumerate(self.replicas):
             state.lazy = LazyDecodes(state.kv.block_size) if self._lazy_decodes_ok(rid) else None
+        # closed-form decode runs (_start_decode_run) price their steps together: only with a
+        # deterministic, vectorised cost model
+        self._decode_runs_priced = [not self.config.exact_steps and getattr(cm, "supports_arrays", False)
+                                    for cm in self.cost_models]
         heap = self._heap
+        heappop = heapq.heappop
         n = len(arrivals)
-        while self._next_arrival < n or heap:
-            if self._next_arrival < n and (not heap or arrivals[self._next_arrival].arrival_time_s <= heap[0][0]):
+        t_next = arrivals[0].arrival_time_s if n else math.inf
+        while t_next < math.inf or heap:
+            if not heap or t_next <= heap[0][0]:
                 req = arrivals[self._next_arrival]
                 self._next_arrival += 1
-                self.arrive(req, req.arrival_time_s)
+                self.arrive(req, t_next)
+                t_next = arrivals[self._next_arrival].arrival_time_s if self._next_arrival < n else math.inf
                 continue
-            now, kind, _, rid = heapq.heappop(heap)
+            now, kind, _, rid = heappop(heap)
             if kind == _STEP_END:
                 self._end_step(rid, now)
                 if self.on_step_end is not None:
@@ -256,17 +265,15 @@ class Engine:
             self._busy[rid] = False
             self._batches[rid] = None
             return
-        if (not swap_s and not self.config.exact_steps and not batch.num_prefill_seqs
+        if (not batch.num_prefill_seqs and self._decode_runs_priced[rid] and not swap_s
                 and state.num_preemptions == preemptions  # a preempting step is followed by a re-admission try
-                and getattr(self.schedulers[rid], "decode_runs", False) and len(batch.requests) == len(state.running)
-                # a run prices its steps together: only for a deterministic, vectorised cost model
-                and getattr(self.cost_models[rid], "supports_arrays", False)):
+                and len(batch.requests) == len(state.running)
+                and getattr(self.schedulers[rid], "decode_runs", False)):  # the policy's word, read every step
             if self._start_decode_run(rid, state, batch, now):
                 return
         duration = self.cost_models[rid].step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs,
                                                      batch.decode_context_tokens, batch.prefill_context_tokens) + swap_s
-        self._busy[rid] = True
-        self._batches[rid] = batch
+        self._batches[rid] = batch  # the replica stays busy (set by wake() or the step that ends now)
         self._step_start[rid] = now
         if self.config.record_steps:
             self.steps.append((rid, now, duration, batch.num_prefill_tokens, batch.num_prefill_seqs,
@@ -274,7 +281,8 @@ class Engine:
             if self.config.record_step_requests:
                 self.step_requests.append([r.request_id for r in batch.requests])
         self.num_steps += 1
-        self._push(now + duration, _STEP_END, rid)
+        self._seq += 1
+        heapq.heappush(self._heap, (now + duration, _STEP_END, self._seq, rid))  # _push, written out
 
     def _start_decode_run(self, rid: int, state: ReplicaState, batch: Batch, now: float) -> bool:
         """Advance ``k > 1`` identical decode steps at once when nothing can change the batch.
@@ -406,11 +414,8 @@ class Engine:
 
     def _finish(self, state: ReplicaState, done: list[Request], now: float) -> None:
         """Drop the requests that emitted their last token at ``now`` from ``running``; call the hook."""
-        if len(done) <= 8:  # list.remove compares identities in C: cheaper than a rebuild for a few
-            for req in done:
-                state.running.remove(req)
-        else:
-            state.running = [r for r in state.running if r.status != "ok"]
+        for req in done:
+            state.remove_running(req)
         if self.on_request_done is not None:
             for req in done:
                 self.on_request_done(req, now)
@@ -419,8 +424,9 @@ class Engine:
         state = self.replicas[rid]
         batch = self._batches[rid]
         kv = state.kv
-        done = []  # requests that emit their last token in this step
         lazy = state.lazy
+        # requests that emit their last token in this step (implicit decoders come back freed)
+        done = lazy.end_step(state, batch, now) if lazy is not None else []
         if batch.run_end_times_s is not None:  # a closed-form run of identical decode steps
             ends = batch.run_end_times_s
             k = len(ends)
@@ -431,10 +437,10 @@ class Engine:
                 if req.token_times_s is not None:
                     req.token_times_s.extend(ends)
                 if req.num_generated_tokens == req.num_output_tokens:
+                    req.status = "ok"
+                    kv.free(req)
                     done.append(req)
-        else:
-            if lazy is not None:
-                done = lazy.end_step(state, batch, now)  # implicit decoders: already freed
+        elif batch.requests:
             for req, n in zip(batch.requests, batch.num_new_tokens):
                 c = req.num_computed_tokens = req.num_computed_tokens + n
                 g = req.num_generated_tokens
@@ -447,12 +453,10 @@ class Engine:
                 if req.token_times_s is not None:
                     req.token_times_s.append(now)
                 if g == req.num_output_tokens:
+                    req.status = "ok"
+                    kv.free(req)
                     done.append(req)
-        for req in done:
-            if req.status != "ok":
-                req.status = "ok"
-                kv.free(req)
         if done:
             self._finish(state, done, now)
-        if lazy is not None:
+        if lazy is not None and lazy.count < len(state.running):
             lazy.admit_decoders(state)

@@ -64,11 +64,14 @@ class KVCache:
 
         ``num_cached`` is the prefix-cache hit from :meth:`lookup` (0 here).
         """
-        return self.num_new_blocks(req, num_new_tokens) <= self.num_free_blocks
+        # num_new_blocks, written out: this runs once per admission attempt
+        return -(-(req.num_computed_tokens + num_new_tokens) // self.block_size) - req.num_blocks <= self.num_free_blocks
 
     def allocate(self, req: Request, num_new_tokens: int, num_cached: int = 0) -> None:
         """Take the blocks for ``num_new_tokens`` more tokens (caller checked ``can_allocate``)."""
-        n = self.num_new_blocks(req, num_new_tokens)
+        n = -(-(req.num_computed_tokens + num_new_tokens) // self.block_size) - req.num_blocks
+        if n <= 0:
+            return
         assert n <= self.num_free_blocks, "allocate() without can_allocate()"
         self.num_free_blocks -= n
         req.num_blocks += n

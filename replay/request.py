@@ -34,7 +34,7 @@ class Request:
                  "first_scheduled_time_s", "first_token_time_s", "last_token_time_s",
                  "token_times_s", "num_preemptions", "num_recomputed_tokens", "status",
                  "lazy_step", "lazy_computed", "lazy_generated", "lazy_reserved",
-                 "replica_id", "last_scheduled_time_s", "slo_ttft_s", "slo_tpot_s")
+                 "replica_id", "last_scheduled_time_s", "slo_ttft_s", "slo_tpot_s", "admission_number")
 
     def __init__(self, index: int, request_id: str, arrival_time_s: float, num_prompt_tokens: int,
                  num_output_tokens: int, priority: int = 0, deadline_s: float = math.inf,
@@ -63,6 +63,7 @@ class Request:
         self.num_recomputed_tokens = 0
         self.status = "waiting"
         self.replica_id = -1
+        self.admission_number = 0  # order of its latest admission on its replica (ReplicaState.admit)
         # implicit decoding (replay.schedulers.base.LazyDecodes): the replica's step index at
         # which it joined (-1: explicit) and its counts then
         self.lazy_step = -1

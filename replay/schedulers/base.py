@@ -11,13 +11,17 @@ and :func:`admit_waiting` (chunked admission of the waiting queue, with prefix-c
 """
 from __future__ import annotations
 
-import heapq
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Protocol
 
 from ..kv_cache import KVCache
 from ..request import Request
+
+
+_admission_number = attrgetter("admission_number")
 
 
 class Batch:
@@ -50,13 +54,14 @@ class Batch:
         """Add ``req`` feeding ``num_new_tokens`` tokens (1 for a decode)."""
         self.requests.append(req)
         self.num_new_tokens.append(num_new_tokens)
-        if req.is_decoding:
+        c = req.num_computed_tokens
+        if c >= req.num_prompt_tokens + req.num_generated_tokens - 1 and req.num_generated_tokens:  # is_decoding
             self.num_decode_seqs += 1
-            self.decode_context_tokens += req.num_computed_tokens + 1
+            self.decode_context_tokens += c + 1
         else:
             self.num_prefill_tokens += num_new_tokens
             self.num_prefill_seqs += 1
-            self.prefill_context_tokens += req.num_computed_tokens
+            self.prefill_context_tokens += c
 
     @property
     def num_tokens(self) -> int:
@@ -112,6 +117,20 @@ class ReplicaState:
     preemption_mode: str = "recompute"
     num_swap_blocks: int = 0
     lazy: "LazyDecodes | None" = None
+    num_admissions: int = 0
+
+    def remove_running(self, req: Request) -> None:
+        """Take ``req`` out of ``running`` in O(log n).
+
+        ``running`` is in admission order, so ``req`` is found by bisecting on the admission
+        number :meth:`admit` gave it (a scheduler that reordered ``running`` gets a linear search).
+        """
+        running = self.running
+        i = bisect_left(running, req.admission_number, key=_admission_number)
+        if i < len(running) and running[i] is req:
+            del running[i]
+        else:
+            running.remove(req)
 
     def admit(self, req: Request, now: float) -> None:
         """Move ``req`` (already removed from ``waiting``, its blocks allocated) to ``running``.
@@ -124,6 +143,8 @@ class ReplicaState:
         if req.status == "swapped":
             self.num_swap_blocks += self.kv.blocks_for(req.num_computed_tokens)
         req.status = "running"
+        self.num_admissions += 1
+        req.admission_number = self.num_admissions
         self.running.append(req)
 
     def preempt(self, req: Request) -> None:
@@ -134,7 +155,7 @@ class ReplicaState:
         back at re-admission; nothing is recomputed. Its first-token time is kept either way.
         """
         assert req.lazy_step < 0, "an implicit decoder is never a preemption victim (it precedes the tail)"
-        self.running.remove(req)
+        self.remove_running(req)
         if self.preemption_mode == "swap":
             self.num_swap_blocks += req.num_blocks
             self.kv.free(req)
@@ -185,14 +206,6 @@ def schedule_running(state: ReplicaState, batch: Batch, budget) -> tuple:
     """
     kv = state.kv
     running = state.running
-    preempted = False
-    # Hot path: a decoding request on a plain paged cache feeds one token and takes a block
-    # only when it crosses a block boundary; its bookkeeping is inlined (same result as the
-    # general path below, which handles prefills, prefix caches and preemption).
-    plain = type(kv) is KVCache
-    bs = kv.block_size
-    reqs, nnt = batch.requests, batch.num_new_tokens
-    num_dec = dec_ctx = 0
     i = 0
     lazy = state.lazy
     if lazy is not None and lazy.count:
@@ -201,6 +214,16 @@ def schedule_running(state: ReplicaState, batch: Batch, budget) -> tuple:
         else:
             budget -= lazy.count
             i = lazy.count  # running[:count] are the implicit decoders
+            if i == len(running):
+                return budget, False
+    preempted = False
+    # Hot path: a decoding request on a plain paged cache feeds one token and takes a block
+    # only when it crosses a block boundary; its bookkeeping is inlined (same result as the
+    # general path below, which handles prefills, prefix caches and preemption).
+    plain = type(kv) is KVCache
+    bs = kv.block_size
+    reqs, nnt = batch.requests, batch.num_new_tokens
+    num_dec = dec_ctx = 0
     while i < len(running) and budget > 0:
         req = running[i]
         c = req.num_computed_tokens
@@ -265,13 +288,13 @@ def admit_waiting(state: ReplicaState, batch: Batch, budget, now: float, whole_p
     while waiting and budget > 0 and len(state.running) < max_num_seqs:
         req = waiting[0]
         hit = kv.lookup(req)
-        need = req.num_uncomputed_tokens - hit
+        need = req.num_prompt_tokens + req.num_generated_tokens - req.num_computed_tokens - hit  # uncomputed
         if whole_prompts:
             if need > budget and (batch.requests or batch.num_lazy_decodes):
                 break
             n = need
         else:
-            n = min(need, budget)
+            n = need if need < budget else budget
         take = req.peak_kv_tokens - req.num_computed_tokens - hit if reserve_peak else n
         if not kv.can_allocate(req, take, hit):
             break
@@ -292,7 +315,7 @@ class LazyDecodes:
     has ``c0 + s - j + 1`` and ``g0 + s - j + 1``, its token times being the end times of the
     group's steps (the steps the group decodes in; vLLM v0's prefill-only steps are not). The group keeps what a step needs as aggregates: its size, the sum of its
     sequence lengths (grows by the size each step), how many cross a KV block boundary at
-    each step (counted by ``(c0 - j) mod block_size``) and a heap of finishing steps. A
+    each step (counted by ``(c0 - j) mod block_size``) and who finishes at which step. A
     step then costs O(1) for all of them instead of O(running requests).
 
     The implicit decoders are always ``running[:count]`` (decoders precede the requests
@@ -303,16 +326,17 @@ class LazyDecodes:
     recompute preemption and the built-in policies (see ``Engine``).
     """
 
-    __slots__ = ("count", "context_tokens", "crossing", "finishing", "step_index", "step_end_times_s", "_seq")
+    __slots__ = ("count", "context_tokens", "crossing", "finishing", "step_index", "step_end_times_s")
 
     def __init__(self, block_size: int):
         self.count = 0
         self.context_tokens = 0  # sum of (computed + 1) of the members: their decode context next step
         self.crossing = [0] * block_size
-        self.finishing: list = []  # heap of (step index of the last token, seq, request)
+        #: members by the group step of their last token, each list in joining order (the clock
+        #: advances one step at a time and a member finishes at or after its joining step)
+        self.finishing: dict[int, list[Request]] = {}
         self.step_index = 0  # steps the group decoded in (its own clock)
         self.step_end_times_s: list[float] = []
-        self._seq = 0
 
     def schedule(self, kv, batch: Batch, budget) -> bool:
         """Add every member's decode to ``batch`` and take the blocks they cross into.
@@ -345,8 +369,12 @@ class LazyDecodes:
         self.context_tokens += c + 1
         if exact:
             self.crossing[(c - j) % bs] += 1
-        self._seq += 1
-        heapq.heappush(self.finishing, (j + req.num_output_tokens - req.num_generated_tokens - 1, self._seq, req))
+        last = j + req.num_output_tokens - req.num_generated_tokens - 1
+        bucket = self.finishing.get(last)
+        if bucket is None:
+            self.finishing[last] = [req]
+        else:
+            bucket.append(req)
         return True
 
     def materialize(self, req: Request, bs: int) -> None:
@@ -386,18 +414,14 @@ class LazyDecodes:
         self.step_end_times_s.append(now)
         self.step_index += 1
         self.context_tokens += batch.num_lazy_decodes
-        done = []
+        done = self.finishing.pop(self.step_index - 1, None)
+        if done is None:
+            return []
         bs = state.kv.block_size
-        finishing = self.finishing
-        last = self.step_index - 1
-        while finishing and finishing[0][0] <= last:
-            _, _, req = heapq.heappop(finishing)
-            if req.lazy_step < 0:
-                continue  # made explicit earlier (heap entries are dropped lazily)
+        for req in done:
             self.materialize(req, bs)
             req.status = "ok"
             state.kv.free(req)
-            done.append(req)
         return done
 
     def admit_decoders(self, state: "ReplicaState") -> None:
