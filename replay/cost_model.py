@@ -193,7 +193,7 @@ class RooflineCostModel:
         A step with no tokens takes 0 s.
         """
         tokens = num_prefill_tokens + num_decode_seqs
-        if not isinstance(tokens, np.ndarray):  # scalars: plain floats, the same IEEE operations
+        if tokens.__class__ is int or not isinstance(tokens, np.ndarray):  # scalars: plain floats, same IEEE ops
             if tokens <= 0:
                 return 0.0
             two_p, compute_den, weights, d_kv, memory_den, form_max, fixed_s = self._scalar_terms

@@ -139,7 +139,6 @@ class Engine:
         self._busy = [False] * num_replicas
         self._batches: list[Batch | None] = [None] * num_replicas
         self._run_blocker: list[Request | None] = [None] * num_replicas  # see _start_decode_run
-        self._step_start = [0.0] * num_replicas
         self.steps: list[tuple] = []
         self.step_requests: list[list[str]] = []  # request ids of each recorded step (record_step_requests)
         self.num_steps = 0
@@ -160,7 +159,7 @@ class Engine:
 
     def arrive(self, req: Request, now: float) -> None:
         """Route an arriving ``req`` to a replica and queue it there at ``now`` (seconds)."""
-        rid = self._route(req)
+        rid = self._route(req) if len(self.replicas) > 1 else 0
         req.replica_id = rid
         self.enqueue(rid, req, now)  # wakes after every arrival of this instant is queued
 
@@ -222,8 +221,8 @@ class Engine:
         # deterministic, vectorised cost model
         self._decode_runs_priced = [not self.config.exact_steps and getattr(cm, "supports_arrays", False)
                                     for cm in self.cost_models]
-        heap = self._heap
-        heappop = heapq.heappop
+        heap, heappop = self._heap, heapq.heappop
+        end_step, start_step = self._end_step, self._start_step
         n = len(arrivals)
         t_next = arrivals[0].arrival_time_s if n else math.inf
         while t_next < math.inf or heap:
@@ -235,19 +234,17 @@ class Engine:
                 continue
             now, kind, _, rid = heappop(heap)
             if kind == _STEP_END:
-                self._end_step(rid, now)
+                end_step(rid, now)
                 if self.on_step_end is not None:
                     self.on_step_end(rid, now)
             elif kind == _CALL or kind == _LATE_CALL:
                 rid(now)  # the payload of a call_at event is its callback
                 continue
-            self._start_step(rid, now)
+            start_step(rid, now)
         self._arrivals = []  # the engine outlives the run: hold no request
         return requests
 
     def _route(self, req: Request) -> int:
-        if len(self.replicas) == 1:
-            return 0
         if self.router is not None:
             return self.router(req, self.replicas)
         self._rr = (self._rr + 1) % len(self.replicas)
@@ -274,7 +271,6 @@ class Engine:
         duration = self.cost_models[rid].step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs,
                                                      batch.decode_context_tokens, batch.prefill_context_tokens) + swap_s
         self._batches[rid] = batch  # the replica stays busy (set by wake() or the step that ends now)
-        self._step_start[rid] = now
         if self.config.record_steps:
             self.steps.append((rid, now, duration, batch.num_prefill_tokens, batch.num_prefill_seqs,
                                batch.num_decode_seqs, batch.decode_context_tokens, batch.prefill_context_tokens))

@@ -64,17 +64,24 @@ class KVCache:
 
         ``num_cached`` is the prefix-cache hit from :meth:`lookup` (0 here).
         """
-        # num_new_blocks, written out: this runs once per admission attempt
-        return -(-(req.num_computed_tokens + num_new_tokens) // self.block_size) - req.num_blocks <= self.num_free_blocks
+        return self.num_new_blocks(req, num_new_tokens) <= self.num_free_blocks
+
+    def try_allocate(self, req: Request, num_new_tokens: int, num_cached: int = 0) -> bool:
+        """Take the blocks for ``num_new_tokens`` more tokens of ``req`` if they are free
+        (:meth:`can_allocate` then :meth:`allocate`, in one call); return whether it did."""
+        # num_new_blocks written out: the engine's hot path (once per admission)
+        n = -(-(req.num_computed_tokens + num_new_tokens) // self.block_size) - req.num_blocks
+        if n > self.num_free_blocks:
+            return False
+        if n > 0:
+            self.num_free_blocks -= n
+            req.num_blocks += n
+        return True
 
     def allocate(self, req: Request, num_new_tokens: int, num_cached: int = 0) -> None:
         """Take the blocks for ``num_new_tokens`` more tokens (caller checked ``can_allocate``)."""
-        n = -(-(req.num_computed_tokens + num_new_tokens) // self.block_size) - req.num_blocks
-        if n <= 0:
-            return
-        assert n <= self.num_free_blocks, "allocate() without can_allocate()"
-        self.num_free_blocks -= n
-        req.num_blocks += n
+        if not self.try_allocate(req, num_new_tokens, num_cached):
+            raise AssertionError("allocate() without can_allocate()")
 
     def free(self, req: Request) -> None:
         """Return all blocks of ``req``."""
@@ -238,6 +245,13 @@ class PrefixCachingKVCache(KVCache):
             return self.num_new_blocks(req, num_new_tokens) <= self.num_free_blocks
         need = self.blocks_for(num_cached + num_new_tokens) - num_cached // self.block_size
         return need + self._evictable_hits(req, num_cached) <= self.num_free_blocks
+
+    def try_allocate(self, req: Request, num_new_tokens: int, num_cached: int = 0) -> bool:
+        """:meth:`allocate` if :meth:`can_allocate`; returns whether it did."""
+        if not self.can_allocate(req, num_new_tokens, num_cached):
+            return False
+        self.allocate(req, num_new_tokens, num_cached)
+        return True
 
     def allocate(self, req: Request, num_new_tokens: int, num_cached: int = 0) -> None:
         """Take ``req``'s hit blocks (``num_cached`` tokens from :meth:`lookup`) and new blocks.

@@ -287,7 +287,7 @@ def admit_waiting(state: ReplicaState, batch: Batch, budget, now: float, whole_p
     max_num_seqs = state.config.max_num_seqs
     while waiting and budget > 0 and len(state.running) < max_num_seqs:
         req = waiting[0]
-        hit = kv.lookup(req)
+        hit = kv.lookup(req) if kv.enable_prefix_caching else 0
         need = req.num_prompt_tokens + req.num_generated_tokens - req.num_computed_tokens - hit  # uncomputed
         if whole_prompts:
             if need > budget and (batch.requests or batch.num_lazy_decodes):
@@ -296,10 +296,9 @@ def admit_waiting(state: ReplicaState, batch: Batch, budget, now: float, whole_p
         else:
             n = need if need < budget else budget
         take = req.peak_kv_tokens - req.num_computed_tokens - hit if reserve_peak else n
-        if not kv.can_allocate(req, take, hit):
+        if not kv.try_allocate(req, take, hit):
             break
         waiting.popleft()
-        kv.allocate(req, take, hit)
         state.admit(req, now)
         batch.add(req, n)
         budget -= n
@@ -352,31 +351,6 @@ class LazyDecodes:
         batch.decode_context_tokens += self.context_tokens
         return True
 
-    def join(self, req: Request, bs: int) -> bool:
-        """Make ``req`` (decoding, ``running[count]``) implicit from the next step on.
-
-        Its blocks must be exactly what its tokens need (it then takes one at each block
-        boundary) or already cover its peak (request-level reservation); otherwise it stays
-        explicit and False is returned.
-        """
-        j, c = self.step_index, req.num_computed_tokens
-        exact = req.num_blocks == -(-c // bs)
-        if not exact and req.num_blocks < -(-req.peak_kv_tokens // bs):
-            return False
-        req.lazy_step, req.lazy_computed, req.lazy_generated = j, c, req.num_generated_tokens
-        req.lazy_reserved = not exact
-        self.count += 1
-        self.context_tokens += c + 1
-        if exact:
-            self.crossing[(c - j) % bs] += 1
-        last = j + req.num_output_tokens - req.num_generated_tokens - 1
-        bucket = self.finishing.get(last)
-        if bucket is None:
-            self.finishing[last] = [req]
-        else:
-            bucket.append(req)
-        return True
-
     def materialize(self, req: Request, bs: int) -> None:
         """Write ``req``'s implicit progress into its fields and take it out of the group."""
         n = self.step_index - req.lazy_step
@@ -425,11 +399,32 @@ class LazyDecodes:
         return done
 
     def admit_decoders(self, state: "ReplicaState") -> None:
-        """Let the requests that decode right after the group join it (keeps it a prefix)."""
+        """Make the requests that decode right after the group implicit from the next step on
+        (the group stays a prefix of ``running``).
+
+        A joining request's blocks must be exactly what its tokens need (it then takes one at
+        each block boundary) or already cover its peak (request-level reservation); the first
+        request that is not decoding or has other blocks stops the joining.
+        """
         running, bs = state.running, state.kv.block_size
+        j, finishing = self.step_index, self.finishing
         while self.count < len(running):
             req = running[self.count]
-            if not (req.num_generated_tokens and req.num_generated_tokens < req.num_output_tokens
-                    and req.num_computed_tokens == req.num_prompt_tokens + req.num_generated_tokens - 1
-                    and self.join(req, bs)):
-                break
+            c, g = req.num_computed_tokens, req.num_generated_tokens
+            if not (g and g < req.num_output_tokens and c == req.num_prompt_tokens + g - 1):
+                return  # not decoding (yet), or done
+            exact = req.num_blocks == -(-c // bs)
+            if not exact and req.num_blocks < -(-req.peak_kv_tokens // bs):
+                return
+            req.lazy_step, req.lazy_computed, req.lazy_generated = j, c, g
+            req.lazy_reserved = not exact
+            self.count += 1
+            self.context_tokens += c + 1
+            if exact:
+                self.crossing[(c - j) % bs] += 1
+            last = j + req.num_output_tokens - g - 1
+            bucket = finishing.get(last)
+            if bucket is None:
+                finishing[last] = [req]
+            else:
+                bucket.append(req)
