@@ -170,9 +170,7 @@ class Engine:
         them). Arrivals come through here; :mod:`replay.disagg` hands transferred requests over too.
         """
         self.replicas[rid].waiting.append(req)
-        if not self._busy[rid]:  # wake(), written out: once per arrival
-            self._busy[rid] = True
-            self._push(now, _WAKE, rid)
+        self.wake(rid, now)
 
     def wake(self, rid: int, now: float) -> None:
         """Make an idle replica ``rid`` schedule at ``now`` (after the instant's other events)."""
@@ -251,34 +249,56 @@ class Engine:
         return (self._rr - 1) % len(self.replicas)
 
     def _start_step(self, rid: int, now: float) -> None:
+        """Start replica ``rid``'s next step at ``now`` (seconds), or idle it.
+
+        When the step's end is the next event of the whole simulation (before the next
+        arrival and before everything in the heap, ties excluded) and no hook watches step
+        ends, the step is ended here and the next one started, without the trip through the
+        heap: the event loop would do the same, in the same order. ``--exact-steps`` always
+        takes the trip.
+        """
         state = self.replicas[rid]
-        preemptions = state.num_preemptions
-        batch = self.schedulers[rid].schedule(now, state)
-        swap_s = 0.0
-        if state.num_swap_blocks:  # swap preemption: KV copied over the host link during this step
-            swap_s = state.num_swap_blocks * self.config.swap_time_per_block_s
-            state.num_swap_blocks = 0
-        if not batch.requests and not batch.num_lazy_decodes:
-            self._busy[rid] = False
-            self._batches[rid] = None
+        lazy = state.lazy
+        heap, cost_model = self._heap, self.cost_models[rid]
+        inline = not self.config.exact_steps and self.on_step_end is None
+        while True:
+            swap_s = 0.0
+            if (lazy is not None and lazy.count and lazy.count == len(state.running) and not state.waiting
+                    and lazy.schedule(state.kv, batch := Batch(), state.config.max_num_batched_tokens)):
+                pass  # only the implicit decoders can run: the policy's batch, without asking it (see LazyDecodes)
+            else:
+                preemptions = state.num_preemptions
+                batch = self.schedulers[rid].schedule(now, state)
+                if state.num_swap_blocks:  # swap preemption: KV copied over the host link during this step
+                    swap_s = state.num_swap_blocks * self.config.swap_time_per_block_s
+                    state.num_swap_blocks = 0
+                if not batch.requests and not batch.num_lazy_decodes:
+                    self._busy[rid] = False
+                    self._batches[rid] = None
+                    return
+                if (not batch.num_prefill_seqs and self._decode_runs_priced[rid] and not swap_s
+                        and state.num_preemptions == preemptions  # a preempting step is followed by a re-admission try
+                        and len(batch.requests) == len(state.running)
+                        and getattr(self.schedulers[rid], "decode_runs", False)):  # the policy's word, read every step
+                    if self._start_decode_run(rid, state, batch, now):
+                        return
+            duration = cost_model.step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs,
+                                              batch.decode_context_tokens, batch.prefill_context_tokens) + swap_s
+            self._batches[rid] = batch  # the replica stays busy (set by wake() or the step that ends now)
+            if self.config.record_steps:
+                self.steps.append((rid, now, duration, batch.num_prefill_tokens, batch.num_prefill_seqs,
+                                   batch.num_decode_seqs, batch.decode_context_tokens, batch.prefill_context_tokens))
+                if self.config.record_step_requests:
+                    self.step_requests.append([r.request_id for r in batch.requests])
+            self.num_steps += 1
+            end = now + duration
+            if inline and (not heap or end < heap[0][0]) and end < self._next_list_arrival_s():
+                self._end_step(rid, end)
+                now = end
+                continue
+            self._seq += 1
+            heapq.heappush(heap, (end, _STEP_END, self._seq, rid))  # _push, written out
             return
-        if (not batch.num_prefill_seqs and self._decode_runs_priced[rid] and not swap_s
-                and state.num_preemptions == preemptions  # a preempting step is followed by a re-admission try
-                and len(batch.requests) == len(state.running)
-                and getattr(self.schedulers[rid], "decode_runs", False)):  # the policy's word, read every step
-            if self._start_decode_run(rid, state, batch, now):
-                return
-        duration = self.cost_models[rid].step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs,
-                                                     batch.decode_context_tokens, batch.prefill_context_tokens) + swap_s
-        self._batches[rid] = batch  # the replica stays busy (set by wake() or the step that ends now)
-        if self.config.record_steps:
-            self.steps.append((rid, now, duration, batch.num_prefill_tokens, batch.num_prefill_seqs,
-                               batch.num_decode_seqs, batch.decode_context_tokens, batch.prefill_context_tokens))
-            if self.config.record_step_requests:
-                self.step_requests.append([r.request_id for r in batch.requests])
-        self.num_steps += 1
-        self._seq += 1
-        heapq.heappush(self._heap, (now + duration, _STEP_END, self._seq, rid))  # _push, written out
 
     def _start_decode_run(self, rid: int, state: ReplicaState, batch: Batch, now: float) -> bool:
         """Advance ``k > 1`` identical decode steps at once when nothing can change the batch.
@@ -350,6 +370,11 @@ class Engine:
         self.num_steps += k
         self._push(batch.run_end_times_s[-1], _STEP_END, rid)
         return True
+
+    def _next_list_arrival_s(self) -> float:
+        """Arrival time of the next request of :meth:`run`'s list, seconds (``inf``: none left)."""
+        i = self._next_arrival
+        return self._arrivals[i].arrival_time_s if i < len(self._arrivals) else math.inf
 
     def _next_arrival_time_s(self) -> float:
         """Earliest time a request can still arrive, seconds (``inf``: none): the next of

@@ -262,7 +262,7 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
             engine.run(reqs)
         else:
             ClosedLoop(engine, reqs, cfg.concurrency, cfg.think_time_s).run()
-        result = result_frame(df, reqs)
+        result = result_frame(df, reqs, cfg.record_token_times)
         if cfg.concurrency is not None:
             result["pred_arrival_time_s"] = send_times_column(len(df), reqs)
         if isinstance(engine, DisaggEngine):
@@ -277,30 +277,34 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
     return result, engine
 
 
-def result_frame(df: pd.DataFrame, reqs: list[Request]) -> pd.DataFrame:
-    """``df`` with the predicted columns of the simulated ``reqs`` (others: status only)."""
+def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = False) -> pd.DataFrame:
+    """``df`` with the predicted columns of the simulated ``reqs`` (others: status only);
+    ``pred_token_times_s`` too with ``token_times`` (the requests recorded them)."""
     n = len(df)
-    qw, ttft, e2e = (np.full(n, np.nan) for _ in range(3))
-    rep, pre = np.full(n, -1, np.int64), np.zeros(n, np.int64)
-    status = np.full(n, "not simulated: failed in trace", dtype=object)
     out_tokens = df["num_output_tokens"].to_numpy(np.int64)
 
     def column(name: str, dtype) -> np.ndarray:
         return np.fromiter(map(attrgetter(name), reqs), dtype, len(reqs))
 
-    idx = column("index", np.int64)
-    status[idx] = column("status", object)
-    rep[idx] = column("replica_id", np.int64)
-    pre[idx] = column("num_preemptions", np.int64)
-    ok = status[idx] == "ok"
+    def scattered(values: np.ndarray, fill) -> np.ndarray:  # by row; rows not simulated get ``fill``
+        if len(reqs) == n:  # every row, in order (requests_from_frame keeps the row order)
+            return values
+        out = np.full(n, fill, dtype=values.dtype)
+        out[idx] = values
+        return out
+
+    idx = column("index", np.int64) if len(reqs) != n else None
+    status_sim = column("status", object)
+    ok = status_sim == "ok"
     arrival = column("arrival_time_s", float)
-    for out, name in ((qw, "first_scheduled_time_s"), (ttft, "first_token_time_s"), (e2e, "last_token_time_s")):
-        out[idx] = np.where(ok, column(name, float) - arrival, np.nan)
-    recorded = [r for r in reqs if r.token_times_s is not None]
-    times = [None] * n if recorded else None
-    for r in recorded:
-        if r.status == "ok":
-            times[r.index] = [t - r.arrival_time_s for t in r.token_times_s]
+    qw, ttft, e2e = (scattered(np.where(ok, column(name, float) - arrival, np.nan), np.nan)
+                     for name in ("first_scheduled_time_s", "first_token_time_s", "last_token_time_s"))
+    times = None
+    if token_times:
+        times = [None] * n
+        for r in reqs:
+            if r.status == "ok" and r.token_times_s is not None:
+                times[r.index] = [t - r.arrival_time_s for t in r.token_times_s]
     from .metrics import tpot_s
 
     res = df.copy()
@@ -308,9 +312,9 @@ def result_frame(df: pd.DataFrame, reqs: list[Request]) -> pd.DataFrame:
     res["pred_ttft_s"] = ttft
     res["pred_tpot_s"] = tpot_s(ttft, e2e, out_tokens)
     res["pred_e2e_s"] = e2e
-    res["pred_replica_id"] = rep
-    res["pred_num_preemptions"] = pre
-    res["pred_status"] = status
+    res["pred_replica_id"] = scattered(column("replica_id", np.int64), -1)
+    res["pred_num_preemptions"] = scattered(column("num_preemptions", np.int64), 0)
+    res["pred_status"] = scattered(status_sim, "not simulated: failed in trace")
     if times is not None:
         res["pred_token_times_s"] = times
     return res
