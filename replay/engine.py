@@ -139,6 +139,9 @@ class Engine:
         self._busy = [False] * num_replicas
         self._batches: list[Batch | None] = [None] * num_replicas
         self._run_blocker: list[Request | None] = [None] * num_replicas  # see _start_decode_run
+        self._arrivals: list[Request] = []  # run()'s admitted requests, consumed in order
+        self._next_arrival = 0
+        self._next_list_arrival_s = math.inf  # arrival time of _arrivals[_next_arrival] (inf: none)
         self.steps: list[tuple] = []
         self.step_requests: list[list[str]] = []  # request ids of each recorded step (record_step_requests)
         self.num_steps = 0
@@ -222,13 +225,14 @@ class Engine:
         heap, heappop = self._heap, heapq.heappop
         end_step, start_step = self._end_step, self._start_step
         n = len(arrivals)
-        t_next = arrivals[0].arrival_time_s if n else math.inf
+        t_next = self._next_list_arrival_s = arrivals[0].arrival_time_s if n else math.inf
         while t_next < math.inf or heap:
             if not heap or t_next <= heap[0][0]:
                 req = arrivals[self._next_arrival]
                 self._next_arrival += 1
-                self.arrive(req, t_next)
-                t_next = arrivals[self._next_arrival].arrival_time_s if self._next_arrival < n else math.inf
+                t_arrival, t_next = t_next, arrivals[self._next_arrival].arrival_time_s if self._next_arrival < n else math.inf
+                self._next_list_arrival_s = t_next
+                self.arrive(req, t_arrival)
                 continue
             now, kind, _, rid = heappop(heap)
             if kind == _STEP_END:
@@ -292,7 +296,7 @@ class Engine:
                     self.step_requests.append([r.request_id for r in batch.requests])
             self.num_steps += 1
             end = now + duration
-            if inline and (not heap or end < heap[0][0]) and end < self._next_list_arrival_s():
+            if inline and (not heap or end < heap[0][0]) and end < self._next_list_arrival_s:
                 self._end_step(rid, end)
                 now = end
                 continue
@@ -371,15 +375,10 @@ class Engine:
         self._push(batch.run_end_times_s[-1], _STEP_END, rid)
         return True
 
-    def _next_list_arrival_s(self) -> float:
-        """Arrival time of the next request of :meth:`run`'s list, seconds (``inf``: none left)."""
-        i = self._next_arrival
-        return self._arrivals[i].arrival_time_s if i < len(self._arrivals) else math.inf
-
     def _next_arrival_time_s(self) -> float:
         """Earliest time a request can still arrive, seconds (``inf``: none): the next of
         :meth:`run`'s list or :attr:`arrival_bound`, whichever is first."""
-        t = self._arrivals[self._next_arrival].arrival_time_s if self._next_arrival < len(self._arrivals) else math.inf
+        t = self._next_list_arrival_s
         return t if self.arrival_bound is None else min(t, self.arrival_bound())
 
     def completion_bound_s(self, min_step_s: float = 0.0) -> float:
