@@ -265,9 +265,12 @@ class Engine:
         lazy = state.lazy
         heap, cost_model = self._heap, self.cost_models[rid]
         inline = not self.config.exact_steps and self.on_step_end is None
+        batch = None  # the step to start (None: to be scheduled)
         while True:
             swap_s = 0.0
-            if (lazy is not None and lazy.count and lazy.count == len(state.running) and not state.waiting
+            if batch is not None:
+                pass  # the implicit decoders alone, again (LazyDecodes.repeat)
+            elif (lazy is not None and lazy.count and lazy.count == len(state.running) and not state.waiting
                     and lazy.schedule(state.kv, batch := Batch(), state.config.max_num_batched_tokens)):
                 pass  # only the implicit decoders can run: the policy's batch, without asking it (see LazyDecodes)
             else:
@@ -297,7 +300,10 @@ class Engine:
             self.num_steps += 1
             end = now + duration
             if inline and (not heap or end < heap[0][0]) and end < self._next_list_arrival_s:
-                self._end_step(rid, end)
+                if not (lazy is not None and not batch.requests and not state.waiting
+                        and lazy.count == len(state.running) and lazy.repeat(state.kv, batch, end)):
+                    self._end_step(rid, end)
+                    batch = None
                 now = end
                 continue
             self._seq += 1

@@ -351,6 +351,26 @@ class LazyDecodes:
         batch.decode_context_tokens += self.context_tokens
         return True
 
+    def repeat(self, kv, batch: Batch, now: float) -> bool:
+        """End the step of ``batch``, in which the group decoded alone, at ``now``, and put the
+        group's next decode in the same ``batch``, when nothing else changes: no member emits
+        its last token in this step and the blocks the group crosses into next are free.
+
+        The same as :meth:`end_step` then :meth:`schedule` into a new batch; the caller
+        guarantees that no request arrives by ``now`` and that the group is all of ``running``
+        (so the policy would schedule it alone again). Returns False and changes nothing otherwise.
+        """
+        step = self.step_index
+        need = self.crossing[(-(step + 1)) % kv.block_size]
+        if step in self.finishing or need > kv.num_free_blocks:
+            return False
+        self.step_end_times_s.append(now)
+        self.step_index = step + 1
+        self.context_tokens += self.count
+        kv.num_free_blocks -= need
+        batch.decode_context_tokens = self.context_tokens
+        return True
+
     def materialize(self, req: Request, bs: int) -> None:
         """Write ``req``'s implicit progress into its fields and take it out of the group."""
         n = self.step_index - req.lazy_step
