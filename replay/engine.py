@@ -256,15 +256,16 @@ class Engine:
         """Start replica ``rid``'s next step at ``now`` (seconds), or idle it.
 
         When the step's end is the next event of the whole simulation (before the next
-        arrival and before everything in the heap, ties excluded) and no hook watches step
-        ends, the step is ended here and the next one started, without the trip through the
+        arrival and before everything in the heap, ties excluded), the step is ended here
+        (:attr:`on_step_end` called) and the next one started, without the trip through the
         heap: the event loop would do the same, in the same order. ``--exact-steps`` always
         takes the trip.
         """
         state = self.replicas[rid]
         lazy = state.lazy
         heap, cost_model = self._heap, self.cost_models[rid]
-        inline = not self.config.exact_steps and self.on_step_end is None
+        inline = not self.config.exact_steps
+        hook = self.on_step_end
         batch = None  # the step to start (None: to be scheduled)
         while True:
             swap_s = 0.0
@@ -300,9 +301,11 @@ class Engine:
             self.num_steps += 1
             end = now + duration
             if inline and (not heap or end < heap[0][0]) and end < self._next_list_arrival_s:
-                if not (lazy is not None and not batch.requests and not state.waiting
+                if not (lazy is not None and hook is None and not batch.requests and not state.waiting
                         and lazy.count == len(state.running) and lazy.repeat(state.kv, batch, end)):
                     self._end_step(rid, end)
+                    if hook is not None:
+                        hook(rid, end)
                     batch = None
                 now = end
                 continue

@@ -336,10 +336,11 @@ def cfg_link(cfg):
     return resolve_link(cfg.link, cfg.link_bandwidth_bytes_per_s, cfg.link_latency_s, COST.tp_link)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_closed_form_decode_runs_equal_step_by_step_under_disagg(seed):
+@pytest.mark.parametrize("seed", range(12))
+def test_fast_path_equals_step_by_step_under_disagg(seed):
     trace = random_trace(10 + seed, n=50)
-    base = dict(scheduler="disagg", decode_replicas=1 + seed % 2, num_gpu_blocks=[300, 100000][seed % 2],
+    base = dict(scheduler="disagg", decode_replicas=1 + seed % 2, prefill_replicas=1 + seed // 6,
+                num_gpu_blocks=[300, 100000][seed % 2],
                 max_num_batched_tokens=1024, record_token_times=True,
                 first_token_from=["prefill", "decode"][seed % 2])
     replay_both_paths(trace, COST, **base)
