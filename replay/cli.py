@@ -78,6 +78,9 @@ def replay_options(fn):
                           "are ignored [default: open loop, arrivals as traced]."),
         click.option("--think-time-s", type=click.FloatRange(min=0, max=float("inf"), max_open=True), default=0.0,
                      show_default=True, help="Closed loop: a client's pause between a completion and its next send, seconds."),
+        click.option("--exact-steps", is_flag=True, default=False,
+                     help="Simulate every step and request one by one, through the event heap: the reference "
+                          "the fast path is tested against (same results, slower)."),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -98,7 +101,7 @@ def replay_config(kwargs: dict, one_scheduler: bool = True, **extra) -> ReplayCo
     """
     keys = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "gpu_memory_utilization",
             "block_size", "max_model_len", "replicas", "router", "enable_prefix_caching", "hash_block_size",
-            "preemption_mode", "slo_ttft_s", "slo_tpot_s", "concurrency", "think_time_s")
+            "preemption_mode", "slo_ttft_s", "slo_tpot_s", "concurrency", "think_time_s", "exact_steps")
     given = {k: kwargs[k] for k in DISAGG_OPTIONS if kwargs.get(k) is not None}
     if one_scheduler and kwargs["scheduler"] != "disagg" and given:
         names = ", ".join("--" + k.replace("_", "-") for k in given)

@@ -8,11 +8,16 @@ of an idle replica (so it sees every request that arrived at that instant).
 At every step end of a replica its scheduler picks the next batch; the cost model gives
 the step's duration; at the step's end tokens are emitted and requests completed.
 
-Speed without changing a timestamp (``--exact-steps`` turns both off, and a property test
-checks both against it): steadily decoding requests of the built-in policies are implicit
-(:class:`~replay.schedulers.base.LazyDecodes`), so a decode step costs O(1) for all of
-them; for other policies, runs of identical decode steps are priced in one vectorised call
-(:meth:`Engine._start_decode_run`).
+Speed without changing a timestamp (``--exact-steps`` turns all of it off, and property
+tests check the fast path against it):
+
+* steadily decoding requests of the built-in policies are implicit
+  (:class:`~replay.schedulers.base.LazyDecodes`), so a decode step costs O(1) for all of
+  them, and a step of those alone repeats in place while nothing else can happen;
+* for other policies, runs of identical decode steps are priced in one vectorised call
+  (:meth:`Engine._start_decode_run`);
+* a step whose end is the next event of the simulation is ended without a trip through
+  the heap (:meth:`Engine._start_step`).
 """
 from __future__ import annotations
 
@@ -67,8 +72,9 @@ class EngineConfig:
     record_step_requests : bool
         With ``record_steps``, keep the ids of each step's requests (``step_requests``).
     exact_steps : bool
-        Simulate every step one by one, never advancing a run of identical decode steps in
-        closed form (the reference the fast path is tested against).
+        Simulate every step one by one through the event heap, every request explicit: no
+        implicit decoders, no closed-form runs, no in-place step ends (the reference the
+        fast path is tested against).
     """
 
     num_gpu_blocks: int

@@ -65,7 +65,7 @@ class ReplayConfig:
     record_step_requests : bool
         Keep the request ids of every step (for the Chrome trace); implies ``record_steps``.
     exact_steps : bool
-        Simulate every step one by one (no closed-form decode runs); same results, slower.
+        Simulate every step and request one by one (``EngineConfig.exact_steps``); same results, slower.
     prefill_replicas, decode_replicas : int
         ``disagg``: instances of the prefill and of the decode pool (P and D).
     tp_prefill, tp_decode : int | None

@@ -72,6 +72,19 @@ def test_replay_within_15_percent_of_measured(run_dir):
             assert abs(table.loc[m, f"rel_err_{q}"]) < 0.15, (m, q, table.loc[m, f"rel_err_{q}"])
 
 
+def test_exact_steps_option_gives_the_same_replay(run_dir):
+    """``--exact-steps`` (every step through the event heap) and the fast path agree exactly."""
+    out = {}
+    for flag in ([], ["--exact-steps"]):
+        path = run_dir / f"pred{len(flag)}.parquet"
+        res = CliRunner().invoke(servecal, ["replay", str(run_dir / "llama.parquet"), "--calibration",
+                                            str(run_dir / "cal.json"), "--max-num-seqs", "128",
+                                            "--max-num-batched-tokens", "2048", "-o", str(path), *flag])
+        assert res.exit_code == 0, res.output
+        out[bool(flag)] = pd.read_parquet(path)
+    pd.testing.assert_frame_equal(out[False], out[True])
+
+
 def test_qwen_with_the_llama_calibration_runs(real_data_dir, run_dir):
     cli = CliRunner()
     _ok(cli.invoke(servecal, ["traces", "import", "vllm-request-stats",
