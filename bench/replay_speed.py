@@ -1,6 +1,7 @@
 """Replay speed of servecal's engine, as ratios to a minimal reference loop measured in the same run.
 
-Usage: python bench/replay_speed.py [--requests 1000000] [--quick]
+Usage: python bench/replay_speed.py [--requests 1000000] [--schedulers chunked,fcfs,disagg]
+                                    [--calibration | --calibration-only]
 
 Each case runs in its own process (so peak RSS is per case). Workloads:
   * the real Azure LLM inference 2023 conv trace (19,366 requests), when ../shared/data/real has it;
@@ -9,7 +10,11 @@ Each case runs in its own process (so peak RSS is per case). Workloads:
 Schedulers: chunked, fcfs, disagg (when available). The engine's step-by-step path
 (--exact-steps) and a minimal reference loop (continuous batching with incremental
 aggregates, no KV cache, no per-request bookkeeping beyond counters) run on the same
-workload. sched-sim 0.2.1 is timed too when installed.
+workload. sched-sim 0.2.1 is timed too when installed (pip install sched-sim==0.2.1; bench only).
+
+--calibration adds the calibration speed, each job in its own process: `calibrate fit` on a
+1M-row synthetic step trace, and the simulation-in-the-loop fit (jobs=1) on 10k synthetic
+requests, both generated with known parameters (CAL_TRUTH).
 """
 from __future__ import annotations
 
@@ -105,6 +110,133 @@ def run_reference(args):
     return wall, n_req, steps, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def sched_sim_version() -> str | None:
+    """The installed sched-sim's version, None when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sched-sim")
+    except PackageNotFoundError:
+        return None
+
+
+#: sched-sim runs stop at this multiple of the last arrival, in simulated time (see run_sched_sim).
+SCHED_SIM_HORIZON = 10
+
+
+def run_sched_sim(args):
+    """sched-sim's chunked-prefill scheduler on the same requests: ``submit_workload`` + ``run()`` timed.
+
+    Its cost model and scheduling differ from ours, so the ratio is about simulator speed on
+    the same request stream, not about identical predictions. The hardware is its "h100"
+    preset (which carries Llama-3-70B) with the model fields of its only Llama-3-8B preset
+    ("a100"), and our GPU's peaks, efficiencies and launch time; its roofline is then ours
+    without the prefill context's KV reads. Its chunked scheduler takes the token budget
+    (8192) but ignores ``max_batch_size``, so nothing caps the running sequences at 256 but
+    the KV cache; preemption recomputes; a request takes one more decode step than ours (its
+    last prefill chunk emits no token). Building its pydantic Requests is not timed.
+
+    Returns wall, requests, iterations (forward passes), peak RSS in MB and completed requests.
+    """
+    kind, n, rate = args
+    from sched_sim.core.event_engine import Simulator
+    from sched_sim.core.request import Request
+    from sched_sim.hardware.presets import PRESETS
+    from sched_sim.memory.preemption import PreemptionMode
+    from sched_sim.schedulers.factory import create_scheduler
+
+    df = workload(kind, n, rate)
+    cm, llama8b = cost_model(), PRESETS["a100"]
+    hw = PRESETS["h100"].model_copy(update={
+        **{k: getattr(llama8b, k) for k in ("model_name", "parameter_count_billions", "num_layers", "hidden_size",
+                                            "num_heads", "num_kv_heads", "head_dim", "dtype_bytes")},
+        "fp16_tflops": cm.gpu.peak_flops / 1e12, "tensor_core_efficiency": cm.params.eta_compute,
+        "memory_bandwidth_gb_s": cm.params.eta_mem * cm.gpu.mem_bandwidth_bytes_per_s / 1e9,
+        "kernel_launch_overhead_ms": cm.params.t_launch_s * 1e3})
+    arr = df["arrival_time_s"].to_numpy().tolist()
+    prompt, out = df["num_prompt_tokens"].to_numpy().tolist(), df["num_output_tokens"].to_numpy().tolist()
+    reqs = [Request(request_id=str(i), arrived_at=a, prompt_tokens=pr, output_tokens=o)
+            for i, (a, pr, o) in enumerate(zip(arr, prompt, out))]
+    sched = create_scheduler("chunked", hw, PreemptionMode.RECOMPUTE, token_budget=8192, max_batch_size=256)
+    sim = Simulator(hw, sched, PreemptionMode.RECOMPUTE)
+    t = time.perf_counter()
+    sim.submit_workload(reqs)
+    # Once the KV cache is full, 0.2.1 preempts the same (already freed) victim again, and the
+    # decode that needed the slot goes back to the waiting queue fully prefilled, where it is
+    # never scheduled again: run() then polls every 5 ms forever. A simulated-time horizon far
+    # past any finishing run ends it, with fewer requests completed.
+    m = sim.run(max_duration_s=SCHED_SIM_HORIZON * max(arr))
+    wall = time.perf_counter() - t
+    return wall, len(reqs), m.total_iterations, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, \
+        m.completed_requests
+
+
+#: The known parameters the calibration jobs must recover.
+CAL_TRUTH = {"eta_compute": 0.6, "eta_mem": 0.85, "t_launch_s": 1e-3}
+
+
+def run_step_fit(rows: int):
+    """``calibrate fit`` (forms max and sum, as its default) on a synthetic step trace.
+
+    The shapes are those of tests/test_fit.py; durations are the roofline at CAL_TRUTH times
+    2 % lognormal noise. Only the command is timed (the trace is written before); the peak
+    RSS is the process's. Returns wall, peak RSS in MB and the fitted parameters.
+    """
+    import contextlib
+    import io
+    import tempfile
+
+    import numpy as np
+    import pandas as pd
+
+    from calibrate.cli import main as calibrate
+    from replay.cost_model import CostParams
+    from schemas.calibration import Calibration
+    from schemas.tables import STEP_TRACE
+    from traces.io import write_trace
+
+    rng = np.random.default_rng(0)
+    pre = rng.choice([0, 0, 256, 1024, 2048], rows)
+    dec = rng.integers(0, 128, rows)
+    dec[(pre == 0) & (dec == 0)] = 1
+    ctx = dec * rng.integers(100, 4000, rows)
+    dur = cost_model().with_params(CostParams(**CAL_TRUTH)).step_time_s(pre, dec, ctx) * rng.lognormal(0, 0.02, rows)
+    steps = pd.DataFrame({"replica_id": 0, "step_start_time_s": np.cumsum(dur) - dur, "step_duration_s": dur,
+                          "num_prefill_tokens": pre, "num_prefill_seqs": (pre > 0).astype(int), "num_decode_seqs": dec,
+                          "decode_context_tokens": ctx})
+    with tempfile.TemporaryDirectory() as tmp:
+        write_trace(steps, STEP_TRACE, f"{tmp}/steps.parquet")
+        del steps, pre, dec, ctx, dur  # the command's peak RSS, not the generator's on top
+        t = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):  # lmfit's reports
+            calibrate.main(["fit", f"{tmp}/steps.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                            "-o", f"{tmp}/cal.json"], standalone_mode=False)
+        wall = time.perf_counter() - t
+        cal = Calibration.read(f"{tmp}/cal.json")
+    return wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, {k: cal.params[k].value for k in CAL_TRUTH}
+
+
+def run_request_fit(args):
+    """Simulation-in-the-loop fit (jobs=1) of TTFT and TPOT quantiles measured by a replay at CAL_TRUTH.
+
+    The requests are the synthetic workload, replayed with the bench's engine settings. Only
+    the fit is timed. Returns wall, peak RSS in MB, the fitted parameters and the number of replays.
+    """
+    n, rate = args
+    from calibrate.request_fit import fit_requests
+    from replay.cost_model import CostParams
+    from replay.simulate import ReplayConfig, replay_frame
+
+    cm, cfg = cost_model(), ReplayConfig(max_num_seqs=256, max_num_batched_tokens=8192)
+    trace = workload("synthetic", n, rate)
+    measured, _ = replay_frame(trace, cm.with_params(CostParams(**CAL_TRUTH)), cfg)
+    trace = trace.assign(ttft_s=measured["pred_ttft_s"], tpot_s=measured["pred_tpot_s"])
+    t = time.perf_counter()
+    r = fit_requests(trace, cm.model, cm.gpu, 1, cfg, jobs=1)
+    wall = time.perf_counter() - t
+    return wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, r.values, r.n_replays
+
+
 def capacity_rps(n: int = 20000) -> float:
     """Completed requests/s of the chunked engine when every request is queued at once."""
     from replay.simulate import ReplayConfig, replay_frame
@@ -115,22 +247,15 @@ def capacity_rps(n: int = 20000) -> float:
     return n / float((res["arrival_time_s"] + res["pred_e2e_s"]).max())
 
 
-def in_process(fn, args):
+def in_process(fn, args, timeout: float | None = None):
+    """``fn(args)`` in a fresh process; past ``timeout`` s it is killed and ``multiprocessing.TimeoutError`` raised."""
     with mp.get_context("spawn").Pool(1) as pool:
-        return pool.apply(fn, (args,))
+        return pool.apply_async(fn, (args,)).get(timeout)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--requests", type=int, default=1_000_000)
-    ap.add_argument("--schedulers", default="chunked,fcfs,disagg")
-    args = ap.parse_args()
-    cap = capacity_rps()
+def replay_cases(args, cap: float) -> None:
+    """The replay table: each workload with the reference loop, our schedulers and sched-sim."""
     n = args.requests
-    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                if l.startswith("model name")), platform.processor())
-    print(f"machine: {cpu}, {mp.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"engine capacity (chunked, H100 Llama-3.1-8B roofline, lognormal 512/128): {cap:.1f} req/s")
     cases = []
     if (REAL / "azure_llm_2023_conv.csv").exists():
         cases.append(("azure-conv", 0, 0.0))
@@ -138,7 +263,8 @@ def main():
     from replay.schedulers import BUILTIN
 
     scheds = [s for s in args.schedulers.split(",") if s in BUILTIN or s == "disagg"]
-    print(f"{'workload':>14} {'requests':>9} {'scheduler':>9} {'path':>10} {'wall_s':>8} {'req/s':>9} "
+    ss = sched_sim_version()
+    print(f"{'workload':>14} {'requests':>9} {'scheduler':>9} {'path':>15} {'wall_s':>8} {'req/s':>9} "
           f"{'steps/s':>9} {'rss_MB':>7} {'vs ref':>7}")
     for kind, cn, rate in cases:
         wl = "synthetic" if kind != "azure-conv" else kind
@@ -149,13 +275,76 @@ def main():
             if s == "chunked":
                 rows.append((s, "exact", in_process(run_engine, (wl, cn, rate, s, True))))
         for s, path, (wall, nr, steps, rss) in rows:
-            print(f"{kind:>14} {nr:>9} {s:>9} {path:>10} {wall:>8.2f} {nr / wall:>9.0f} {steps / wall:>9.0f} "
+            print(f"{kind:>14} {nr:>9} {s:>9} {path:>15} {wall:>8.2f} {nr / wall:>9.0f} {steps / wall:>9.0f} "
                   f"{rss:>7.0f} {ref[0] / wall:>7.2f}")
-    try:
-        import sched_sim  # noqa: F401
-        print("sched-sim is installed, but its driver is not wired in this script yet")
-    except ImportError:
+        if ss:
+            sched_sim_row(f"{kind:>14} {ref[1]:>9} {'chunked':>9} {'sched-sim ' + ss:>15}", (wl, cn, rate), ref, args)
+    if ss:
+        print(f"sched-sim {ss} (chunked, budget 8192, no cap on running sequences) has its own cost model and "
+              "scheduling: it is timed on the same requests, its predictions differ from ours")
+    else:
         print("sched-sim not installed: no comparison (pip install sched-sim==0.2.1 to add it)")
+
+
+def sched_sim_row(head: str, case: tuple, ref: tuple, args) -> None:
+    """Time sched-sim on one case in its own process and print its row after ``head``, or why there is none."""
+    nr, limit = ref[1], args.sched_sim_timeout
+    if nr > args.sched_sim_max_requests:
+        print(f"{head}  skipped: more than --sched-sim-max-requests {args.sched_sim_max_requests}")
+        return
+    try:
+        wall, _, steps, rss, done = in_process(run_sched_sim, case, limit)
+    except mp.TimeoutError:  # killed at the limit: its time is a lower bound
+        print(f"{head} {f'> {limit:g} s':>8} {f'< {nr / limit:.0f}':>9} {'-':>9} {'-':>7} "
+              f"{f'< {ref[0] / limit:.2f}':>7}")
+        return
+    if done < nr:
+        print(f"{head} {'stalled':>8}  {nr - done} requests unfinished at {SCHED_SIM_HORIZON}x the last arrival "
+              "(simulated time): its run() would not return")
+        return
+    print(f"{head} {wall:>8.2f} {nr / wall:>9.0f} {steps / wall:>9.0f} {rss:>7.0f} {ref[0] / wall:>7.2f}")
+
+
+def calibration_cases(args, cap: float) -> None:
+    """The calibration table: the step-trace and the request-log fit, each in its own process."""
+    rows, n = args.calibration_rows, args.calibration_requests
+    s_wall, s_rss, s_fit = in_process(run_step_fit, rows)
+    r_wall, r_rss, r_fit, replays = in_process(run_request_fit, (n, 0.75 * cap))
+    print(f"calibration: Llama-3.1-8B on one H100; request log at 75 % of capacity, max_num_seqs 256, "
+          f"max_num_batched_tokens 8192")
+    print(f"{'job':>26} {'size':>16} {'wall_s':>8} {'rss_MB':>7} {'replays':>7} {'eta_compute':>11} {'eta_mem':>8} "
+          f"{'t_launch_ms':>11}")
+    for job, size, wall, rss, rep, v in (
+            ("truth", "", "", "", "", CAL_TRUTH),
+            ("calibrate fit (step trace)", f"{rows} rows", f"{s_wall:.2f}", f"{s_rss:.0f}", "", s_fit),
+            ("request-log fit (jobs=1)", f"{n} requests", f"{r_wall:.2f}", f"{r_rss:.0f}", replays, r_fit)):
+        print(f"{job:>26} {size:>16} {wall:>8} {rss:>7} {rep:>7} {v['eta_compute']:>11.4f} {v['eta_mem']:>8.4f} "
+              f"{v['t_launch_s'] * 1e3:>11.3f}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=1_000_000)
+    ap.add_argument("--schedulers", default="chunked,fcfs,disagg")
+    ap.add_argument("--sched-sim-timeout", type=float, default=600.0,
+                    help="wall-clock limit of each sched-sim case, s: killed past it, printed as a lower bound")
+    ap.add_argument("--sched-sim-max-requests", type=int, default=1_000_000,
+                    help="skip sched-sim on cases with more requests")
+    ap.add_argument("--calibration", action="store_true", help="also time the calibration fits")
+    ap.add_argument("--calibration-only", action="store_true", help="time the calibration fits only")
+    ap.add_argument("--calibration-rows", type=int, default=1_000_000, help="rows of the synthetic step trace")
+    ap.add_argument("--calibration-requests", type=int, default=10_000,
+                    help="requests of the synthetic request log")
+    args = ap.parse_args()
+    cap = capacity_rps()
+    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                if l.startswith("model name")), platform.processor())
+    print(f"machine: {cpu}, {mp.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"engine capacity (chunked, H100 Llama-3.1-8B roofline, lognormal 512/128): {cap:.1f} req/s")
+    if not args.calibration_only:
+        replay_cases(args, cap)
+    if args.calibration or args.calibration_only:
+        calibration_cases(args, cap)
 
 
 if __name__ == "__main__":
