@@ -270,7 +270,7 @@ class Engine:
         state = self.replicas[rid]
         lazy = state.lazy
         heap, cost_model = self._heap, self.cost_models[rid]
-        inline = not self.config.exact_steps
+        inline, record = not self.config.exact_steps, self.config.record_steps
         hook = self.on_step_end
         batch = None  # the step to start (None: to be scheduled)
         while True:
@@ -299,7 +299,7 @@ class Engine:
             duration = cost_model.step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs,
                                               batch.decode_context_tokens, batch.prefill_context_tokens) + swap_s
             self._batches[rid] = batch  # the replica stays busy (set by wake() or the step that ends now)
-            if self.config.record_steps:
+            if record:
                 self.steps.append((rid, now, duration, batch.num_prefill_tokens, batch.num_prefill_seqs,
                                    batch.num_decode_seqs, batch.decode_context_tokens, batch.prefill_context_tokens))
                 if self.config.record_step_requests:
