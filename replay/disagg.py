@@ -169,7 +169,8 @@ class DisaggEngine(Engine):
             sched.handed_over = []
             if moving:
                 state = self.replicas[rid]
-                state.running = [r for r in state.running if r not in moving]
+                for req in moving:
+                    state.remove_running(req)
                 for req in moving:
                     self._start_transfer(req, rid, now)
         elif self._unadmitted[rid - p]:

@@ -269,7 +269,7 @@ class Engine:
         """
         state = self.replicas[rid]
         lazy = state.lazy
-        heap, cost_model = self._heap, self.cost_models[rid]
+        heap, step_time_s = self._heap, self.cost_models[rid].step_time_s
         inline, record = not self.config.exact_steps, self.config.record_steps
         hook = self.on_step_end
         batch = None  # the step to start (None: to be scheduled)
@@ -296,8 +296,8 @@ class Engine:
                         and getattr(self.schedulers[rid], "decode_runs", False)):  # the policy's word, read every step
                     if self._start_decode_run(rid, state, batch, now):
                         return
-            duration = cost_model.step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs,
-                                              batch.decode_context_tokens, batch.prefill_context_tokens) + swap_s
+            duration = step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs,
+                                   batch.decode_context_tokens, batch.prefill_context_tokens) + swap_s
             self._batches[rid] = batch  # the replica stays busy (set by wake() or the step that ends now)
             if record:
                 self.steps.append((rid, now, duration, batch.num_prefill_tokens, batch.num_prefill_seqs,

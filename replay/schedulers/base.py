@@ -14,14 +14,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Protocol
 
 from ..kv_cache import KVCache
 from ..request import Request
-
-
-_admission_number = attrgetter("admission_number")
 
 
 class Batch:
@@ -118,19 +114,25 @@ class ReplicaState:
     num_swap_blocks: int = 0
     lazy: "LazyDecodes | None" = None
     num_admissions: int = 0
+    #: the admission numbers of ``running``, in its order (see remove_running)
+    _running_numbers: list = field(default_factory=list, repr=False)
 
     def remove_running(self, req: Request) -> None:
         """Take ``req`` out of ``running`` in O(log n).
 
-        ``running`` is in admission order, so ``req`` is found by bisecting on the admission
-        number :meth:`admit` gave it (a scheduler that reordered ``running`` gets a linear search).
+        ``running`` is in admission order, so ``req`` is found by bisecting the admission
+        numbers :meth:`admit` gave (kept in a list of their own: no request is touched). When
+        ``running`` was changed from outside (reordered or rebuilt), the search misses and a
+        linear one is made instead, the numbers being read again.
         """
-        running = self.running
-        i = bisect_left(running, req.admission_number, key=_admission_number)
-        if i < len(running) and running[i] is req:
+        running, numbers = self.running, self._running_numbers
+        i = bisect_left(numbers, req.admission_number)
+        if i < len(running) and running[i] is req and len(numbers) == len(running):
             del running[i]
+            del numbers[i]
         else:
             running.remove(req)
+            numbers[:] = [r.admission_number for r in running]
 
     def admit(self, req: Request, now: float) -> None:
         """Move ``req`` (already removed from ``waiting``, its blocks allocated) to ``running``.
@@ -146,6 +148,7 @@ class ReplicaState:
         self.num_admissions += 1
         req.admission_number = self.num_admissions
         self.running.append(req)
+        self._running_numbers.append(self.num_admissions)
 
     def preempt(self, req: Request) -> None:
         """Preempt ``req``: free its blocks and put it at the front of ``waiting``.
