@@ -179,7 +179,8 @@ class Engine:
         them). Arrivals come through here; :mod:`replay.disagg` hands transferred requests over too.
         """
         self.replicas[rid].waiting.append(req)
-        self.wake(rid, now)
+        if not self._busy[rid]:  # checked here too: a busy replica is the common case
+            self.wake(rid, now)
 
     def wake(self, rid: int, now: float) -> None:
         """Make an idle replica ``rid`` schedule at ``now`` (after the instant's other events)."""

@@ -36,8 +36,7 @@ class ChunkedScheduler:
         budget, preempted = schedule_running(state, batch, state.config.max_num_batched_tokens)
         if preempted or not state.waiting or budget <= 0 or len(state.running) >= state.config.max_num_seqs:
             return batch
-        key = self.waiting_key(now)
-        if key is not None and len(state.waiting) > 1:
+        if len(state.waiting) > 1 and (key := self.waiting_key(now)) is not None:
             ordered = sorted(state.waiting, key=key)
             state.waiting.clear()
             state.waiting.extend(ordered)
