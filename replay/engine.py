@@ -230,16 +230,11 @@ class Engine:
         self._decode_runs_priced = [not self.config.exact_steps and getattr(cm, "supports_arrays", False)
                                     for cm in self.cost_models]
         heap, heappop = self._heap, heapq.heappop
-        end_step, start_step = self._end_step, self._start_step
-        n = len(arrivals)
-        t_next = self._next_list_arrival_s = arrivals[0].arrival_time_s if n else math.inf
-        while t_next < math.inf or heap:
-            if not heap or t_next <= heap[0][0]:
-                req = arrivals[self._next_arrival]
-                self._next_arrival += 1
-                t_arrival, t_next = t_next, arrivals[self._next_arrival].arrival_time_s if self._next_arrival < n else math.inf
-                self._next_list_arrival_s = t_next
-                self.arrive(req, t_arrival)
+        end_step, start_step, arrive_next = self._end_step, self._start_step, self._arrive_next
+        self._next_list_arrival_s = arrivals[0].arrival_time_s if arrivals else math.inf
+        while self._next_list_arrival_s < math.inf or heap:
+            if not heap or self._next_list_arrival_s <= heap[0][0]:
+                arrive_next()
                 continue
             now, kind, _, rid = heappop(heap)
             if kind == _STEP_END:
@@ -253,6 +248,14 @@ class Engine:
         self._arrivals = []  # the engine outlives the run: hold no request
         return requests
 
+    def _arrive_next(self) -> None:
+        """The next request of :meth:`run`'s list arrives (at its arrival time)."""
+        arrivals, i = self._arrivals, self._next_arrival
+        req, t = arrivals[i], self._next_list_arrival_s
+        self._next_arrival = i = i + 1
+        self._next_list_arrival_s = arrivals[i].arrival_time_s if i < len(arrivals) else math.inf
+        self.arrive(req, t)
+
     def _route(self, req: Request) -> int:
         if self.router is not None:
             return self.router(req, self.replicas)
@@ -262,10 +265,11 @@ class Engine:
     def _start_step(self, rid: int, now: float) -> None:
         """Start replica ``rid``'s next step at ``now`` (seconds), or idle it.
 
-        When the step's end is the next event of the whole simulation (before the next
-        arrival and before everything in the heap, ties excluded), the step is ended here
+        The event loop's work up to the step's end is done here while nothing else is due
+        first: the arrivals before the end (or at it: they come first) arrive, then, when the
+        end is before everything in the heap (ties excluded), the step is ended
         (:attr:`on_step_end` called) and the next one started, without the trip through the
-        heap: the event loop would do the same, in the same order. ``--exact-steps`` always
+        heap. The event loop would do the same, in the same order. ``--exact-steps`` always
         takes the trip.
         """
         state = self.replicas[rid]
@@ -307,6 +311,9 @@ class Engine:
                     self.step_requests.append([r.request_id for r in batch.requests])
             self.num_steps += 1
             end = now + duration
+            if inline:
+                while self._next_list_arrival_s <= end and (not heap or self._next_list_arrival_s <= heap[0][0]):
+                    self._arrive_next()  # what the event loop would do next
             if inline and (not heap or end < heap[0][0]) and end < self._next_list_arrival_s:
                 if not (lazy is not None and hook is None and not batch.requests and not state.waiting
                         and lazy.count == len(state.running) and lazy.repeat(state.kv, batch, end)):
