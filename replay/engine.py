@@ -446,7 +446,8 @@ class Engine:
         """Whether replica ``rid`` may keep steady decoders implicit (:class:`LazyDecodes`):
         a plain paged cache, recompute preemption, a policy that declares
         ``implicit_decoders = True`` on its own class (it reads running requests only through
-        ``schedule_running``), no per-step request lists and no closed-loop hooks."""
+        ``schedule_running`` and, with nothing waiting, schedules just that batch), no per-step
+        request lists and no closed-loop hooks."""
         from .kv_cache import KVCache
 
         cfg = self.config

@@ -325,7 +325,11 @@ class LazyDecodes:
     decodes, and every request is made explicit (:meth:`materialize`) before anything else
     reads it: at completion, before a preemption, or for all when a step cannot serve them
     together (token budget or free blocks short). Only for a plain paged cache with
-    recompute preemption and the built-in policies (see ``Engine``).
+    recompute preemption and policies that declare ``implicit_decoders = True`` (see
+    ``Engine``). Such a policy, with nothing waiting, schedules just what
+    :func:`schedule_running` gives, so when the group is all of ``running`` the engine runs
+    it alone without asking the policy, and :meth:`repeat` goes on in place while nothing
+    else can change.
     """
 
     __slots__ = ("count", "context_tokens", "crossing", "finishing", "step_index", "step_end_times_s")

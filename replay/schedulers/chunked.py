@@ -24,8 +24,9 @@ class ChunkedScheduler:
     """
 
     name = "chunked"
-    #: Reads running requests only through ``schedule_running``: the engine may keep steady
-    #: decoders implicit (``LazyDecodes``). Declared per class, so subclasses opt in themselves.
+    #: Reads running requests only through ``schedule_running``, and with nothing waiting
+    #: schedules just its batch: the engine may keep steady decoders implicit (``LazyDecodes``)
+    #: and run them alone without asking. Declared per class, so subclasses opt in themselves.
     implicit_decoders = True
     #: A decode-only batch of every running request repeats until an arrival, a completion or
     #: a full KV cache: the engine may advance such runs in closed form.

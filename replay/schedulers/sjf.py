@@ -31,8 +31,9 @@ class SjfScheduler(ChunkedScheduler):
     """
 
     name = "sjf"
-    #: Reads running requests only through ``schedule_running``: the engine may keep steady
-    #: decoders implicit (``LazyDecodes``). Declared per class, so subclasses opt in themselves.
+    #: Reads running requests only through ``schedule_running``, and with nothing waiting
+    #: schedules just its batch: the engine may keep steady decoders implicit (``LazyDecodes``)
+    #: and run them alone without asking. Declared per class, so subclasses opt in themselves.
     implicit_decoders = True
     #: No closed-form decode runs: aging can reorder the queue mid-run and let another head
     #: fit (e.g. a short aged prompt overtaking a swapped-out request that needs many blocks).
