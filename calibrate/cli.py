@@ -76,11 +76,14 @@ def print_fit(fits, dropped) -> None:
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Request logs: processes running the fit's starts in parallel [default: CPU count]; "
                    "the result does not depend on it.")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="Request logs: run the fit's starts on the Ray cluster at ADDR (auto, ray://host:10001) "
+                   "instead; the same result. Needs pip install 'servecal[ray]' here and servecal on the cluster.")
 @replay_options
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Calibration JSON to write.")
 @_errors
 def fit(trace, model, model_config, gpu, gpu_spec, tp, form, loss, balance_kinds, ci_method, ci_samples, seed, jobs,
-        output, **replay_kwargs):
+        ray_address, output, **replay_kwargs):
     """Fit eta_compute, eta_mem and t_launch_s to a step trace or a request log.
 
     The kind of TRACE is read from its schema metadata. A step trace (step_trace/1) is
@@ -109,6 +112,8 @@ def fit(trace, model, model_config, gpu, gpu_spec, tp, form, loss, balance_kinds
     source = {"path": str(trace), "sha256": sha256_of(trace), "kind": kind}
     warn_metadata_mismatch(meta, model_spec, gpu_spec, tp)
     if kind == STEP_TRACE:
+        if ray_address is not None:
+            raise click.UsageError("--ray-address: only a request log is fitted by replays; a step trace fits here")
         fits, dropped = fit_steps(frame, model_spec, gpu_spec, tp, forms, loss, balance_kinds=balance_kinds)
         print_fit(fits, dropped)
         cal = calibration_from_fit(fits, model_spec, gpu_spec, tp, source, dropped)
@@ -124,12 +129,16 @@ def fit(trace, model, model_config, gpu, gpu_spec, tp, form, loss, balance_kinds
                                      "use --ci stderr for request logs", param_hint="--ci")
 
         cfg = replay_config(replay_kwargs)
+        if ray_address is not None:
+            from replay.sweep import check_ray
+
+            check_ray()
         fits = []
         for f in forms:
             click.echo(f"fitting form={f} by simulation in the loop ({len(frame)} requests, scheduler "
                        f"{cfg.scheduler}, max_num_seqs={cfg.max_num_seqs}, "
                        f"max_num_batched_tokens={cfg.max_num_batched_tokens}) ...", err=True)
-            fits.append(fit_requests(frame, model_spec, gpu_spec, tp, cfg, form=f, jobs=jobs))
+            fits.append(fit_requests(frame, model_spec, gpu_spec, tp, cfg, form=f, jobs=jobs, ray_address=ray_address))
         fits.sort(key=lambda r: r.cost)
         print_request_fit(fits)
         cal = calibration_from_request_fit(fits, model_spec, gpu_spec, tp, source, cfg)

@@ -16,6 +16,7 @@ import pandas as pd
 
 from replay.cost_model import CostParams, RooflineCostModel
 from replay.simulate import ReplayConfig, replay_frame
+from replay.sweep import map_on_ray
 from schemas.calibration import Calibration, FittedParam
 from schemas.specs import GpuSpec, ModelSpec
 
@@ -99,7 +100,7 @@ def _polish(residual: _QuantileResidual, start) -> tuple[lmfit.minimizer.Minimiz
 
 def fit_requests(trace: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int, cfg: ReplayConfig,
                  form: str = "max", metrics=("ttft_s", "tpot_s"), quantiles=QUANTILES,
-                 jobs: int | None = None) -> RequestFitResult:
+                 jobs: int | None = None, ray_address: str | None = None) -> RequestFitResult:
     """Fit ``eta_compute``, ``eta_mem`` and the per-step constant to measured request latencies.
 
     Parameters
@@ -115,6 +116,9 @@ def fit_requests(trace: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int, c
     jobs : int, optional
         Processes polishing the starts at once (default ``os.cpu_count()``; 1: one after
         the other here). The result does not depend on it.
+    ray_address : str, optional
+        Polish the starts as tasks of the Ray cluster at this address instead (``auto``,
+        ``ray://host:10001``; :func:`replay.sweep.map_on_ray`); the same result.
 
     Returns
     -------
@@ -124,6 +128,8 @@ def fit_requests(trace: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int, c
     ------
     FitError
         No measured values of a metric, or fewer quantiles than parameters.
+    replay.errors.ConfigError
+        ``ray_address`` given and Ray not installed.
 
     Notes
     -----
@@ -149,7 +155,9 @@ def fit_requests(trace: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int, c
         meas[m] = np.percentile(v[np.isfinite(v)], quantiles)
     residual = _QuantileResidual(trace, model, gpu, tp, cfg, form, metrics, quantiles, meas)
     workers = min((os.cpu_count() or 1) if jobs is None else jobs, len(_STARTS))
-    if workers <= 1:
+    if ray_address is not None:
+        polished = map_on_ray(_polish, residual, list(_STARTS), ray_address)
+    elif workers <= 1:
         polished = [_polish(residual, start) for start in _STARTS]
     else:
         import multiprocessing

@@ -244,15 +244,26 @@ def check_ray() -> None:
     _import_ray()
 
 
-def _run_on_ray(ctx: SweepContext, points: list[dict], address: str) -> list[dict]:
+def map_on_ray(fn, shared, items: list, address: str) -> list:
+    """``[fn(shared, item) for item in items]`` as tasks of the Ray cluster at ``address``.
+
+    ``shared`` (the trace and settings) goes to the object store once, not once per item;
+    results come back in ``items`` order. Ray is started here unless it already runs, and
+    stopped again.
+
+    Raises
+    ------
+    ConfigError
+        Ray is not installed (the message names ``pip install 'servecal[ray]'``).
+    """
     ray = _import_ray()
     started = not ray.is_initialized()
     if started:
         ray.init(address=address, log_to_driver=False)
     try:
-        shared = ray.put(ctx)  # sent to the object store once, not once per point
-        task = ray.remote(evaluate_point)
-        return ray.get([task.remote(shared, p) for p in points])
+        ref = ray.put(shared)
+        task = ray.remote(fn)
+        return ray.get([task.remote(ref, item) for item in items])
     finally:
         if started:
             ray.shutdown()
@@ -294,7 +305,7 @@ def run_sweep(ctx: SweepContext, sweeps: dict[str, list], jobs: int | None = Non
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, not {jobs}")
     if ray_address is not None:
-        rows = _run_on_ray(ctx, points, ray_address)
+        rows = map_on_ray(evaluate_point, ctx, points, ray_address)
     elif min(jobs, len(points)) <= 1:
         rows = [evaluate_point(ctx, p) for p in points]
     else:

@@ -14,6 +14,7 @@ from replay.simulate import ReplayConfig, replay_frame
 from replay.sweep import (MAX_POINTS, SweepContext, evaluate_point, format_sweep_table, parse_sweep, parse_sweeps,
                           run_sweep, sweep_points)
 from schemas.specs import get_gpu, get_model
+from schemas.tables import REQUEST_TRACE, STEP_TRACE
 from traces.synth import synth_requests
 
 COST = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("a100-80gb"),
@@ -243,17 +244,58 @@ def test_cli_ray_address_without_ray_is_a_usage_error(tmp_path, monkeypatch):
 
 # -- the request-log fit's multi-start in parallel ---------------------------------------------------------
 
-def test_request_fit_parallel_starts_equal_serial():
-    from calibrate.request_fit import fit_requests
-
+def _measured_request_log():
     truth = COST.with_params(CostParams(eta_compute=0.5, eta_mem=0.7, t_launch_s=1e-3, form="max"))
     trace = synth_requests(40, 4.0, "lognormal:mean=800,sigma=0.6", "lognormal:mean=60,sigma=0.6", seed=5)
     cfg = ReplayConfig(max_num_seqs=16, max_num_batched_tokens=2048)
     measured, _ = replay_frame(trace, truth, cfg)
-    trace = trace.assign(ttft_s=measured["pred_ttft_s"], tpot_s=measured["pred_tpot_s"])
-    serial = fit_requests(trace, COST.model, COST.gpu, 1, cfg, jobs=1)
-    parallel = fit_requests(trace, COST.model, COST.gpu, 1, cfg, jobs=2)
-    assert serial.values == parallel.values
-    assert serial.stderr == parallel.stderr
-    assert (serial.cost, serial.n_replays) == (parallel.cost, parallel.n_replays)
-    assert serial.residual_by_metric == parallel.residual_by_metric
+    return trace.assign(ttft_s=measured["pred_ttft_s"], tpot_s=measured["pred_tpot_s"]), cfg
+
+
+def _same_fit(a, b):
+    assert a.values == b.values
+    assert a.stderr == b.stderr
+    assert (a.cost, a.n_replays) == (b.cost, b.n_replays)
+    assert a.residual_by_metric == b.residual_by_metric
+
+
+def test_request_fit_parallel_starts_equal_serial():
+    from calibrate.request_fit import fit_requests
+
+    trace, cfg = _measured_request_log()
+    _same_fit(fit_requests(trace, COST.model, COST.gpu, 1, cfg, jobs=1),
+              fit_requests(trace, COST.model, COST.gpu, 1, cfg, jobs=2))
+
+
+def test_request_fit_on_ray_equals_serial(monkeypatch):
+    from calibrate.request_fit import fit_requests
+
+    fake = _FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    trace, cfg = _measured_request_log()
+    _same_fit(fit_requests(trace, COST.model, COST.gpu, 1, cfg, jobs=1),
+              fit_requests(trace, COST.model, COST.gpu, 1, cfg, ray_address="ray://head:10001"))
+    assert fake.calls == [("init", "ray://head:10001"), ("put",), ("shutdown",)]  # the trace goes once
+
+
+def test_calibrate_fit_ray_address_errors(tmp_path, monkeypatch):
+    """Without Ray the message says how to install it; a step trace (no replays) refuses it."""
+    from calibrate.cli import main as calibrate
+    from traces.io import write_trace
+
+    trace, _ = _measured_request_log()
+    write_trace(trace, REQUEST_TRACE, str(tmp_path / "log.parquet"))
+    monkeypatch.setitem(sys.modules, "ray", None)
+    res = CliRunner().invoke(calibrate, ["fit", str(tmp_path / "log.parquet"), "--model", "llama-3.1-8b",
+                                         "--gpu", "h100-80gb", "--ray-address", "auto", "-o", str(tmp_path / "c.json")])
+    assert res.exit_code == 2, res.output
+    assert "pip install 'servecal[ray]'" in res.output
+    steps = pd.DataFrame({"replica_id": [0], "step_start_time_s": [0.0], "step_duration_s": [0.01],
+                          "num_prefill_tokens": [512], "num_prefill_seqs": [1], "num_decode_seqs": [0],
+                          "decode_context_tokens": [0]})
+    write_trace(steps, STEP_TRACE, str(tmp_path / "steps.parquet"))
+    res = CliRunner().invoke(calibrate, ["fit", str(tmp_path / "steps.parquet"), "--model", "llama-3.1-8b",
+                                         "--gpu", "h100-80gb", "--ray-address", "auto", "-o", str(tmp_path / "c.json")])
+    assert res.exit_code == 2, res.output
+    assert "--ray-address" in res.output
+    assert not (tmp_path / "c.json").exists()
