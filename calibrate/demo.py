@@ -82,7 +82,8 @@ def demo(out_dir, num_requests, rate, noise, seed):
 
     pred, _ = replay_frame(trace, cost_model_from_calibration(cal), ReplayConfig(**{**vars(cfg), "record_steps": False}))
     write_trace(pred, REPLAY_RESULT, out / "replay.parquet", {"source": "servecal demo (synthetic)"})
-    click.echo(f"3. replay with the calibration -> {out}/replay.parquet\n")
+    click.echo(f"3. replay with the calibration (scheduler {cfg.scheduler}, --max-num-seqs {cfg.max_num_seqs} "
+               f"--max-num-batched-tokens {cfg.max_num_batched_tokens}) -> {out}/replay.parquet\n")
     click.echo(format_table(compare(pred)))
 
 

@@ -15,7 +15,7 @@ from .compare import broken_tolerances, compare, format_scheduler_table, format_
 from .cost_model import LINKS, cost_model_from_calibration
 from .disagg import DisaggEngine, describe_config
 from .errors import ConfigError, ReplayError
-from .schedulers import check_scheduler_names
+from .schedulers import check_scheduler_names, get_scheduler_factory
 from .schedulers.disagg import FIRST_TOKEN_FROM
 from .simulate import ReplayConfig, replay_frame, steps_frame
 
@@ -226,6 +226,8 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
         return
     cfg = replay_config(kwargs, record_token_times=token_times, record_steps=steps_out is not None or bool(report),
                         record_step_requests=chrome_trace is not None)
+    if cfg.scheduler != "disagg":
+        get_scheduler_factory(cfg.scheduler)  # a bad --scheduler fails before anything is printed
     m = cost_model.model
     where = (f"scheduler disagg: {describe_config(cost_model, cfg)}" if cfg.scheduler == "disagg" else
              f"{hardware(cost_model, cfg)}, scheduler {cfg.scheduler}")

@@ -126,6 +126,21 @@ def test_replay_with_bad_calibration_file(tmp_path):
     assert_clean_failure(res, out, str(cal), "calibration/1", codes=(1,))
 
 
+def test_unknown_scheduler_fails_before_anything_is_printed(tmp_path):
+    from schemas.calibration import Calibration, FittedParam
+    from schemas.specs import get_gpu, get_model
+    from schemas.tables import REQUEST_TRACE
+
+    df = pd.DataFrame({"request_id": ["a"], "arrival_time_s": [0.0], "num_prompt_tokens": [5], "num_output_tokens": [2]})
+    trace, cal, out = tmp_path / "t.parquet", tmp_path / "cal.json", tmp_path / "pred.parquet"
+    write_table(to_table(REQUEST_TRACE, df), trace)
+    params = {k: FittedParam(v) for k, v in (("eta_compute", 0.5), ("eta_mem", 0.8), ("t_launch_s", 1e-4), ("t_cpu_s", 0.0))}
+    Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, "max", params).write(cal)
+    res = invoke("replay", trace, "--calibration", cal, "--scheduler", "nope", "-o", out)
+    assert_clean_failure(res, out, "--scheduler nope: unknown", codes=(2,))
+    assert "replaying" not in res.output
+
+
 def test_version_and_help_everywhere():
     for args in (["--version"], ["traces", "--version"], ["replay", "--help"], ["calibrate", "fit", "--help"],
                  ["traces", "import", "vllm-request-stats", "--help"], ["demo", "--help"]):

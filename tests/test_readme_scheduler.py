@@ -18,7 +18,8 @@ def _example():
     section = text[text.index("## Your own scheduler"):]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     commands = re.search(r"```bash\n(.*?)```", section, re.S).group(1).strip().splitlines()
-    return code, commands
+    engine_limits = re.search(r'^E="([^"]*)"', text, re.M).group(1)  # the README's $E, set in an earlier block
+    return code, [c.replace("$E", engine_limits) for c in commands]
 
 
 def test_readme_custom_scheduler_is_short_and_runs(tmp_path, monkeypatch):
