@@ -179,8 +179,7 @@ class Engine:
         them). Arrivals come through here; :mod:`replay.disagg` hands transferred requests over too.
         """
         self.replicas[rid].waiting.append(req)
-        if not self._busy[rid]:  # checked here too: a busy replica is the common case
-            self.wake(rid, now)
+        self.wake(rid, now)
 
     def wake(self, rid: int, now: float) -> None:
         """Make an idle replica ``rid`` schedule at ``now`` (after the instant's other events)."""
@@ -198,7 +197,7 @@ class Engine:
         if self.config.max_model_len is not None and total > self.config.max_model_len:
             return "rejected: exceeds max_model_len"
         kv = self.replicas[0].kv
-        if -(-(total - 1) // kv.block_size) > kv.num_gpu_blocks:  # blocks of the peak KV, prompt + output - 1
+        if kv.blocks_for(req.peak_kv_tokens) > kv.num_gpu_blocks:
             return "rejected: exceeds KV cache capacity"
         return None
 
@@ -323,8 +322,7 @@ class Engine:
                     batch = None
                 now = end
                 continue
-            self._seq += 1
-            heapq.heappush(heap, (end, _STEP_END, self._seq, rid))  # _push, written out
+            self._push(end, _STEP_END, rid)
             return
 
     def _start_decode_run(self, rid: int, state: ReplicaState, batch: Batch, now: float) -> bool:
