@@ -31,7 +31,8 @@ REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
 
 
 def cost_model():
-    from replay.cost_model import CostParams, RooflineCostModel
+    from replay.cost_model import RooflineCostModel
+from schemas.cost_params import CostParams
     from schemas.specs import get_gpu, get_model
 
     return RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), CostParams(0.6, 0.85, 3e-4))

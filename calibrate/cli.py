@@ -2,17 +2,25 @@
 from __future__ import annotations
 
 import click
+import numpy as np
+import pandas as pd
 
 from schemas.calibration import sha256_of
-from schemas.cli_support import DataError, user_errors, version_option
+from schemas.cli_support import user_errors, version_option
+from schemas.cost_params import PARAMS, CostParams, check_value
 from schemas.errors import SpecError
 from schemas.specs import get_gpu, get_model, gpu_from_json, list_gpus, list_models, model_from_hf_config
 from schemas.tables import REQUEST_TRACE, STEP_TRACE
 from replay.cli import replay_config, replay_options
+from replay.cost_model import RooflineCostModel
+from replay.cost_terms import ALL_TERMS, TERMS
 from replay.errors import ConfigError, ReplayError
 
 from .errors import CalibrationError
-from .step_fit import bootstrap_ci95, calibration_from_fit, fit_steps, set_ci95
+from .fitting import summary_lines, to_calibration
+from .request_fit import DEFAULT_FREE, engine_settings, fit_requests
+from .runs import load_runs, parse_run_spec, score_runs
+from .step_fit import VARIANTS, StepData, bootstrap_ci95, fit_steps, set_ci95
 
 _errors = user_errors(data_errors=(CalibrationError, ReplayError), usage_errors=(SpecError, ConfigError))
 
@@ -29,42 +37,121 @@ def main():
     """
 
 
-def print_fit(fits, dropped) -> None:
-    """Print lmfit's report of the best fit, R^2, residual percentiles and warnings."""
+def print_fits(fits, verbose: bool) -> None:
+    """The calibration summary first (values, 95 % intervals, identified or not, fit quality
+    in words), then every variant's score; lmfit's own report only with ``verbose``."""
     best = fits[0]
-    click.echo("lmfit report of the best form (t_launch_frac = t_launch_s / median step duration, "
-               "so every fitted number is of order 1):")
-    click.echo(best.report)
-    for reason, n in dropped.items():
-        click.echo(f"dropped {n} row(s): {reason}")
-    click.echo(f"\nform={best.form}  R^2={best.r2:.4f}  |rel residual| p50={best.rel_residual_pct['p50']:.2%} "
-               f"p90={best.rel_residual_pct['p90']:.2%} p99={best.rel_residual_pct['p99']:.2%}  "
-               f"compute-bound steps {best.n_compute_bound}/{best.n_rows}")
-    for f in fits:
-        kinds = ", ".join(f"{k} {v:.1%}" for k, v in f.rel_residual_p50_by_group.items())
-        click.echo(f"form={f.form}: score {f.score:.2%} (mean over step kinds of median |rel residual|: {kinds})")
-    for k, v in best.values.items():
-        se = best.stderr.get(k)
-        unit = " s" if k.endswith("_s") else ""
-        state = "" if best.identifiable[k] else f"  NOT IDENTIFIED ({best.bounds[k]})"
-        click.echo(f"  {k} = {v:.6g}{unit} +/- {se:.2g}{unit}{state}" if se is not None else f"  {k} = {v:.6g}{unit}{state}")
+    if verbose:
+        click.echo("lmfit report of the best variant (parameters in their fit scale, e.g. t_step_s in ms):")
+        click.echo(best.report)
+    click.echo(f"best variant: {best.variant}  ({quality(best)})")
+    for line in summary_lines(best):
+        click.echo(line)
+    if len(fits) > 1:
+        click.echo("variants (lower is better): " + ", ".join(f"{f.variant} {f.score:.4g}" for f in fits))
+    for run, errs in best.stats.get("residual_by_run", {}).items():
+        for m, e in errs.items():
+            click.echo(f"  {run[-40:]} {m}: " + " ".join(f"{q} {v:+.1%}" for q, v in e.items()
+                                                        if q in ("p10", "p50", "p90")))
     for w in best.warnings:
         click.echo(f"warning: {w}", err=True)
 
 
+def quality(fit) -> str:
+    """The fit's quality in words, from its own statistics."""
+    st = fit.stats
+    if "rel_residual_pct" in st:
+        p50, p90 = st["rel_residual_pct"]["p50"], st["rel_residual_pct"]["p90"]
+        kinds = ", ".join(f"{k} {v:.1%}" for k, v in st.get("rel_residual_p50_by_kind", {}).items())
+        word = "good" if p50 < 0.05 else "fair" if p50 < 0.15 else "poor"
+        return f"{word}: median step error {p50:.1%}, p90 {p90:.1%}; by kind {kinds}; {st['n_rows']} steps"
+    errs = sorted(abs(v) for run in st.get("residual_by_run", {}).values() for e in run.values() for v in e.values())
+    med, worst = (errs[len(errs) // 2], errs[-1]) if errs else (float("nan"), float("nan"))
+    word = "good" if med < 0.05 else "fair" if med < 0.15 else "poor"
+    return (f"{word}: median quantile error {med:.1%}, worst {worst:.1%}; {st.get('n_runs', 1)} run(s), "
+            f"{st.get('n_requests')} requests, {st.get('n_replays')} replays")
+
+
+def parse_fixed(items) -> dict:
+    """``("t_step_s=2e-4", ...)`` -> ``{"t_step_s": 2e-4}``, each checked against its range."""
+    out = {}
+    for item in items:
+        name, sep, val = item.partition("=")
+        try:
+            v = float(val)
+        except ValueError:
+            raise click.BadParameter(f"{item!r}: expected NAME=VALUE, e.g. t_step_s=2e-4", param_hint="--fix") from None
+        problem = check_value(name.strip(), v) if sep else "expected NAME=VALUE"
+        if problem:
+            raise click.BadParameter(f"{item!r}: {problem}", param_hint="--fix")
+        out[name.strip()] = v
+    return out
+
+
+def parse_names(text: str, known, option: str) -> tuple:
+    """A comma-separated list of names, each one of ``known``."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise click.BadParameter(f"{text!r}: expected names from {', '.join(known)}", param_hint=option)
+    return names
+
+
+def hardware_options(fn):
+    """The hardware of the measured deployment: model, GPU, parallelism, cost terms."""
+    opts = [
+        click.option("--model", default=None, help="Catalog key or Hugging Face id (see 'calibrate catalog')."),
+        click.option("--model-config", type=click.Path(dir_okay=False), default=None,
+                     help="A Hugging Face config.json instead of --model (dense, MoE or MLA)."),
+        click.option("--gpu", default=None, help="Catalog key or the name nvidia-smi prints."),
+        click.option("--gpu-spec", type=click.Path(dir_okay=False), default=None,
+                     help="A JSON with name, peak_flops, mem_bandwidth_bytes_per_s, mem_bytes instead of --gpu."),
+        click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Tensor-parallel degree of one replica."),
+        click.option("--data-parallel-size", "dp", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="vLLM data-parallel ranks stepping in lock step (MoE); engine limits are per rank."),
+        click.option("--enable-expert-parallel", "expert_parallel", is_flag=True, default=False,
+                     help="vLLM expert parallelism: routed experts split over the tp x dp GPUs."),
+        click.option("--terms", default=",".join(ALL_TERMS), show_default=True,
+                     help="Cost terms of the step time (replay/cost_terms.py)."),
+        click.option("--fix", multiple=True, metavar="NAME=VALUE", help="Hold a parameter fixed (repeatable)."),
+        click.option("--free", default=",".join(DEFAULT_FREE), show_default=True,
+                     help="Request logs: parameters fitted when they have an effect."),
+        click.option("--variants", default=None,
+                     help="How compute and memory combine: max, sum, blend (comma separated) "
+                          "[default: all three for step traces, max,sum for request logs]."),
+        click.option("--verbose", is_flag=True, default=False, help="Also print lmfit's own report."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms):
+    """The cost model (declared default values) of the hardware options."""
+    model_spec = model_from_options(model, model_config)
+    if (gpu is None) == (gpu_spec is None):
+        raise click.UsageError("give exactly one of --gpu and --gpu-spec")
+    gpu_s = get_gpu(gpu) if gpu else gpu_from_json(gpu_spec)
+    return RooflineCostModel(model_spec, gpu_s, CostParams(), tp, dp=dp, expert_parallel=expert_parallel,
+                             terms=parse_names(terms, list(TERMS), "--terms"))
+
+
+def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose):
+    """Fit the runs by simulation in the loop; print the summary; return the fits."""
+    n = sum(len(r.trace) for r in runs)
+    click.echo(f"fitting {len(runs)} run(s), {n} requests, by simulation in the loop (variants "
+               f"{', '.join(variants)}) ...", err=True)
+    fits = fit_requests(runs, cm, variants=variants, free=free, fixed=fixed, jobs=jobs, ray_address=ray_address)
+    print_fits(fits, verbose)
+    return fits
+
+
 @main.command()
-@click.argument("trace", type=click.Path(dir_okay=False))
-@click.option("--model", default=None, help="Catalog key or Hugging Face id (see 'calibrate catalog').")
-@click.option("--model-config", type=click.Path(dir_okay=False), default=None,
-              help="A Hugging Face config.json instead of --model (dense or mixture-of-experts).")
-@click.option("--gpu", default=None, help="Catalog key or the name nvidia-smi prints.")
-@click.option("--gpu-spec", type=click.Path(dir_okay=False), default=None,
-              help="A JSON with name, peak_flops, mem_bandwidth_bytes_per_s, mem_bytes instead of --gpu.")
-@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel degree of the trace.")
-@click.option("--form", default="max,sum", show_default=True,
-              help="Roofline forms to fit (comma separated); the best is written.")
+@click.argument("traces", nargs=-1, required=True)
+@hardware_options
 @click.option("--loss", type=click.Choice(["linear", "soft_l1", "huber", "cauchy"]), default="soft_l1",
-              show_default=True, help="Robust loss of the least squares.")
+              show_default=True, help="Step traces: robust loss of the least squares.")
 @click.option("--balance-kinds/--no-balance-kinds", default=True, show_default=True,
               help="Step traces: weigh prefill-only, decode-only and mixed steps equally (profiling grids "
                    "skew the counts).")
@@ -82,74 +169,137 @@ def print_fit(fits, dropped) -> None:
 @replay_options
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Calibration JSON to write.")
 @_errors
-def fit(trace, model, model_config, gpu, gpu_spec, tp, form, loss, balance_kinds, ci_method, ci_samples, seed, jobs,
-        ray_address, output, **replay_kwargs):
-    """Fit eta_compute, eta_mem and t_launch_s to a step trace or a request log.
+def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, fix, free, variants, verbose,
+        loss, balance_kinds, ci_method, ci_samples, seed, jobs, ray_address, output, **replay_kwargs):
+    """Fit the cost model to a step trace, or to one or several request logs of one deployment.
 
-    The kind of TRACE is read from its schema metadata. A step trace (step_trace/1) is
-    fitted by nonlinear least squares of step durations. A request log (request_trace/1
-    with measured ttft_s and tpot_s) is fitted by simulation in the loop: the trace is
-    replayed with candidate parameters under the replay options below (give the measured
-    engine's settings) until the predicted TTFT and TPOT quantiles (p10..p90) match.
+    The kind of TRACES is read from their schema metadata. A step trace (step_trace/1)
+    is fitted by least squares of step durations. Request logs (request_trace/1 with
+    measured TTFT/TPOT) are fitted by simulation in the loop: every log is replayed with
+    candidate parameters under the replay options below (the measured engine's
+    settings; a log's recorded settings where an option is not given) until the predicted
+    TTFT and TPOT quantiles (p10..p90) of all logs match. FILE#K takes benchmark K of a
+    GuideLLM sweep; a sweep file without #K is one run per benchmark.
 
     \b
     Example:
       calibrate fit steps.parquet --model llama-3.1-8b --gpu rtx-pro-6000 -o cal.json
-      calibrate fit run.parquet --model llama-3.1-8b --gpu rtx-pro-6000 \\
+      calibrate fit low.parquet high.parquet --model qwen3-14b --gpu h100-80gb \\
                     --max-num-seqs 128 --max-num-batched-tokens 2048 -o cal.json
     """
     from traces.io import read_trace
 
-    forms = tuple(f.strip() for f in form.split(",") if f.strip())
-    bad = [f for f in forms if f not in ("max", "sum")]
-    if bad or not forms:
-        raise click.BadParameter(f"{form!r}: expected max, sum or max,sum", param_hint="--form")
-    model_spec = model_from_options(model, model_config)
-    if (gpu is None) == (gpu_spec is None):
-        raise click.UsageError("give exactly one of --gpu and --gpu-spec")
-    gpu_spec = get_gpu(gpu) if gpu else gpu_from_json(gpu_spec)
-    kind, frame, meta = read_trace(trace)
-    source = {"path": str(trace), "sha256": sha256_of(trace), "kind": kind}
-    warn_metadata_mismatch(meta, model_spec, gpu_spec, tp)
-    if kind == STEP_TRACE:
+    cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
+    fixed = parse_fixed(fix)
+    paths = [parse_run_spec(t)[0] for t in traces]
+    first_kind, first_frame, _ = read_trace(paths[0])
+    source = {"path": traces[0], "sha256": sha256_of(paths[0]), "kind": first_kind} if len(traces) == 1 else \
+        {"paths": list(traces), "sha256": [sha256_of(p) for p in paths], "kind": first_kind}
+    if first_kind == STEP_TRACE:
+        if len(traces) > 1:
+            raise click.UsageError("give one step trace (several logs at once are request logs)")
         if ray_address is not None:
             raise click.UsageError("--ray-address: only a request log is fitted by replays; a step trace fits here")
-        fits, dropped = fit_steps(frame, model_spec, gpu_spec, tp, forms, loss, balance_kinds=balance_kinds)
-        print_fit(fits, dropped)
-        cal = calibration_from_fit(fits, model_spec, gpu_spec, tp, source, dropped)
+        names = parse_names(variants or "max,sum,blend", list(VARIANTS), "--variants")
+        fits, dropped = fit_steps(first_frame, cm, names, loss, fixed, balance_kinds)
+        for reason, n in dropped.items():
+            click.echo(f"dropped {n} row(s): {reason}")
         boot = None
         if ci_method == "bootstrap":
-            boot = bootstrap_ci95(frame, model_spec, gpu_spec, tp, fits[0].form, loss, balance_kinds, ci_samples, seed)
-        set_ci95(cal, ci_method, boot)
-    elif kind == REQUEST_TRACE:
-        from .request_fit import calibration_from_request_fit, fit_requests
-
+            boot = bootstrap_ci95(StepData(first_frame, balance_kinds), cm, fits[0], loss, ci_samples, seed)
+        set_ci95(fits[0], ci_method, boot)
+        print_fits(fits, verbose)
+        cal = to_calibration(fits[0], cm, "lmfit least_squares of step durations, relative residuals", source,
+                             variants=fits)
+    else:
         if ci_method == "bootstrap":
             raise click.BadParameter("a bootstrap of a simulation-in-the-loop fit would take hundreds of fits; "
                                      "use --ci stderr for request logs", param_hint="--ci")
-
-        cfg = replay_config(replay_kwargs)
         if ray_address is not None:
             from replay.sweep import check_ray
 
             check_ray()
-        fits = []
-        for f in forms:
-            click.echo(f"fitting form={f} by simulation in the loop ({len(frame)} requests, scheduler "
-                       f"{cfg.scheduler}, max_num_seqs={cfg.max_num_seqs}, "
-                       f"max_num_batched_tokens={cfg.max_num_batched_tokens}) ...", err=True)
-            fits.append(fit_requests(frame, model_spec, gpu_spec, tp, cfg, form=f, jobs=jobs, ray_address=ray_address))
-        fits.sort(key=lambda r: r.cost)
-        print_request_fit(fits)
-        cal = calibration_from_request_fit(fits, model_spec, gpu_spec, tp, source, cfg)
-        set_ci95(cal, ci_method)
-    else:
-        raise DataError(f"{trace}: is a {kind}; give a step trace or a request log")
-    for k, p in cal.params.items():
-        if p.ci95:
-            click.echo(f"  95% interval ({ci_method}) {k}: [{p.ci95[0]:.6g}, {p.ci95[1]:.6g}]")
+        runs = load_runs(traces, replay_config(replay_kwargs), read_trace)
+        for r in runs:
+            warn_metadata_mismatch(r.metadata, cm.model, cm.gpu, tp)
+        names = parse_names(variants or "max,sum", list(VARIANTS), "--variants")
+        fits = fit_request_runs(runs, cm, names, parse_names(free, list(PARAMS), "--free"), fixed, jobs,
+                                ray_address, verbose)
+        set_ci95(fits[0], ci_method)
+        cal = to_calibration(fits[0], cm, "simulation in the loop: lmfit least_squares on relative quantile errors",
+                             source, engine=engine_settings(runs[0].config), variants=fits)
     cal.write(output)
     click.echo(f"wrote {output}")
+
+
+@main.command()
+@click.option("--fit-on", "fit_on", multiple=True, required=True, metavar="TRACE",
+              help="Request log(s) to calibrate on (FILE or FILE#K; repeatable).")
+@click.option("--score-on", "score_on", multiple=True, required=True, metavar="TRACE",
+              help="Request log(s) the calibration does not see, to measure its error on (repeatable).")
+@hardware_options
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Processes running the fit's starts.")
+@replay_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Also write the calibration fitted on --fit-on.")
+@click.option("--table-out", type=click.Path(dir_okay=False), default=None,
+              help="Write the error table (.csv or .parquet; seconds and fractions).")
+@_errors
+def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, fix, free,
+             variants, verbose, jobs, output, table_out, **replay_kwargs):
+    """Out-of-sample error: calibrate on some runs, print measured vs predicted on the others.
+
+    The error on runs the fit did not see is what a what-if deserves to be trusted by.
+    Each run is replayed under its own engine settings (as for 'calibrate fit').
+
+    \b
+    Example:
+      calibrate validate --fit-on sweep.parquet#0 --score-on sweep.parquet#1 \\
+                         --score-on sweep.parquet#2 --model codellama-34b --gpu h100-80gb \\
+                         --max-num-seqs 32 --max-num-batched-tokens 64 --enable-prefix-caching
+    """
+    from traces.io import read_trace
+
+    cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
+    cfg = replay_config(replay_kwargs)
+    train, test = load_runs(fit_on, cfg, read_trace), load_runs(score_on, cfg, read_trace)
+    names = parse_names(variants or "max,sum", list(VARIANTS), "--variants")
+    fits = fit_request_runs(train, cm, names, parse_names(free, list(PARAMS), "--free"), parse_fixed(fix), jobs,
+                            None, verbose)
+    fitted = cm.with_params(fits[0].cost_params())
+    table = pd.concat([score_runs(train, fitted).assign(sample="in"), score_runs(test, fitted).assign(sample="out")],
+                      ignore_index=True)
+    click.echo(format_validation(table))
+    if output:
+        set_ci95(fits[0], "stderr")
+        to_calibration(fits[0], cm, "simulation in the loop: lmfit least_squares on relative quantile errors",
+                       {"paths": list(fit_on), "kind": REQUEST_TRACE}, engine=engine_settings(train[0].config),
+                       variants=fits).write(output)
+        click.echo(f"wrote {output}")
+    if table_out:
+        from replay.sweep import write_sweep_table
+
+        write_sweep_table(table, table_out)
+        click.echo(f"wrote {table_out}")
+
+
+def format_validation(table: pd.DataFrame) -> str:
+    """One line per run: p50/p90 errors of TTFT and E2E, p50 of TPOT, in and out of sample."""
+    lines = [f"{'run':38s} {'sample':6s} {'TTFT p50':>9s} {'p90':>7s} {'TPOT p50':>9s} {'E2E p50':>8s} {'p90':>7s}"]
+    for (run, sample), g in table.groupby(["run", "sample"], sort=False):
+        by = {r["metric"]: r for _, r in g.iterrows()}
+
+        def cell(metric, q, width):
+            r = by.get(metric)
+            return f"{r[f'rel_err_p{q}']:+.1%}".rjust(width) if r is not None else "n/a".rjust(width)
+        lines.append(f"{run[-38:]:38s} {sample:6s} {cell('ttft', 50, 9)} {cell('ttft', 90, 7)} "
+                     f"{cell('tpot', 50, 9)} {cell('e2e', 50, 8)} {cell('e2e', 90, 7)}")
+    out = table[table["sample"] == "out"]
+    if not out.empty:
+        errs = out[out["metric"].isin(["ttft", "tpot", "e2e"])][["rel_err_p50", "rel_err_p90"]].abs().to_numpy()
+        lines.append(f"out of sample: median |error| {np.nanmedian(errs):.1%}, worst {np.nanmax(errs):.1%} "
+                     "(p50/p90 of TTFT, TPOT, E2E)")
+    return "\n".join(lines)
 
 
 def warn_metadata_mismatch(meta: dict, model_spec, gpu_spec, tp: int) -> None:
@@ -174,25 +324,6 @@ def model_from_options(model: str | None, model_config: str | None):
     if (model is None) == (model_config is None):
         raise click.UsageError("give exactly one of --model and --model-config")
     return get_model(model) if model else model_from_hf_config(model_config)
-
-
-def print_request_fit(fits) -> None:
-    """Print the best request fit, every form's cost, and the quantile errors at the optimum."""
-    best = fits[0]
-    click.echo("lmfit report of the best form (t_launch_ms = t_launch_s in milliseconds; its uncertainties "
-               "are recomputed below from a central-difference Jacobian):")
-    click.echo(best.report)
-    for f in fits:
-        click.echo(f"form={f.form}: cost {f.cost:.4g} (sum of squared relative quantile errors), {f.n_replays} replays")
-    for m, errs in best.residual_by_metric.items():
-        click.echo(f"  {m} quantile errors: " + ", ".join(f"{q} {e:+.1%}" for q, e in errs.items()))
-    for k, v in best.values.items():
-        se = best.stderr.get(k)
-        unit = " s" if k.endswith("_s") else ""
-        state = "" if best.identifiable[k] else f"  NOT IDENTIFIED ({best.bounds[k]})"
-        click.echo(f"  {k} = {v:.6g}{unit}" + (f" +/- {se:.2g}{unit}" if se is not None else "") + state)
-    for w in best.warnings:
-        click.echo(f"warning: {w}", err=True)
 
 
 @main.command()

@@ -12,18 +12,20 @@ import click
 import numpy as np
 
 from replay.compare import compare, format_table
-from replay.cost_model import CostParams, RooflineCostModel
+from replay.cost_model import RooflineCostModel, cost_model_from_calibration
 from replay.simulate import ReplayConfig, replay_frame, steps_frame
 from schemas.calibration import sha256_of
+from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
 from schemas.tables import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE
 from traces.io import write_trace
 from traces.synth import synth_requests
 
-from .step_fit import calibration_from_fit, fit_steps
+from .fitting import param_cells, to_calibration
+from .step_fit import fit_steps
 
 #: The synthetic cluster's true parameters (what calibration should recover).
-TRUTH = CostParams(eta_compute=0.55, eta_mem=0.80, t_launch_s=4e-4, t_cpu_s=0.0, form="max")
+TRUTH = CostParams(eta_compute=0.55, n_half_tokens=64.0, eta_mem=0.80, overlap=0.0, t_step_s=4e-4, t_seq_s=2e-5)
 
 
 @click.command()
@@ -50,7 +52,8 @@ def demo(out_dir, num_requests, rate, noise, seed):
     rng = np.random.default_rng(seed)
     model, gpu = get_model("llama-3.1-8b"), get_gpu("h100-80gb")
     click.echo(f"SYNTHETIC DEMO: {model.name} on 1 x {gpu.name}; the 'cluster' is a roofline with "
-               f"eta_compute={TRUTH.eta_compute}, eta_mem={TRUTH.eta_mem}, t_launch_s={TRUTH.t_launch_s} "
+               f"eta_compute={TRUTH.eta_compute}, n_half_tokens={TRUTH.n_half_tokens:g}, eta_mem={TRUTH.eta_mem}, "
+               f"t_step_s={TRUTH.t_step_s}, t_seq_s={TRUTH.t_seq_s} "
                f"and {noise:.0%} lognormal step noise; nothing here was measured on hardware.")
     trace = synth_requests(num_requests, rate, "lognormal:mean=1024,sigma=0.8", "lognormal:mean=256,sigma=0.7",
                            seed=seed)
@@ -66,19 +69,20 @@ def demo(out_dir, num_requests, rate, noise, seed):
     click.echo(f"1. synthetic 'measured' run: {len(trace)} requests, {len(steps)} steps -> {out}/requests.parquet, "
                f"{out}/steps.parquet")
 
-    fits, dropped = fit_steps(steps, model, gpu, forms=("max", "sum"))
+    fits, _ = fit_steps(steps, RooflineCostModel(model, gpu))
     best = fits[0]
-    cal = calibration_from_fit(fits, model, gpu, 1, {"path": str(out / "steps.parquet"),
-                                                     "sha256": sha256_of(out / "steps.parquet"),
-                                                     "kind": STEP_TRACE}, dropped)
+    cal = to_calibration(best, RooflineCostModel(model, gpu), "lmfit least_squares of step durations",
+                         {"path": str(out / "steps.parquet"), "sha256": sha256_of(out / "steps.parquet"),
+                          "kind": STEP_TRACE}, engine={"max_num_seqs": cfg.max_num_seqs,
+                                                       "max_num_batched_tokens": cfg.max_num_batched_tokens},
+                         variants=fits)
     cal.write(out / "calibration.json")
-    click.echo(f"2. calibrate fit (form={best.form}, R^2={best.r2:.4f}) -> {out}/calibration.json")
-    for k in ("eta_compute", "eta_mem", "t_launch_s"):
-        se = best.stderr.get(k)
-        click.echo(f"     {k:12s} true {getattr(TRUTH, k):.4g}  fitted {best.values[k]:.4g}"
-                   + (f" +/- {se:.2g}" if se is not None else "  (not identified)"))
-
-    from replay.cost_model import cost_model_from_calibration
+    click.echo(f"2. calibrate fit (variant {best.variant}, R^2={best.stats['r2']:.4f}) -> {out}/calibration.json")
+    click.echo(f"     {'parameter':22s} {'true':>9s} {'fitted':>10s} {'95 % interval':>20s}")
+    for name, p in best.params.items():
+        if p.vary:
+            v, ci, state = param_cells(name, p)
+            click.echo(f"     {name:22s} {TRUTH[name]:>9.4g} {v:>10s} {ci:>20s}  {state}"[:100])
 
     pred, _ = replay_frame(trace, cost_model_from_calibration(cal), ReplayConfig(**{**vars(cfg), "record_steps": False}))
     write_trace(pred, REPLAY_RESULT, out / "replay.parquet", {"source": "servecal demo (synthetic)"})

@@ -1,15 +1,21 @@
-"""Calibration from a step trace: fit the roofline to measured step durations."""
+"""Calibration from a step trace: least squares of measured step durations on the cost model."""
 from __future__ import annotations
 
+import math
 import numpy as np
 import pandas as pd
 
-from replay.cost_model import CostParams, RooflineCostModel
-from schemas.calibration import Calibration, FittedParam
-from schemas.specs import GpuSpec, ModelSpec
+from replay.cost_model import RooflineCostModel
+from schemas.cost_params import PARAMS, CostParams
 
 from .errors import FitError
-from .roofline_fit import FitResult, RooflineData, fit_roofline
+from .fitting import FitResult, assess, least_squares, require_rows
+
+#: How compute and memory combine: the seed's max, the sum, or a fitted blend (``overlap``).
+VARIANTS = {"max": 0.0, "sum": 1.0, "blend": None}
+#: Extra start points of the step fit (the first start is the declared defaults).
+_STARTS = ({"eta_compute": 0.3, "eta_mem": 0.5, "n_half_tokens": 200.0},
+           {"eta_compute": 0.8, "eta_mem": 0.95, "n_half_tokens": 20.0})
 
 
 def step_kind(num_prefill_tokens, num_decode_seqs) -> np.ndarray:
@@ -18,114 +24,207 @@ def step_kind(num_prefill_tokens, num_decode_seqs) -> np.ndarray:
     return np.where(pre & dec, "mixed", np.where(pre, "prefill", "decode"))
 
 
-def step_data(steps: pd.DataFrame, cost_model: RooflineCostModel, balance_kinds: bool = True) -> tuple[RooflineData, dict]:
-    """Per-step FLOPs, bytes and durations of a step trace, dropping unusable rows.
+class StepData:
+    """The usable rows of a step trace: features, durations and residual weights.
 
-    With ``balance_kinds`` the prefill-only, decode-only and mixed steps weigh the same in
-    the fit (a profiling grid gives far more mixed shapes than a serving engine runs).
-
-    Returns the data and a dict reason -> number of dropped rows (``missing``,
-    ``non-positive``); rows with no tokens are dropped as ``empty``.
+    Attributes
+    ----------
+    features : tuple of int64 arrays, shape (n,)
+        ``num_prefill_tokens, num_decode_seqs, decode_context_tokens,
+        prefill_context_tokens, num_prefill_seqs`` (the arguments of ``step_time_s``).
+    duration_s : float64 array, shape (n,)
+    kind : str array, shape (n,): ``prefill``, ``decode`` or ``mixed``.
+    weights : float64 array, shape (n,)
+        With ``balance_kinds``, a kind with more rows than the median kind is down-weighted
+        to count as the median one (``sqrt(n_median / n_kind)`` per row; a profiling grid's
+        thousands of mixed shapes do not drown the rest), else ones.
+    dropped : dict reason -> rows (``missing``, ``non-positive``, ``empty``)
     """
-    dur = steps["step_duration_s"].to_numpy(float)
-    tokens = (steps["num_prefill_tokens"] + steps["num_decode_seqs"]).to_numpy(float)
-    ctx = steps["decode_context_tokens"].to_numpy(float)
-    if "prefill_context_tokens" in steps:
-        ctx = ctx + steps["prefill_context_tokens"].fillna(0).to_numpy(float)
-    dropped = {"missing": int(np.sum(~np.isfinite(dur))),
-               "non-positive": int(np.sum(np.isfinite(dur) & (dur <= 0))),
-               "empty": int(np.sum(np.isfinite(dur) & (dur > 0) & (tokens <= 0)))}
-    keep = np.isfinite(dur) & (dur > 0) & (tokens > 0)
-    kind = step_kind(steps["num_prefill_tokens"].to_numpy(), steps["num_decode_seqs"].to_numpy())[keep]
-    tokens, ctx, dur = tokens[keep], ctx[keep], dur[keep]
-    data = RooflineData(flops=cost_model.flops(tokens), bytes_=cost_model.bytes_read(ctx),
-                        n_launch=np.ones_like(dur), duration_s=dur, peak_flops=cost_model.peak_flops,
-                        bandwidth_bytes_per_s=cost_model.bandwidth_bytes_per_s,
-                        fixed_s=cost_model.allreduce_s(tokens) if cost_model.tp > 1 else None,
-                        group=kind if balance_kinds else None)
-    return data, {k: v for k, v in dropped.items() if v}
+
+    def __init__(self, steps: pd.DataFrame, balance_kinds: bool = True):
+        dur = steps["step_duration_s"].to_numpy(float)
+        pre = steps["num_prefill_tokens"].to_numpy(np.int64)
+        dec = steps["num_decode_seqs"].to_numpy(np.int64)
+        tokens = pre + dec
+        self.dropped = {k: v for k, v in {
+            "missing": int(np.sum(~np.isfinite(dur))),
+            "non-positive": int(np.sum(np.isfinite(dur) & (dur <= 0))),
+            "empty": int(np.sum(np.isfinite(dur) & (dur > 0) & (tokens <= 0)))}.items() if v}
+        keep = np.isfinite(dur) & (dur > 0) & (tokens > 0)
+        cp = steps["prefill_context_tokens"].fillna(0).to_numpy(np.int64) if "prefill_context_tokens" in steps \
+            else np.zeros(len(steps), np.int64)
+        seqs = steps["num_prefill_seqs"].fillna(0).to_numpy(np.int64) if "num_prefill_seqs" in steps \
+            else (pre > 0).astype(np.int64)
+        self.features = (pre[keep], dec[keep], steps["decode_context_tokens"].to_numpy(np.int64)[keep], cp[keep],
+                         np.where(pre[keep] > 0, np.maximum(seqs[keep], 1), 0))
+        self.duration_s = dur[keep]
+        self.kind = step_kind(pre[keep], dec[keep])
+        self.weights = np.ones_like(self.duration_s)
+        if balance_kinds and self.duration_s.size:
+            _, inv, counts = np.unique(self.kind, return_inverse=True, return_counts=True)
+            self.weights = np.sqrt(np.minimum(1.0, np.median(counts) / counts))[inv]
+
+    def subset(self, idx: np.ndarray) -> "StepData":
+        """The rows ``idx`` (a bootstrap resample), same weights rule."""
+        out = object.__new__(StepData)
+        out.features = tuple(f[idx] for f in self.features)
+        out.duration_s, out.kind, out.weights = self.duration_s[idx], self.kind[idx], self.weights[idx]
+        out.dropped = self.dropped
+        return out
 
 
-def fit_steps(steps: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int = 1, forms=("max",),
-              loss: str = "soft_l1", fixed: dict | None = None, balance_kinds: bool = True) -> tuple[list[FitResult], dict]:
-    """Fit each roofline form in ``forms`` to a step trace.
+class _StepResidual:
+    """Weighted log residuals ``w log(pred / meas)`` of the step durations (relative errors
+    for small ones; unbiased under multiplicative noise, unlike ``(pred - meas) / meas``)."""
 
-    Returns the fits (best first: lowest mean over step kinds of the median |relative
-    residual|) and the dropped-row counts.
+    def __init__(self, data: StepData, cost_model: RooflineCostModel):
+        self.data, self.cost_model = data, cost_model
+
+    def predict(self, p: CostParams) -> np.ndarray:
+        return self.cost_model.with_params(p).step_time_s(*self.data.features)
+
+    def __call__(self, p: CostParams) -> np.ndarray:
+        d = self.data
+        with np.errstate(divide="ignore"):
+            return d.weights * np.log(np.maximum(self.predict(p), 1e-300) / d.duration_s)
+
+
+def inert_params(cost_model: RooflineCostModel, names) -> dict:
+    """Parameters among ``names`` that do not change this model's step time (their term is
+    off for this hardware: an all-reduce at TP 1, an all-to-all without experts), or that
+    a step trace cannot see (the front end): name -> why."""
+    out = {}
+    base = cost_model.coefficients
+    for n in names:
+        spec = PARAMS[n]
+        if n.startswith(("t_frontend", "t_stream")):
+            out[n] = "outside the engine: a step trace does not see it"
+            continue
+        probe = spec.upper if math.isnan(spec.default) else (spec.default + spec.upper) / 2
+        if cost_model.with_params(cost_model.params.replace(**{n: probe})).coefficients == base:
+            out[n] = "no effect on this hardware and model"
+    return out
+
+
+def fit_steps(steps: pd.DataFrame, cost_model: RooflineCostModel, variants=("max", "sum", "blend"),
+              loss: str = "soft_l1", fixed: dict | None = None, balance_kinds: bool = True,
+              data: StepData | None = None) -> tuple[list[FitResult], dict]:
+    """Fit the cost model's parameters to a step trace, once per overlap variant.
+
+    Parameters
+    ----------
+    steps : step_trace/1 frame.
+    cost_model : RooflineCostModel
+        Hardware, model and terms; its parameter values are the starts and the values of
+        parameters that stay fixed.
+    variants : names of :data:`VARIANTS` (``max``/``sum`` fix ``overlap`` at 0/1, ``blend`` fits it).
+    loss : scipy ``least_squares`` loss; robust ``soft_l1`` by default.
+    fixed : parameter -> value held fixed.
+
+    Returns
+    -------
+    fits : list of FitResult, best (lowest score) first
+    dropped : dict reason -> rows left out
 
     Raises
     ------
     FitError
         No usable rows, or too few for the free parameters.
+
+    Notes
+    -----
+    Residual of row i: ``w_i log(pred_i / meas_i)``, free of the log's time unit (shared/cases
+    BR-18) and unbiased when the noise is multiplicative (a step 3 % slow and one 3 % fast
+    weigh the same; ``(pred - meas) / meas`` would pull every time ``1.5 sigma^2`` low). The score is the mean over step kinds of the median |relative
+    residual|. Uncertainty and identifiability: :func:`calibrate.fitting.assess`.
     """
-    data, dropped = step_data(steps, RooflineCostModel(model, gpu, CostParams(), tp), balance_kinds)
+    data = data or StepData(steps, balance_kinds)
     if data.duration_s.size == 0:
         raise FitError("no usable step rows (all missing, non-positive or empty)")
-    fits = [fit_roofline(data, form=f, loss=loss, fixed=fixed) for f in forms]
+    residual = _StepResidual(data, cost_model)
+    fits = []
+    for v in variants:
+        if v not in VARIANTS:
+            raise FitError(f"unknown variant {v!r}; expected one of {', '.join(VARIANTS)}")
+        hold = dict(fixed or {})
+        if VARIANTS[v] is not None:
+            hold["overlap"] = VARIANTS[v]
+        why = {k: "given" for k in hold}
+        why.update(inert_params(cost_model, [n for n in cost_model.free_params if n not in hold]))
+        if "overlap" in why:
+            why["overlap"] = f"variant {v}"
+        p0 = cost_model.params
+        for n in why:
+            if n not in hold:
+                hold[n] = p0[n] if not math.isnan(p0[n]) else cost_model.tp_link.latency_s
+        for n in PARAMS:
+            if n not in cost_model.free_params and n not in hold:
+                hold[n], why[n] = p0[n], "not in the model's terms"
+        free = {n: (p0[n] if not math.isnan(p0[n]) else cost_model.tp_link.latency_s)
+                for n in PARAMS if n not in hold}
+        require_rows(data.duration_s.size, len(free), "usable step rows")
+        starts = [{**free, **{k: s for k, s in st.items() if k in free}} for st in _STARTS]
+        best, info = least_squares(residual, free, hold, rel_step=1e-4, starts=starts, loss=loss)
+        params, corr, warns = assess(best, residual, list(free), hold, rel_step=1e-3, fixed_reason=why, robust=True)
+        fits.append(_result(v, params, corr, warns, residual, data, best, info))
     fits.sort(key=lambda r: r.score)
-    return fits, dropped
+    return fits, data.dropped
 
 
-def calibration_from_fit(fits: list[FitResult], model: ModelSpec, gpu: GpuSpec, tp: int, source: dict,
-                         dropped: dict) -> Calibration:
-    """The calibration file contents of the best fit (``fits[0]``), with every form's statistics."""
-    best = fits[0]
-    params = {}
-    for k in ("eta_compute", "eta_mem", "t_launch_s"):
-        params[k] = FittedParam(value=best.values[k], stderr=best.stderr.get(k), identifiable=best.identifiable[k],
-                                bound=best.bounds.get(k) if best.bounds.get(k) != "fixed" else None,
-                                vary=best.bounds.get(k) != "fixed")
-    params["t_cpu_s"] = FittedParam(value=0.0, stderr=None, identifiable=False, vary=False,
-                                    bound="not separable from t_launch_s in a step trace (both per step)")
-    fit = {
-        "method": "lmfit least_squares, relative residuals",
-        "n_rows": best.n_rows, "dropped_rows": dropped, "r2": best.r2,
-        "rel_residual_pct": best.rel_residual_pct, "rel_residual_p50_by_kind": best.rel_residual_p50_by_group,
-        "correlations": best.correlations,
-        "n_compute_bound": best.n_compute_bound, "warnings": best.warnings,
-        "forms": {f.form: {"values": f.values, "r2": f.r2, "score": f.score, "rel_residual_pct": f.rel_residual_pct,
-                           "rel_residual_p50_by_kind": f.rel_residual_p50_by_group} for f in fits},
-    }
-    return Calibration(model=model, gpu=gpu, tp=tp, form=best.form, params=params, fit=fit, source=source)
+def _result(variant, params, corr, warns, residual, data, best, info) -> FitResult:
+    import lmfit
+
+    pred = residual.predict(CostParams(**{k: p.value for k, p in params.items()}))
+    meas = data.duration_s
+    rel = np.abs(pred - meas) / meas
+    ss_tot = float(np.sum((meas - meas.mean()) ** 2))
+    by_kind = {str(k): float(np.median(rel[data.kind == k])) for k in np.unique(data.kind)}
+    stats = {"n_rows": int(meas.size), "dropped_rows": data.dropped, "n_evals": info["n_evals"],
+             "r2": 1.0 - float(np.sum((pred - meas) ** 2)) / ss_tot if ss_tot > 0 else float("nan"),
+             "rel_residual_pct": {f"p{q}": float(np.percentile(rel, q)) for q in (50, 90, 99)},
+             "rel_residual_p50_by_kind": by_kind}
+    return FitResult(variant=variant, params=params, correlations=corr, score=float(np.mean(list(by_kind.values()))),
+                     stats=stats, warnings=warns, report=lmfit.fit_report(best))
 
 
+def bootstrap_ci95(data: StepData, cost_model: RooflineCostModel, fit: FitResult, loss: str = "soft_l1",
+                   num_samples: int = 200, seed: int = 0) -> dict:
+    """95 % percentile-bootstrap intervals of the free parameters, resampling steps.
 
-def bootstrap_ci95(steps: pd.DataFrame, model: ModelSpec, gpu: GpuSpec, tp: int, form: str, loss: str = "soft_l1",
-                   balance_kinds: bool = True, num_samples: int = 200, seed: int = 0) -> dict:
-    """95 % percentile-bootstrap intervals of the fitted parameters, resampling steps.
-
-    Each of ``num_samples`` resamples (rows drawn with replacement, ``numpy.random.default_rng(seed)``)
-    is refitted with the same form and loss; the interval is the 2.5th-97.5th percentile of
-    the refitted values (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 13).
+    Each of ``num_samples`` resamples (rows drawn with replacement,
+    ``numpy.random.default_rng(seed)``) is refitted from ``fit``'s values with the same
+    variant and loss; the interval is the 2.5th-97.5th percentile of the refitted values
+    (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 13).
 
     Returns
     -------
     dict parameter -> (low, high), natural units.
     """
     rng = np.random.default_rng(seed)
-    data, _ = step_data(steps, RooflineCostModel(model, gpu, CostParams(), tp), balance_kinds)
     n = data.duration_s.size
-    draws = {k: [] for k in ("eta_compute", "eta_mem", "t_launch_s")}
+    free = [k for k, p in fit.params.items() if p.vary]
+    hold = {k: p.value for k, p in fit.params.items() if not p.vary}
+    cm = cost_model.with_params(fit.cost_params())
+    draws = {k: [] for k in free}
     for _ in range(num_samples):
-        idx = rng.integers(0, n, n)
-        sub = RooflineData(data.flops[idx], data.bytes_[idx], data.n_launch[idx], data.duration_s[idx],
-                           data.peak_flops, data.bandwidth_bytes_per_s,
-                           None if data.fixed_s is None else data.fixed_s[idx],
-                           None if data.group is None else data.group[idx])
-        r = fit_roofline(sub, form=form, loss=loss)
-        for k in draws:
-            draws[k].append(r.values[k])
+        sub = _StepResidual(data.subset(rng.integers(0, n, n)), cm)
+        r, _ = least_squares(sub, {k: fit.params[k].value for k in free}, hold, rel_step=1e-4, loss=loss)
+        for k in free:
+            draws[k].append(r.params[k].value * PARAMS[k].fit_scale)
     return {k: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) for k, v in draws.items()}
 
 
-def set_ci95(cal: Calibration, method: str, bootstrap: dict | None = None) -> None:
-    """Store 95 % intervals in ``cal.params``: from the bootstrap, or ``value +/- 1.96 stderr``."""
-    for k, p in cal.params.items():
+def set_ci95(fit: FitResult, method: str, bootstrap: dict | None = None) -> None:
+    """Store 95 % intervals in ``fit.params``: from the bootstrap, or ``value +/- 1.96 stderr``
+    clipped to the parameter's declared range."""
+    for k, p in fit.params.items():
         if not p.vary or not p.identifiable:  # only a bound is known (FittedParam.bound)
             continue
+        spec = PARAMS[k]
         if method == "bootstrap" and bootstrap and k in bootstrap:
             p.ci95 = bootstrap[k]
-        elif p.stderr is not None:  # clipped to the parameter's range: efficiencies in (0, 1], times >= 0
-            hi = 1.0 if k.startswith("eta_") else float("inf")
-            p.ci95 = (max(0.0, p.value - 1.96 * p.stderr), min(hi, p.value + 1.96 * p.stderr))
-    cal.fit["ci_method"] = method
+        elif p.stderr is not None:
+            p.ci95 = (max(spec.lower, p.value - 1.96 * p.stderr), min(spec.upper, p.value + 1.96 * p.stderr))
+    fit.stats["ci_method"] = method
+
+

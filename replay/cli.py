@@ -210,7 +210,7 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
         timeseries = read_timeseries(measured_timeseries) if measured_timeseries else None
     cal = Calibration.read(calibration_path)
     model_spec = get_model(model) if model else None
-    cost_model = cost_model_from_calibration(cal, model_spec, tp)
+    cost_model = calibrated_cost_model(calibration_path, cal, model_spec, tp)
     if model_spec is not None and model_spec.name != cal.model.name:
         click.echo(f"note: the calibration was fitted on {cal.model.name}; its efficiencies are carried over to "
                    f"{model_spec.name} on the same GPU (an extrapolation: check against a measured run)", err=True)
@@ -294,6 +294,25 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
             raise SystemExit(3)
 
 
+def calibrated_cost_model(path, cal: Calibration, model_spec=None, tp: int | None = None):
+    """The cost model of calibration file ``path``; a model it cannot build (an unknown
+    term, a TP that does not divide the heads) is the file's fault when nothing overrides it.
+
+    Raises
+    ------
+    DataError
+        Naming the file, when the file alone is at fault.
+    ConfigError
+        When ``--model`` or ``--tp`` makes the combination impossible.
+    """
+    try:
+        return cost_model_from_calibration(cal, model_spec, tp)
+    except ConfigError as exc:
+        if model_spec is None and tp is None:
+            raise DataError(f"{path}: {exc}") from None
+        raise
+
+
 def parse_scheduler_list(text: str) -> list[str]:
     """``"fcfs,chunked,disagg"`` -> ``["fcfs", "chunked", "disagg"]``, every name checked before any replay.
 
@@ -373,7 +392,7 @@ def describe_load(trace: str, calibration_path: str, model: str | None) -> str:
     from .queueing import offered_load
 
     cal = Calibration.read(calibration_path)
-    cost_model = cost_model_from_calibration(cal, get_model(model) if model else None)
+    cost_model = calibrated_cost_model(calibration_path, cal, get_model(model) if model else None)
     kind, frame, _ = read_trace(trace)
     if kind != REQUEST_TRACE:
         raise DataError(f"{trace}: is a {kind}; --calibration needs a request trace")

@@ -7,7 +7,7 @@ from the step's aggregates. :class:`RooflineCostModel` is the seed's roofline
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace, dataclass
 from typing import Protocol
 
 import numpy as np
@@ -15,6 +15,8 @@ import numpy as np
 from schemas.calibration import Calibration
 from schemas.specs import GpuSpec, ModelSpec
 
+from schemas.cost_params import PARAMS, CostParams
+from .cost_terms import ALL_TERMS, TERMS, Coefficients, Link, ReplicaShape
 from .errors import ConfigError
 
 
@@ -22,57 +24,19 @@ class StepCostModel(Protocol):
     """What the engine needs from a cost model.
 
     An implementation may also set ``supports_arrays = True`` when ``step_time_s`` is
-    deterministic and accepts numpy arrays; the engine then prices runs of identical decode
-    steps in one call (closed form). Stochastic or scalar-only models are called per step.
+    deterministic, accepts numpy arrays and is non-decreasing in the decode context; the
+    engine then prices runs of identical decode steps in one call (closed form).
+    Stochastic or scalar-only models are called per step.
     """
 
-    def step_time_s(self, num_prefill_tokens: int, num_decode_seqs: int,
-                    decode_context_tokens: int, prefill_context_tokens: int = 0) -> float:
+    def step_time_s(self, num_prefill_tokens: int, num_decode_seqs: int, decode_context_tokens: int,
+                    prefill_context_tokens: int = 0, num_prefill_seqs: int | None = None) -> float:
         """Duration in seconds of one step with these aggregates (0 tokens -> 0 s)."""
         ...
 
 
-@dataclass(frozen=True)
-class CostParams:
-    """Fitted parameters of the roofline.
-
-    Attributes
-    ----------
-    eta_compute : float
-        Fraction of the GPU's dense peak FLOP/s reached, in (0, 1].
-    eta_mem : float
-        Fraction of the datasheet memory bandwidth reached, in (0, 1].
-    t_launch_s : float
-        Kernel launch latency per step, seconds (seed: ~0.05-0.10 ms).
-    t_cpu_s : float
-        Per-step CPU overhead (scheduling, sampling, detokenising), seconds.
-    form : str
-        ``"max"`` (the seed's roofline) or ``"sum"`` (compute and memory times added).
-    """
-
-    eta_compute: float = 0.5
-    eta_mem: float = 1.0
-    t_launch_s: float = 1e-4
-    t_cpu_s: float = 0.0
-    form: str = "max"
-
-    def __post_init__(self):
-        if not (0 < self.eta_compute <= 1.5 and 0 < self.eta_mem <= 1.5):
-            raise ValueError(f"efficiencies must be in (0, 1.5]: eta_compute={self.eta_compute}, eta_mem={self.eta_mem}")
-        if self.t_launch_s < 0 or self.t_cpu_s < 0:
-            raise ValueError("t_launch_s and t_cpu_s must be >= 0")
-        if self.form not in ("max", "sum"):
-            raise ValueError(f"form must be 'max' or 'sum', not {self.form!r}")
-
-
-@dataclass(frozen=True)
-class Link:
-    """An interconnect: bandwidth in bytes/s and one-way latency in seconds."""
-
-    name: str
-    bandwidth_bytes_per_s: float
-    latency_s: float
-
+#: Parameters of the time a request spends outside the engine (:meth:`RooflineCostModel.frontend_s`).
+FRONTEND_PARAMS = ("t_frontend_s", "t_frontend_per_prompt_token_s", "t_stream_per_token_s")
 
 #: Link presets (unidirectional bandwidth per direction as usually quoted; latency typical).
 LINKS: dict[str, Link] = {
@@ -88,35 +52,49 @@ LINKS: dict[str, Link] = {
 
 @dataclass(frozen=True)
 class RooflineCostModel:
-    """Roofline step time of one replica (``tp`` GPUs) for one model.
+    """Step time of one replica as a sum of mechanisms (:mod:`replay.cost_terms`).
 
     Parameters
     ----------
     model : ModelSpec
     gpu : GpuSpec
     params : CostParams
+        Values of the parameters (:data:`replay.cost_params.PARAMS`).
     tp : int
         Tensor-parallel degree: weights, KV and FLOPs split over ``tp`` GPUs.
     tp_link : Link, optional
-        Link the all-reduces of tensor parallelism run over (default: the GPU's ``tp_link``).
+        Link of the all-reduces and all-to-alls (default: the GPU's ``tp_link`` preset).
+    dp : int
+        Data-parallel ranks stepping in lock step as this one replica (vLLM
+        ``--data-parallel-size``; see :class:`replay.cost_terms.ReplicaShape`).
+    expert_parallel : bool
+        vLLM ``--enable-expert-parallel``: routed experts split over the ``tp * dp`` GPUs.
+    terms : tuple of str
+        Names of :data:`replay.cost_terms.TERMS` in the model (default: all);
+        :data:`~replay.cost_terms.SEED_TERMS` is the seed's roofline.
+
+    Raises
+    ------
+    ConfigError
+        ``tp`` or ``dp`` below 1, ``tp`` not dividing the attention heads, an unknown term
+        or link.
 
     Notes
     -----
-    With P the (active) parameter count, b bytes per weight, D_kv the KV bytes per token
-    (``2 * n_layers * n_kv_heads * head_dim * b``), peak the dense FLOP/s and bw the memory
-    bandwidth of one GPU (seed, theory.md section 1)::
+    The terms are folded once into :class:`~replay.cost_terms.Coefficients`; the step
+    time is then (seconds, for a step of ``N > 0`` tokens; features as in
+    :mod:`replay.cost_terms`)::
 
-        compute_s = 2 * P * N_tokens / (eta_compute * peak * tp)
-        memory_s  = (P * b + (L_decode + L_prefill_ctx) * D_kv) / (eta_mem * bw * tp)
-        step_s    = t_launch + t_cpu + max(compute_s, memory_s)     (form "max")
-                                      or compute_s + memory_s         (form "sum")
-                    + 2 * n_layers * allreduce(N_tokens * hidden * b)  (tp > 1)
+        step_s = fixed + per_seq (S + D) + max(c, m) + overlap min(c, m) + comm + comm_per_token N
+        c      = compute_per_token N + compute + compute_per_pair A
+        m      = memory + memory_per_context_token C + memory_expert (1 - expert_miss^N)
 
-    For a prefill-only step of N tokens this is the seed's ``T_prefill(N)``; for a
-    decode-only step of B sequences holding L_total context tokens it is the seed's
-    ``T_decode(B, L_total)``, never below its compute bound. The ring all-reduce of S bytes
-    over K GPUs takes ``2 (K-1)/K * S / link_bw + 2 (K-1) * link_latency`` (Patarasuk &
-    Yuan 2009), twice per layer (attention and MLP outputs, Megatron-LM).
+    With the seed's terms and ``overlap`` 0 this is the seed's ``T_prefill(N)`` for a
+    prefill-only step and ``T_decode(B, L_total)`` for a decode-only one, never below its
+    compute bound (theory.md section 1). The scalar path (the engine's, per step) and the
+    array path (closed-form decode runs, fits) do the same IEEE operations in the same
+    order: they agree bit for bit. Every coefficient is >= 0, so the step time is
+    non-decreasing in the tokens, the decode sequences and both contexts.
     """
 
     #: ``step_time_s`` is deterministic and accepts numpy arrays: the engine may price a run
@@ -128,85 +106,113 @@ class RooflineCostModel:
     params: CostParams = field(default_factory=CostParams)
     tp: int = 1
     tp_link: Link | None = None
+    dp: int = 1
+    expert_parallel: bool = False
+    terms: tuple = ALL_TERMS
 
     def __post_init__(self):
-        if self.tp < 1:
-            raise ConfigError(f"tp must be >= 1, not {self.tp}")
+        if self.tp < 1 or self.dp < 1:
+            raise ConfigError(f"tp and dp must be >= 1, not tp={self.tp}, dp={self.dp}")
         if self.model.num_attention_heads % self.tp:
             raise ConfigError(f"tp={self.tp} does not divide the {self.model.num_attention_heads} attention heads of "
-                             f"{self.model.name} (vLLM refuses it)")
-        # the constants of compute_s and memory_s, for the scalar path of step_time_s (the
-        # engine's hot path): the same operations in the same order, so the same floats
-        object.__setattr__(self, "_scalar_terms", (
-            2.0 * self.model.num_active_params, self.params.eta_compute * self.peak_flops,
-            self.model.weight_bytes, self.model.kv_bytes_per_token,
-            self.params.eta_mem * self.bandwidth_bytes_per_s, self.params.form == "max",
-            self.params.t_launch_s + self.params.t_cpu_s))
+                              f"{self.model.name} (vLLM refuses it)")
+        unknown = [t for t in self.terms if t not in TERMS]
+        if unknown:
+            raise ConfigError(f"unknown cost term(s) {', '.join(unknown)}; known: {', '.join(TERMS)}")
+        if not isinstance(self.params, CostParams):
+            object.__setattr__(self, "params", CostParams(**self.params))
         if self.tp_link is None:  # the GPU's own interconnect
             if self.gpu.tp_link not in LINKS:
                 raise ConfigError(f"gpu {self.gpu.name}: unknown tp_link {self.gpu.tp_link!r}; known: {', '.join(LINKS)}")
             object.__setattr__(self, "tp_link", LINKS[self.gpu.tp_link])
+        coef = Coefficients()
+        shape = self.shape
+        for name in self.terms:
+            TERMS[name].fold(shape, self.params, coef)
+        object.__setattr__(self, "coefficients", coef)
+        object.__setattr__(self, "_coef", coef.as_tuple())
+
+    @property
+    def shape(self) -> ReplicaShape:
+        """The replica's hardware, as the terms see it."""
+        return ReplicaShape(self.model, self.gpu, self.tp, self.dp, self.expert_parallel, self.tp_link)
 
     def with_params(self, params: CostParams) -> "RooflineCostModel":
         """A copy with other parameters."""
         return replace(self, params=params)
 
-    def flops(self, num_tokens):
-        """FLOPs of a step feeding ``num_tokens`` tokens: ``2 * P * N`` (seed section 1)."""
-        return 2.0 * self.model.num_active_params * num_tokens
-
-    def bytes_read(self, context_tokens):
-        """Bytes a step reads: all weights plus ``context_tokens`` tokens of KV (seed section 1)."""
-        return self.model.weight_bytes + context_tokens * self.model.kv_bytes_per_token
-
     @property
-    def peak_flops(self) -> float:
-        """Dense peak FLOP/s of the replica's ``tp`` GPUs."""
-        return self.gpu.peak_flops * self.tp
-
-    @property
-    def bandwidth_bytes_per_s(self) -> float:
-        """Memory bandwidth of the replica's ``tp`` GPUs, bytes/s."""
-        return self.gpu.mem_bandwidth_bytes_per_s * self.tp
+    def free_params(self) -> tuple:
+        """Names of the parameters the model reads (its terms' and the front end's), in
+        :data:`PARAMS` order."""
+        used = {p for t in self.terms for p in TERMS[t].params} | set(FRONTEND_PARAMS)
+        return tuple(p for p in PARAMS if p in used)
 
     def compute_s(self, num_tokens):
-        """Compute-bound time of ``num_tokens`` tokens (scalar or array), seconds."""
-        return self.flops(num_tokens) / (self.params.eta_compute * self.peak_flops)
+        """GEMM time of ``num_tokens`` tokens with no attention (scalar or array), seconds."""
+        c = self.coefficients
+        return c.compute_per_token_s * num_tokens + c.compute_s
 
-    def memory_s(self, context_tokens):
-        """Memory-bound time of reading all weights and ``context_tokens`` tokens of KV, seconds."""
-        return self.bytes_read(context_tokens) / (self.params.eta_mem * self.bandwidth_bytes_per_s)
+    def memory_s(self, context_tokens, num_tokens=1):
+        """Time to read the weights (the experts ``num_tokens`` tokens touch) and
+        ``context_tokens`` tokens of KV, seconds."""
+        c = self.coefficients
+        out = c.memory_s + c.memory_per_context_token_s * context_tokens
+        return out + c.memory_expert_s * (1.0 - c.expert_miss ** num_tokens) if c.memory_expert_s else out
 
-    def allreduce_s(self, num_tokens):
-        """All-reduce time of one step for ``num_tokens`` tokens (0 when tp == 1), seconds."""
-        if self.tp == 1:
-            return 0.0 * num_tokens
-        k = self.tp
-        size = num_tokens * self.model.hidden_size * self.model.dtype_bytes
-        one = 2 * (k - 1) / k * size / self.tp_link.bandwidth_bytes_per_s + 2 * (k - 1) * self.tp_link.latency_s
-        return 2 * self.model.num_layers * one
+    def comm_time_s(self, num_tokens):
+        """All-reduce and all-to-all time of one step of ``num_tokens`` tokens, seconds."""
+        c = self.coefficients
+        return c.comm_s + c.comm_per_token_s * num_tokens if c.comm_s or c.comm_per_token_s else 0.0 * num_tokens
+
+    def frontend_s(self, num_prompt_tokens):
+        """Time a request spends outside the engine before it (API server, tokenisation,
+        first chunk), seconds: ``t_frontend_s + t_frontend_per_prompt_token_s * L_prompt``."""
+        p = self.params
+        return p["t_frontend_s"] + p["t_frontend_per_prompt_token_s"] * num_prompt_tokens
+
+    @property
+    def stream_per_token_s(self) -> float:
+        """Time added per output token after the first between engine and client, seconds."""
+        return self.params["t_stream_per_token_s"]
 
     def step_time_s(self, num_prefill_tokens, num_decode_seqs, decode_context_tokens,
-                    prefill_context_tokens=0):
-        """Duration of one step, seconds (scalars or numpy arrays of equal shape).
+                    prefill_context_tokens=0, num_prefill_seqs=None):
+        """Duration of one step, seconds (scalars, or numpy arrays of equal shape).
 
-        A step with no tokens takes 0 s.
+        ``num_prefill_seqs`` None counts one chunk when there are prefill tokens. A step
+        with no tokens takes 0 s.
         """
         tokens = num_prefill_tokens + num_decode_seqs
         if tokens.__class__ is int or not isinstance(tokens, np.ndarray):  # scalars: plain floats, same IEEE ops
             if tokens <= 0:
                 return 0.0
-            two_p, compute_den, weights, d_kv, memory_den, form_max, fixed_s = self._scalar_terms
-            c = two_p * tokens / compute_den
-            m = (weights + (decode_context_tokens + prefill_context_tokens) * d_kv) / memory_den
-            body = (c if c > m else m) if form_max else c + m
-            return fixed_s + body + (self.allreduce_s(tokens) if self.tp > 1 else 0.0)
-        p = self.params
-        c = self.compute_s(tokens)
-        m = self.memory_s(decode_context_tokens + prefill_context_tokens)
-        body = np.maximum(c, m) if p.form == "max" else c + m
-        t = p.t_launch_s + p.t_cpu_s + body + self.allreduce_s(tokens)
-        return np.where(np.asarray(tokens) > 0, t, 0.0)
+            fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_exp, miss, ov, k_0, k_tok = self._coef
+            s = num_prefill_seqs if num_prefill_seqs is not None else (1 if num_prefill_tokens > 0 else 0)
+            p = num_prefill_tokens
+            pairs = decode_context_tokens + (p * prefill_context_tokens + p * p / 2) / (s if s > 1 else 1)
+            c = c_tok * tokens + c_0 + c_pair * pairs
+            m = m_0 + m_ctx * (decode_context_tokens + prefill_context_tokens)
+            if m_exp:
+                m = m + m_exp * (1.0 - miss ** tokens)
+            if c > m:
+                body = c + ov * m
+            else:
+                body = m + ov * c
+            return fixed + per_seq * (s + num_decode_seqs) + body + (k_0 + k_tok * tokens)
+        fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_exp, miss, ov, k_0, k_tok = self._coef
+        p = np.asarray(num_prefill_tokens)
+        tokens, cd, cp = np.asarray(tokens), np.asarray(decode_context_tokens), np.asarray(prefill_context_tokens)
+        s = (p > 0).astype(np.int64) if num_prefill_seqs is None else np.asarray(num_prefill_seqs)
+        pairs = cd + (p * cp + p * p / 2) / np.maximum(s, 1)
+        c = c_tok * tokens + c_0 + c_pair * pairs
+        m = m_0 + m_ctx * (cd + cp)
+        if m_exp:  # Python's pow per distinct token count: the same floats as the scalar path
+            n_unique, inverse = np.unique(tokens, return_inverse=True)
+            m = m + m_exp * (1.0 - np.array([miss ** int(n) for n in n_unique])[inverse.reshape(tokens.shape)])
+        body = np.maximum(c, m) + ov * np.minimum(c, m)
+        t = fixed + per_seq * (s + np.asarray(num_decode_seqs)) + body + (k_0 + k_tok * tokens)
+        return np.where(tokens > 0, t, 0.0)
 
     def prefill_time_s(self, num_tokens: int) -> float:
         """Seed's ``T_prefill(N)``: one prefill-only step of ``num_tokens`` tokens, seconds."""
@@ -246,10 +252,16 @@ def kv_capacity_blocks(model: ModelSpec, gpu: GpuSpec, tp: int, gpu_memory_utili
     return int(math.floor(free / (block_size * model.kv_bytes_per_token)))
 
 
-def cost_model_from_calibration(cal: Calibration, model: ModelSpec | None = None,
-                                tp: int | None = None) -> RooflineCostModel:
-    """The roofline of a calibration file, optionally for another model on the same GPU or
-    another tensor-parallel degree (the efficiencies and latencies carry over)."""
-    params = CostParams(eta_compute=cal.value("eta_compute"), eta_mem=cal.value("eta_mem"),
-                        t_launch_s=cal.value("t_launch_s"), t_cpu_s=cal.value("t_cpu_s"), form=cal.form)
-    return RooflineCostModel(model or cal.model, cal.gpu, params, tp or cal.tp)
+def cost_model_from_calibration(cal: Calibration, model: ModelSpec | None = None, tp: int | None = None,
+                                dp: int | None = None) -> RooflineCostModel:
+    """The cost model of a calibration file, optionally for another model on the same GPU or
+    another tensor/data-parallel degree (efficiencies and latencies carry over).
+
+    Raises
+    ------
+    ConfigError
+        An unknown term or an impossible parallelism (see :class:`RooflineCostModel`).
+    """
+    params = CostParams(**{k: p.value for k, p in cal.params.items()})
+    return RooflineCostModel(model or cal.model, cal.gpu, params, tp or cal.tp, dp=dp or cal.dp,
+                             expert_parallel=cal.expert_parallel, terms=tuple(cal.terms))

@@ -300,8 +300,8 @@ class Engine:
                         and getattr(self.schedulers[rid], "decode_runs", False)):  # the policy's word, read every step
                     if self._start_decode_run(rid, state, batch, now):
                         return
-            duration = step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs,
-                                   batch.decode_context_tokens, batch.prefill_context_tokens) + swap_s
+            duration = step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs, batch.decode_context_tokens,
+                                   batch.prefill_context_tokens, batch.num_prefill_seqs) + swap_s
             self._batches[rid] = batch  # the replica stays busy (set by wake() or the step that ends now)
             if record:
                 self.steps.append((rid, now, duration, batch.num_prefill_tokens, batch.num_prefill_seqs,

@@ -12,7 +12,7 @@ import pandas as pd
 
 from schemas.specs import GpuSpec, ModelSpec
 
-from .cost_model import LINKS, RooflineCostModel, kv_capacity_blocks
+from .cost_model import LINKS, StepCostModel, kv_capacity_blocks
 from .closed_loop import ClosedLoop, check_closed_loop, send_times_column
 from .disagg import DisaggEngine, resolve_pools
 from .engine import Engine, EngineConfig
@@ -137,16 +137,18 @@ def resolve_num_gpu_blocks(cfg: ReplayConfig, model: ModelSpec, gpu: GpuSpec, tp
 
 
 def requests_from_frame(df: pd.DataFrame, record_token_times: bool = False, slo_ttft_s: float | None = None,
-                        slo_tpot_s: float | None = None) -> list[Request]:
-    """Engine requests from a request-trace DataFrame (sorted by arrival).
+                        slo_tpot_s: float | None = None, frontend_s: np.ndarray | None = None) -> list[Request]:
+    """Engine requests from a request-trace DataFrame (sorted by arrival), in row order.
 
     Rows whose ``status`` is set and not ``ok`` (failed in the measured run) are not simulated.
     A request's SLOs are its row's ``slo_ttft_s``/``slo_tpot_s`` where given, else the
-    ``slo_ttft_s``/``slo_tpot_s`` arguments, else none (``inf``).
+    ``slo_ttft_s``/``slo_tpot_s`` arguments, else none (``inf``). ``frontend_s`` (seconds,
+    one per row) delays each request's arrival at the engine (the API server's time).
     """
     n = len(df)
     ids = df["request_id"].astype(str).tolist()
-    arr = df["arrival_time_s"].to_numpy(float).tolist()
+    arr = df["arrival_time_s"].to_numpy(float)
+    arr = (arr if frontend_s is None else arr + frontend_s).tolist()
     prompt = df["num_prompt_tokens"].to_numpy(np.int64).tolist()
     out = df["num_output_tokens"].to_numpy(np.int64).tolist()
     prio = df["priority"].to_numpy(np.int64).tolist() if "priority" in df else [0] * n
@@ -185,7 +187,7 @@ def _gc_paused():
             gc.enable()
 
 
-def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayConfig,
+def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
                  metadata: dict | None = None) -> tuple[pd.DataFrame, Engine]:
     """Replay a request trace; return the replay result and the engine (steps, counters).
 
@@ -256,13 +258,14 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
     else:
         engine = Engine(cost_model, factory, sched_cfg, engine_cfg, num_replicas=cfg.replicas,
                         router=get_router(cfg.router))
+    frontend_s, stream_s = frontend_delays(cost_model, df, cfg)
     with _gc_paused():  # no cycles here; collections would rescan every live request again and again
-        reqs = requests_from_frame(df, cfg.record_token_times, cfg.slo_ttft_s, cfg.slo_tpot_s)
+        reqs = requests_from_frame(df, cfg.record_token_times, cfg.slo_ttft_s, cfg.slo_tpot_s, frontend_s)
         if cfg.concurrency is None:
-            engine.run(reqs)
+            engine.run(reqs if frontend_s is None else sorted(reqs, key=attrgetter("arrival_time_s")))
         else:
             ClosedLoop(engine, reqs, cfg.concurrency, cfg.think_time_s).run()
-        result = result_frame(df, reqs, cfg.record_token_times)
+        result = result_frame(df, reqs, cfg.record_token_times, frontend_s, stream_s)
         if cfg.concurrency is not None:
             result["pred_arrival_time_s"] = send_times_column(len(df), reqs)
         if isinstance(engine, DisaggEngine):
@@ -277,9 +280,27 @@ def replay_frame(df: pd.DataFrame, cost_model: RooflineCostModel, cfg: ReplayCon
     return result, engine
 
 
-def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = False) -> pd.DataFrame:
+def frontend_delays(cost_model, df: pd.DataFrame, cfg: ReplayConfig) -> tuple[np.ndarray | None, float]:
+    """Per row, the time before the engine (seconds), and the time per streamed output token
+    after the first (seconds), of a cost model with front-end terms
+    (:meth:`RooflineCostModel.frontend_s`); ``(None, 0.0)`` when both are zero, for a cost
+    model without them, and in a closed loop (whose sends follow the engine's completions).
+    """
+    if cfg.concurrency is not None or not hasattr(cost_model, "frontend_s"):
+        return None, 0.0
+    fe = cost_model.frontend_s(df["num_prompt_tokens"].to_numpy(np.int64))
+    fe = None if not np.any(fe) else np.broadcast_to(fe, (len(df),)).astype(float)
+    return fe, float(cost_model.stream_per_token_s)
+
+
+def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = False,
+                 frontend_s: np.ndarray | None = None, stream_per_token_s: float = 0.0) -> pd.DataFrame:
     """``df`` with the predicted columns of the simulated ``reqs`` (others: status only);
-    ``pred_token_times_s`` too with ``token_times`` (the requests recorded them)."""
+    ``pred_token_times_s`` too with ``token_times`` (the requests recorded them).
+
+    Latencies are from the client's send (``df``'s arrival): the engine's, plus
+    ``frontend_s`` (per row, seconds) on every token and ``stream_per_token_s`` per token
+    after the first; the queue wait is the engine's."""
     n = len(df)
     out_tokens = df["num_output_tokens"].to_numpy(np.int64)
 
@@ -299,12 +320,17 @@ def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = Fals
     arrival = column("arrival_time_s", float)
     qw, ttft, e2e = (scattered(np.where(ok, column(name, float) - arrival, np.nan), np.nan)
                      for name in ("first_scheduled_time_s", "first_token_time_s", "last_token_time_s"))
+    if frontend_s is not None or stream_per_token_s:
+        fe = frontend_s if frontend_s is not None else np.zeros(n)
+        ttft = ttft + fe
+        e2e = e2e + fe + stream_per_token_s * np.maximum(out_tokens - 1, 0)
     times = None
     if token_times:
         times = [None] * n
         for r in reqs:
             if r.status == "ok" and r.token_times_s is not None:
-                times[r.index] = [t - r.arrival_time_s for t in r.token_times_s]
+                shift = r.arrival_time_s - (0.0 if frontend_s is None else frontend_s[r.index])
+                times[r.index] = [t - shift + stream_per_token_s * i for i, t in enumerate(r.token_times_s)]
     from .metrics import tpot_s
 
     res = df.copy()

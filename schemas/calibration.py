@@ -7,31 +7,34 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cost_params import PARAMS, check_value
 from .errors import SchemaError
 from .specs import GpuSpec, ModelSpec
 from .tables import write_text_atomic
 
-CALIBRATION = "calibration/1"
-#: Cost-model parameters a calibration carries, in natural units.
-PARAM_NAMES = ("eta_compute", "eta_mem", "t_launch_s", "t_cpu_s")
+CALIBRATION = "calibration/2"
+#: Older versions still read (converted on reading).
+_OLD_CALIBRATION = "calibration/1"
+#: Terms of a calibration/1 file: the seed's roofline with the TP all-reduce.
+_V1_TERMS = ("step_overhead", "dense_compute", "weight_memory", "kv_memory", "overlap", "tp_comm", "ep_comm")
 
 
 @dataclass
 class FittedParam:
-    """One fitted parameter.
+    """One parameter of a calibration.
 
     Attributes
     ----------
     value : float
-        Best estimate (natural units: efficiencies are fractions, times seconds).
+        Best estimate, natural units (:data:`schemas.cost_params.PARAMS`: fractions, seconds, tokens).
     stderr : float | None
         Standard error; None when the data cannot identify the parameter.
     identifiable : bool
         False when the data do not pin the parameter down (then ``bound`` says what is known).
     bound : str | None
-        E.g. ``">= 0.41"`` when only a bound is known.
+        E.g. ``">= 0.41"``, or why it is not identified (``correlated with eta_mem (r=-0.99)``).
     vary : bool
-        False when the parameter was held fixed.
+        False when the parameter was held fixed (then ``bound`` may say at what source).
     ci95 : tuple[float, float] | None
         95 % confidence interval when computed.
     """
@@ -53,27 +56,49 @@ class Calibration:
     model : ModelSpec
     gpu : GpuSpec
     tp : int
-    form : str
-        ``"max"`` or ``"sum"`` roofline.
+        Tensor-parallel degree of one replica.
     params : dict[str, FittedParam]
-        Keyed by :data:`PARAM_NAMES`.
+        Keyed by names of :data:`schemas.cost_params.PARAMS`; absent ones take their default.
+    terms : list[str]
+        Names of the cost terms the parameters were fitted with (``replay.cost_terms``).
+    dp : int
+        Data-parallel ranks stepping as one replica (vLLM ``--data-parallel-size``).
+    expert_parallel : bool
+        vLLM ``--enable-expert-parallel``.
+    engine : dict
+        The engine settings the calibration was fitted under (vLLM names:
+        ``max_num_seqs``, ``max_num_batched_tokens``, ...); ``replay`` uses them unless
+        an option overrides one.
     fit : dict
-        Statistics: method, n_rows, r2, residual percentiles, correlations, per-form results.
+        Statistics: method, rows, residuals, correlations, per-variant results.
     source : dict
-        ``path``, ``sha256`` and ``kind`` of the trace it was fitted on.
+        ``path``, ``sha256`` and ``kind`` of the trace(s) it was fitted on.
     """
 
     model: ModelSpec
     gpu: GpuSpec
     tp: int
-    form: str
     params: dict
+    terms: list = field(default_factory=lambda: list(_V1_TERMS))
+    dp: int = 1
+    expert_parallel: bool = False
+    engine: dict = field(default_factory=dict)
     fit: dict = field(default_factory=dict)
     source: dict = field(default_factory=dict)
 
     def value(self, name: str) -> float:
-        """The fitted value of parameter ``name``."""
-        return self.params[name].value
+        """The value of parameter ``name`` (its declared default when not in the file)."""
+        p = self.params.get(name)
+        return p.value if p is not None else PARAMS[name].default
+
+    def values(self) -> dict:
+        """Every parameter's value, by name (defaults for those not in the file)."""
+        return {name: self.value(name) for name in PARAMS}
+
+    @property
+    def form(self) -> str:
+        """``max``, ``sum`` or ``blend``: how compute and memory combine (from ``overlap``)."""
+        return {0.0: "max", 1.0: "sum"}.get(self.value("overlap"), "blend")
 
     def to_dict(self) -> dict:
         return {
@@ -81,8 +106,11 @@ class Calibration:
             "model": self.model.to_dict(),
             "gpu": self.gpu.to_dict(),
             "tp": self.tp,
-            "form": self.form,
+            "dp": self.dp,
+            "expert_parallel": self.expert_parallel,
+            "terms": list(self.terms),
             "params": {k: {**vars(p), "ci95": list(p.ci95) if p.ci95 else None} for k, p in self.params.items()},
+            "engine": self.engine,
             "fit": self.fit,
             "source": self.source,
         }
@@ -93,35 +121,40 @@ class Calibration:
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> "Calibration":
-        """Read a calibration JSON.
+        """Read a calibration JSON (``calibration/2``, or ``calibration/1`` converted).
 
         Raises
         ------
         SchemaError
-            Missing file, not JSON, wrong ``servecal.schema`` or a missing field (named).
+            Missing file, not JSON, wrong ``servecal.schema``, a missing field or a value
+            outside its declared range (named, with the file).
         """
         path = Path(path)
         try:
             d = json.loads(path.read_text())
         except FileNotFoundError:
             raise SchemaError(f"{path}: no such calibration file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise SchemaError(f"{path}: not a calibration JSON ({exc})") from None
-        if not isinstance(d, dict) or d.get("servecal.schema") != CALIBRATION:
-            got = d.get("servecal.schema") if isinstance(d, dict) else type(d).__name__
-            raise SchemaError(f"{path}: 'servecal.schema' is {got!r}; expected {CALIBRATION!r} "
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError) as exc:
+            raise SchemaError(f"{path}: not a calibration JSON ({str(exc)[:200]})") from None
+        version = d.get("servecal.schema") if isinstance(d, dict) else type(d).__name__
+        if version not in (CALIBRATION, _OLD_CALIBRATION):
+            raise SchemaError(f"{path}: 'servecal.schema' is {version!r}; expected {CALIBRATION!r} "
                               "(a file written by 'calibrate fit')")
         try:
+            raw = dict(d["params"])
+            if version == _OLD_CALIBRATION:
+                raw = _params_v1(raw, d["form"])
             params = {}
-            for k in PARAM_NAMES:
-                p = dict(d["params"][k])
+            for k, p in raw.items():
+                p = dict(p)
                 if p.get("ci95") is not None:
                     p["ci95"] = tuple(p["ci95"])
                 params[k] = FittedParam(**p)
             cal = cls(model=ModelSpec.from_dict(d["model"]), gpu=GpuSpec.from_dict(d["gpu"]),
-                      tp=d["tp"], form=d["form"], params=params,
+                      tp=d["tp"], params=params, terms=list(d.get("terms", _V1_TERMS)), dp=d.get("dp", 1),
+                      expert_parallel=d.get("expert_parallel", False), engine=dict(d.get("engine") or {}),
                       fit=d.get("fit", {}), source=d.get("source", {}))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SchemaError(f"{path}: calibration field missing or invalid: {exc}") from None
         problem = cal.problem()
         if problem:
@@ -129,23 +162,34 @@ class Calibration:
         return cal
 
     def problem(self) -> str | None:
-        """What makes the values unusable (None if they are fine): efficiencies in (0, 1.5],
-        times finite and >= 0, ``form`` max or sum, ``tp`` a whole number >= 1."""
-        import math
-
+        """What makes the file unusable (None if it is fine): a parameter unknown or outside
+        its declared physical range (:func:`schemas.cost_params.check_value`), ``tp``/``dp``
+        not whole numbers >= 1, an unknown term name."""
         for k, p in self.params.items():
-            v = p.value
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                return f"params.{k}.value is {v!r}; expected a finite number"
-            if k.startswith("eta_") and not 0 < v <= 1.5:
-                return f"params.{k}.value is {v!r}; expected an efficiency in (0, 1.5]"
-            if k.endswith("_s") and v < 0:
-                return f"params.{k}.value is {v!r}; expected seconds >= 0"
-        if self.form not in ("max", "sum"):
-            return f"form is {self.form!r}; expected 'max' or 'sum'"
-        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
-            return f"tp is {self.tp!r}; expected a whole number >= 1"
+            problem = check_value(k, p.value, f"params.{k}.value")
+            if problem:
+                return problem
+        for name, v in (("tp", self.tp), ("dp", self.dp)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 4096:
+                return f"{name} is {v!r}; expected a whole number from 1 to 4096"
+        if not isinstance(self.terms, list) or not all(isinstance(t, str) for t in self.terms):
+            return f"terms is {self.terms!r}; expected a list of term names"
+        if not isinstance(self.expert_parallel, bool):
+            return f"expert_parallel is {self.expert_parallel!r}; expected true or false"
         return None
+
+
+def _params_v1(raw: dict, form: str) -> dict:
+    """calibration/1's parameters in calibration/2 names: ``t_launch_s + t_cpu_s`` is the
+    per-step constant ``t_step_s``; form ``max``/``sum`` is ``overlap`` 0/1."""
+    if form not in ("max", "sum"):
+        raise ValueError(f"form is {form!r}; expected 'max' or 'sum'")
+    out = {k: raw[k] for k in ("eta_compute", "eta_mem")}
+    launch, cpu = dict(raw["t_launch_s"]), dict(raw.get("t_cpu_s") or {"value": 0.0})
+    launch["value"] = launch["value"] + cpu["value"]
+    out["t_step_s"] = launch
+    out["overlap"] = {"value": 0.0 if form == "max" else 1.0, "vary": False, "bound": f"form {form} (calibration/1)"}
+    return out
 
 
 def sha256_of(path: str | os.PathLike) -> str:

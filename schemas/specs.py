@@ -167,6 +167,26 @@ class ModelSpec:
         """Bytes of all weights, ``num_params * dtype_bytes`` = P*b [bytes]."""
         return self.num_params * self.dtype_bytes
 
+    # TEMPORARY (replaced by the specs branch's properties at merge)
+    def kv_bytes_per_token_per_rank(self, tp: int) -> float:
+        return 2 * self.num_layers * max(1, self.num_kv_heads // tp) * self.head_dim * self.dtype_bytes
+
+    @property
+    def attention_flops_per_context_token(self) -> int:
+        return 4 * self.num_layers * self.num_attention_heads * self.head_dim
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers if self.num_experts else 0
+
+    @property
+    def expert_weight_bytes(self) -> float:
+        return 0.0
+
+    @property
+    def dense_weight_bytes(self) -> float:
+        return self.weight_bytes
+
     @property
     def is_moe(self) -> bool:
         """True for a mixture-of-experts model."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from replay.engine import Engine, EngineConfig
+from schemas.calibration import Calibration, FittedParam
 from replay.request import Request
 from replay.schedulers import get_scheduler_factory
 from replay.schedulers.base import SchedulerConfig
@@ -13,7 +14,8 @@ class LinearStepCost:
     def __init__(self, base_s: float, per_token_s: float):
         self.base_s, self.per_token_s = base_s, per_token_s
 
-    def step_time_s(self, num_prefill_tokens, num_decode_seqs, decode_context_tokens, prefill_context_tokens=0):
+    def step_time_s(self, num_prefill_tokens, num_decode_seqs, decode_context_tokens, prefill_context_tokens=0,
+                    num_prefill_seqs=None):
         tokens = num_prefill_tokens + num_decode_seqs
         return self.base_s + self.per_token_s * tokens if tokens else 0.0
 
@@ -50,3 +52,12 @@ def replay_both_paths(trace, cost, atol=1e-9, **config):
         assert len(a) == len(b)
         assert np.max(np.abs(np.asarray(a) - np.asarray(b)), initial=0.0) <= atol
     return slow, fast
+
+
+def write_calibration(cost_model, path, **params) -> None:
+    """Write a calibration file holding ``cost_model``'s hardware, terms and parameter
+    values (``params`` override some, natural units)."""
+    values = {**{k: v for k, v in cost_model.params.items() if v == v}, **params}
+    Calibration(cost_model.model, cost_model.gpu, cost_model.tp, {k: FittedParam(v) for k, v in values.items()},
+                terms=list(cost_model.terms), dp=cost_model.dp,
+                expert_parallel=cost_model.expert_parallel).write(path)

@@ -6,9 +6,11 @@ import pytest
 from click.testing import CliRunner
 
 from calibrate.umbrella import main as servecal
-from schemas.calibration import Calibration, FittedParam
+from helpers import write_calibration
 from schemas.specs import get_gpu, get_model
 from schemas.tables import REQUEST_TRACE, to_table, write_table
+from replay.cost_model import RooflineCostModel
+from schemas.cost_params import CostParams
 
 
 def invoke(*args):
@@ -24,13 +26,12 @@ def files(tmp_path):
                        "num_prompt_tokens": [100, 200, 300], "num_output_tokens": [5, 6, 7],
                        "ttft_s": [0.05, 0.06, 0.07], "tpot_s": [0.01, 0.01, 0.01], "e2e_s": [0.1, 0.12, 0.14]})
     write_table(to_table(REQUEST_TRACE, df), tmp_path / "t.parquet")
-    params = {k: FittedParam(v) for k, v in (("eta_compute", 0.5), ("eta_mem", 0.8), ("t_launch_s", 1e-4), ("t_cpu_s", 0.0))}
-    Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, "max", params).write(tmp_path / "cal.json")
+    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4)), tmp_path / "cal.json")
     return tmp_path
 
 
 @pytest.mark.parametrize("field,value", [("eta_compute", -0.5), ("eta_mem", float("nan")), ("eta_mem", "0.9"),
-                                         ("t_launch_s", -1.0)])
+                                         ("t_step_s", -1.0), ("t_step_s", 1e300), ("eta_compute", 1e-320)])
 def test_calibration_with_bad_values(files, field, value):
     d = json.loads((files / "cal.json").read_text())
     d["params"][field]["value"] = value
@@ -39,12 +40,28 @@ def test_calibration_with_bad_values(files, field, value):
     assert res.exit_code == 1 and "bad.json" in res.output and f"params.{field}.value" in res.output
 
 
-def test_calibration_with_bad_form_or_tp(files):
+def test_calibration_with_bad_term_or_tp(files):
     d = json.loads((files / "cal.json").read_text())
-    d["form"], d["tp"] = "median", 1
+    d["terms"], d["tp"] = ["median"], 1
     (files / "bad.json").write_text(json.dumps(d))
     res = invoke("replay", files / "t.parquet", "--calibration", files / "bad.json")
-    assert res.exit_code == 1 and "form is 'median'" in res.output
+    assert res.exit_code == 1 and "bad.json" in res.output and "unknown cost term(s) median" in res.output
+    d["terms"], d["tp"] = ["dense_compute"], 0
+    (files / "bad.json").write_text(json.dumps(d))
+    res = invoke("replay", files / "t.parquet", "--calibration", files / "bad.json")
+    assert res.exit_code == 1 and "tp is 0" in res.output
+
+
+def test_calibration_1_files_still_read(tmp_path):
+    d = {"servecal.schema": "calibration/1", "model": get_model("llama-3.1-8b").to_dict(),
+         "gpu": get_gpu("h100-80gb").to_dict(), "tp": 1, "form": "sum",
+         "params": {"eta_compute": {"value": 0.5}, "eta_mem": {"value": 0.8}, "t_launch_s": {"value": 1e-4},
+                    "t_cpu_s": {"value": 2e-4}}}
+    (tmp_path / "old.json").write_text(json.dumps(d))
+    from schemas.calibration import Calibration
+
+    cal = Calibration.read(tmp_path / "old.json")
+    assert cal.value("t_step_s") == pytest.approx(3e-4) and cal.value("overlap") == 1.0 and cal.form == "sum"
 
 
 def test_output_equal_to_input_is_refused_and_input_kept(files):

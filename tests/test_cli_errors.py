@@ -9,6 +9,8 @@ from click.testing import CliRunner
 
 from calibrate.umbrella import main as servecal
 from schemas.tables import STEP_TRACE, to_table, write_table
+from replay.cost_model import RooflineCostModel
+from schemas.cost_params import CostParams
 
 GOOD = {"request_id": "r0", "input_toks": 10, "output_toks": 5, "arrival_time": 1.0e9, "queued_ts": 5.0,
         "scheduled_ts": 5.1, "first_token_ts": 5.2, "last_token_ts": 5.6}
@@ -123,19 +125,18 @@ def test_replay_with_bad_calibration_file(tmp_path):
     cal.write_text('{"servecal.schema": "something/9"}')
     out = tmp_path / "pred.parquet"
     res = invoke("replay", trace, "--calibration", cal, "-o", out)
-    assert_clean_failure(res, out, str(cal), "calibration/1", codes=(1,))
+    assert_clean_failure(res, out, str(cal), "calibration/2", codes=(1,))
 
 
 def test_unknown_scheduler_fails_before_anything_is_printed(tmp_path):
-    from schemas.calibration import Calibration, FittedParam
+    from helpers import write_calibration
     from schemas.specs import get_gpu, get_model
     from schemas.tables import REQUEST_TRACE
 
     df = pd.DataFrame({"request_id": ["a"], "arrival_time_s": [0.0], "num_prompt_tokens": [5], "num_output_tokens": [2]})
     trace, cal, out = tmp_path / "t.parquet", tmp_path / "cal.json", tmp_path / "pred.parquet"
     write_table(to_table(REQUEST_TRACE, df), trace)
-    params = {k: FittedParam(v) for k, v in (("eta_compute", 0.5), ("eta_mem", 0.8), ("t_launch_s", 1e-4), ("t_cpu_s", 0.0))}
-    Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, "max", params).write(cal)
+    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4)), cal)
     res = invoke("replay", trace, "--calibration", cal, "--scheduler", "nope", "-o", out)
     assert_clean_failure(res, out, "--scheduler nope: unknown", codes=(2,))
     assert "replaying" not in res.output
@@ -162,7 +163,8 @@ def test_model_config_and_gpu_spec_files(tmp_path):
                                                    "mem_bytes": 48e9}))
     out = tmp_path / "cal.json"
     res = invoke("calibrate", "fit", steps, "--model-config", tmp_path / "my-llama" / "config.json",
-                 "--gpu-spec", tmp_path / "gpu.json", "--form", "max", "-o", out)
+                 "--gpu-spec", tmp_path / "gpu.json", "--variants", "max", "--fix", "n_half_tokens=0",
+                 "--fix", "t_seq_s=0", "-o", out)
     assert res.exit_code == 0, res.output
     cal = json.loads(out.read_text())
     assert cal["gpu"]["name"] == "my-gpu" and cal["model"]["num_layers"] == 32

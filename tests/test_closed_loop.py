@@ -7,7 +7,8 @@ from hypothesis import given, settings, strategies as st
 
 from helpers import LinearStepCost, replay_both_paths
 from replay.closed_loop import ClosedLoop, on_send_times
-from replay.cost_model import CostParams, RooflineCostModel
+from replay.cost_model import RooflineCostModel
+from schemas.cost_params import CostParams
 from replay.engine import Engine, EngineConfig
 from replay.errors import ConfigError
 from replay.metrics import goodput_rps
@@ -19,7 +20,7 @@ from schemas.specs import get_gpu, get_model
 from traces.synth import synth_requests
 
 COST = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("a100-80gb"),
-                         CostParams(eta_compute=0.6, eta_mem=0.8, t_launch_s=2e-4, form="max"))
+                         CostParams(eta_compute=0.6, eta_mem=0.8, t_step_s=2e-4))
 
 
 def closed_loop(reqs, concurrency, think_time_s=0.0, max_model_len=None, replicas=1):
@@ -169,15 +170,14 @@ def test_bad_closed_loop_options(kwargs, needle):
 
 
 def _cli_files(tmp_path, n=40):
-    from schemas.calibration import Calibration, FittedParam
+    from helpers import write_calibration
     from schemas.tables import REQUEST_TRACE
     from traces.io import write_trace
 
     trace, cal = tmp_path / "t.parquet", tmp_path / "cal.json"
     write_trace(_trace(n), REQUEST_TRACE, trace)
     p = COST.params
-    Calibration(COST.model, COST.gpu, 1, "max", {k: FittedParam(getattr(p, k)) for k in
-                                                 ("eta_compute", "eta_mem", "t_launch_s", "t_cpu_s")}).write(cal)
+    write_calibration(COST.with_params(p), cal)
     return trace, cal
 
 

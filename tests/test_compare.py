@@ -184,13 +184,13 @@ def make_cli_inputs(tmp_path, error=0.05, n=12):
     """
     from replay.cost_model import cost_model_from_calibration
     from replay.simulate import ReplayConfig, replay_frame
-    from schemas.calibration import PARAM_NAMES, Calibration, FittedParam
+    from schemas.calibration import Calibration, FittedParam
     from schemas.specs import get_gpu, get_model
     from schemas.tables import REQUEST_TRACE
     from traces.io import write_trace
 
-    values = dict(zip(PARAM_NAMES, (0.5, 0.9, 1e-4, 1e-3)))
-    cal = Calibration(model=get_model("llama-3.1-8b"), gpu=get_gpu("h100-80gb"), tp=1, form="max",
+    values = {"eta_compute": 0.5, "eta_mem": 0.9, "t_step_s": 1.1e-3}
+    cal = Calibration(model=get_model("llama-3.1-8b"), gpu=get_gpu("h100-80gb"), tp=1,
                       params={k: FittedParam(v, stderr=v / 100) for k, v in values.items()})
     cal_path = tmp_path / "cal.json"
     cal.write(cal_path)

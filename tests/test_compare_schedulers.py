@@ -8,6 +8,8 @@ from replay.compare import SCHEDULER_TABLE_METRICS, format_scheduler_table, sche
 from replay.cost_model import cost_model_from_calibration
 from replay.metrics import goodput_rps
 from replay.simulate import ReplayConfig, replay_frame
+from replay.cost_model import RooflineCostModel
+from schemas.cost_params import CostParams
 
 ALL = ["fcfs", "chunked", "static", "sjf", "edf", "disagg"]
 
@@ -34,7 +36,7 @@ def test_scheduler_table_percentiles_and_goodput():
 
 @pytest.fixture
 def trace_and_calibration(tmp_path):
-    from schemas.calibration import Calibration, FittedParam
+    from helpers import write_calibration
     from schemas.specs import get_gpu, get_model
     from schemas.tables import REQUEST_TRACE
     from traces.io import write_trace
@@ -45,9 +47,7 @@ def trace_and_calibration(tmp_path):
                        "num_output_tokens": [1 + 7 * i for i in range(n)]})
     trace, cal = tmp_path / "t.parquet", tmp_path / "cal.json"
     write_trace(df, REQUEST_TRACE, trace)
-    params = {"eta_compute": 0.5, "eta_mem": 0.8, "t_launch_s": 1e-4, "t_cpu_s": 0.0}
-    Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, "max",
-                {k: FittedParam(v) for k, v in params.items()}).write(cal)
+    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4)), cal)
     return trace, cal, df
 
 

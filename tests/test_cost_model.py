@@ -2,7 +2,9 @@
 import numpy as np
 import pytest
 
-from replay.cost_model import LINKS, CostParams, RooflineCostModel, kv_capacity_blocks, kv_transfer_time_s
+from replay.cost_model import LINKS, RooflineCostModel, kv_capacity_blocks, kv_transfer_time_s
+from replay.cost_terms import SEED_TERMS
+from schemas.cost_params import CostParams
 from schemas.specs import GpuSpec, ModelSpec, get_gpu, get_model
 
 
@@ -10,7 +12,7 @@ from schemas.specs import GpuSpec, ModelSpec, get_gpu, get_model
 def qwen_a100():
     # Seed's example model, Qwen2.5-1.5B (P = 1.54e9, bf16), on an A100-80GB SXM (312 TFLOP/s, 2039 GB/s).
     return RooflineCostModel(get_model("qwen2.5-1.5b"), get_gpu("a100-80gb"),
-                             CostParams(eta_compute=0.5, eta_mem=1.0, t_launch_s=1e-4))
+                             CostParams(eta_compute=0.5, eta_mem=1.0, t_step_s=1e-4), terms=SEED_TERMS)
 
 
 def test_seed_prefill_is_compute_bound(qwen_a100):
@@ -43,7 +45,7 @@ def test_mixed_step_is_one_launch_and_max_of_bounds(qwen_a100):
 
 
 def test_sum_form_and_cpu_overhead(qwen_a100):
-    cm = qwen_a100.with_params(CostParams(eta_compute=0.5, eta_mem=0.8, t_launch_s=1e-4, t_cpu_s=1e-3, form="sum"))
+    cm = qwen_a100.with_params(CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=0.0011, overlap=1.0))
     c = 2 * 1.54e9 * 100 / (0.5 * 312e12)
     m = 3.08e9 / (0.8 * 2.039e12)
     assert cm.prefill_time_s(100) == pytest.approx(1e-4 + 1e-3 + c + m, rel=1e-12)
@@ -74,9 +76,9 @@ def _br23_model():
 
 def test_br23_tp_splits_compute_and_memory_per_phase():
     gpu = GpuSpec(name="g", peak_flops=1e15, mem_bandwidth_bytes_per_s=3e12, mem_bytes=80e9)
-    p = CostParams(eta_compute=0.5, eta_mem=0.75, t_launch_s=0.0)
-    tp2 = RooflineCostModel(_br23_model(), gpu, p, tp=2)
-    tp1 = RooflineCostModel(_br23_model(), gpu, p, tp=1)
+    p = CostParams(eta_compute=0.5, eta_mem=0.75, t_step_s=0.0)
+    tp2 = RooflineCostModel(_br23_model(), gpu, p, tp=2, terms=SEED_TERMS)
+    tp1 = RooflineCostModel(_br23_model(), gpu, p, tp=1, terms=SEED_TERMS)
     # prefill FLOPs 1.6e13 on TP2: 16 ms (TP1: 32 ms), communication ignored
     assert tp2.compute_s(1000) == pytest.approx(0.016)
     assert tp1.compute_s(1000) == pytest.approx(0.032)
@@ -87,10 +89,10 @@ def test_br23_tp_splits_compute_and_memory_per_phase():
 
 def test_tp_adds_ring_allreduce_per_layer():
     gpu = GpuSpec(name="g", peak_flops=1e15, mem_bandwidth_bytes_per_s=3e12, mem_bytes=80e9)
-    cm = RooflineCostModel(_br23_model(), gpu, CostParams(t_launch_s=0.0), tp=4, tp_link=LINKS["nvlink4"])
+    cm = RooflineCostModel(_br23_model(), gpu, CostParams(t_step_s=0.0), tp=4, tp_link=LINKS["nvlink4"])
     size = 100 * 4096 * 2
     one = 2 * 3 / 4 * size / 450e9 + 2 * 3 * 2e-6
-    assert cm.allreduce_s(100) == pytest.approx(2 * 32 * one)
+    assert cm.comm_time_s(100) == pytest.approx(2 * 32 * one)
 
 
 def test_kv_capacity_like_vllm():
@@ -105,5 +107,7 @@ def test_kv_capacity_like_vllm():
 def test_bad_params_rejected():
     with pytest.raises(ValueError):
         CostParams(eta_compute=0.0)
+    with pytest.raises(ValueError):
+        CostParams(overlap=1.5)
     with pytest.raises(ValueError):
         CostParams(form="min")

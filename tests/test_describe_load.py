@@ -6,18 +6,20 @@ import pytest
 from click.testing import CliRunner
 
 from calibrate.umbrella import traces_cli
-from replay.cost_model import CostParams, RooflineCostModel
+from replay.cost_model import RooflineCostModel
+from replay.cost_terms import SEED_TERMS
+from schemas.cost_params import CostParams
 from replay.queueing import offered_load, request_service_times_s
-from schemas.calibration import Calibration, FittedParam
+from helpers import write_calibration
 from schemas.specs import get_gpu, get_model
 from schemas.tables import REQUEST_TRACE, to_table, write_table
 from traces.synth import synth_requests
 
-PARAMS = CostParams(eta_compute=0.5, eta_mem=0.8, t_launch_s=1e-4)
+PARAMS = CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4)
 
 
 def test_service_time_of_one_request_alone():
-    cm = RooflineCostModel(get_model("qwen2.5-1.5b"), get_gpu("a100-80gb"), PARAMS)
+    cm = RooflineCostModel(get_model("qwen2.5-1.5b"), get_gpu("a100-80gb"), PARAMS, terms=SEED_TERMS)
     s = request_service_times_s([100], [3], cm)
     # prefill of 100 tokens, then decode steps at sequence lengths 102 and 103
     expected = cm.prefill_time_s(100) + cm.decode_time_s(1, 102) + cm.decode_time_s(1, 103)
@@ -27,11 +29,11 @@ def test_service_time_of_one_request_alone():
 def test_describe_with_calibration_prints_rho_and_pk(tmp_path):
     df = synth_requests(400, 2.0, "fixed:256", "fixed:32", seed=3)
     write_table(to_table(REQUEST_TRACE, df), tmp_path / "t.parquet")
-    params = {k: FittedParam(getattr(PARAMS, k)) for k in ("eta_compute", "eta_mem", "t_launch_s", "t_cpu_s")}
-    Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, "max", params).write(tmp_path / "cal.json")
+    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), PARAMS, terms=SEED_TERMS),
+                      tmp_path / "cal.json")
     res = CliRunner().invoke(traces_cli, ["describe", str(tmp_path / "t.parquet"), "--calibration", str(tmp_path / "cal.json")])
     assert res.exit_code == 0, res.output
-    cm = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), PARAMS)
+    cm = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), PARAMS, terms=SEED_TERMS)
     load = offered_load(df["arrival_time_s"], df["num_prompt_tokens"], df["num_output_tokens"], cm)
     assert 0 < load["rho"] < 1
     assert f"rho = {load['rho']:.3f}" in res.output

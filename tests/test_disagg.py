@@ -13,7 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from helpers import LinearStepCost, replay_both_paths
-from replay.cost_model import CostParams, Link, RooflineCostModel, kv_transfer_time_s
+from replay.cost_model import Link, RooflineCostModel, kv_transfer_time_s
+from replay.cost_terms import SEED_TERMS
+from schemas.cost_params import CostParams
 from replay.disagg import DisaggEngine, pool_cost_models, resolve_link
 from replay.engine import EngineConfig
 from replay.errors import ConfigError
@@ -150,7 +152,7 @@ BR23_MODEL = ModelSpec("br23-8b", num_params=8e9, num_active_params=8e9, num_lay
                        num_attention_heads=8, num_kv_heads=1, head_dim=1, dtype_bytes=2, max_model_len=4096)
 BR23_GPU = GpuSpec("br23-gpu", peak_flops=1e15, mem_bandwidth_bytes_per_s=3e12, mem_bytes=80 * 2**30,
                    tp_link="nvlink4")
-BR23_PARAMS = CostParams(eta_compute=0.5, eta_mem=0.75, t_launch_s=0.0, t_cpu_s=0.0)
+BR23_PARAMS = CostParams(eta_compute=0.5, eta_mem=0.75, t_step_s=0.0)
 BR23_TRACE = pd.DataFrame({"request_id": ["r"], "arrival_time_s": [0.0], "num_prompt_tokens": [1000],
                            "num_output_tokens": [2]})
 
@@ -162,7 +164,7 @@ BR23_TRACE = pd.DataFrame({"request_id": ["r"], "arrival_time_s": [0.0], "num_pr
 def test_br23_each_phase_uses_its_own_tp(tp_prefill, tp_decode, ttft_s, tpot_s):
     # BR-23 ignores launch latency, communication and KV reads: an ideal TP link, a free KV link and
     # D_kv = 4 B/token (1001 tokens of KV read per decode step: ~2e-9 s).
-    cost = RooflineCostModel(BR23_MODEL, BR23_GPU, BR23_PARAMS, tp=1, tp_link=Link("ideal", math.inf, 0.0))
+    cost = RooflineCostModel(BR23_MODEL, BR23_GPU, BR23_PARAMS, tp=1, tp_link=Link("ideal", math.inf, 0.0), terms=SEED_TERMS)
     cfg = ReplayConfig(scheduler="disagg", tp_prefill=tp_prefill, tp_decode=tp_decode,
                        link_bandwidth_bytes_per_s=1e30, link_latency_s=0.0)
     res, eng = replay_frame(BR23_TRACE, cost, cfg)
@@ -172,7 +174,7 @@ def test_br23_each_phase_uses_its_own_tp(tp_prefill, tp_decode, ttft_s, tpot_s):
 
 
 def test_pool_tp_defaults_to_the_calibrated_tp():
-    cost = RooflineCostModel(BR23_MODEL, BR23_GPU, BR23_PARAMS, tp=4)
+    cost = RooflineCostModel(BR23_MODEL, BR23_GPU, BR23_PARAMS, tp=4, terms=SEED_TERMS)
     p, d = pool_cost_models(cost, None, 2)
     assert (p.tp, d.tp) == (4, 2) and p is cost and d.params == cost.params
     with pytest.raises(ConfigError, match="--tp-prefill"):
@@ -180,14 +182,13 @@ def test_pool_tp_defaults_to_the_calibrated_tp():
 
 
 def _br23_calibration(tmp_path):
-    from schemas.calibration import Calibration, FittedParam
+    from helpers import write_calibration
     from schemas.tables import REQUEST_TRACE
     from traces.io import write_trace
 
     trace, cal = tmp_path / "t.parquet", tmp_path / "cal.json"
     write_trace(BR23_TRACE, REQUEST_TRACE, trace)
-    Calibration(BR23_MODEL, BR23_GPU, 1, "max", {k: FittedParam(v) for k, v in vars(BR23_PARAMS).items()
-                                                  if k != "form"}).write(cal)
+    write_calibration(RooflineCostModel(BR23_MODEL, BR23_GPU, BR23_PARAMS, terms=SEED_TERMS), cal)
     return trace, cal
 
 
@@ -258,7 +259,7 @@ def test_requests_that_fit_no_pool_are_rejected():
 
 # -- invariants on random traces ------------------------------------------------------------------------
 
-COST = RooflineCostModel(LLAMA, get_gpu("h100-80gb"), CostParams(eta_compute=0.5, eta_mem=0.8, t_launch_s=1e-4))
+COST = RooflineCostModel(LLAMA, get_gpu("h100-80gb"), CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4))
 
 
 def random_trace(seed, n=80):

@@ -5,7 +5,8 @@ import pytest
 
 from calibrate.roofline_fit import RooflineData, fit_roofline
 from calibrate.step_fit import fit_steps
-from replay.cost_model import CostParams, RooflineCostModel
+from replay.cost_model import RooflineCostModel
+from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
 
 BR18 = np.array([
@@ -23,7 +24,7 @@ def test_br18_natural_units_recover_truth_in_any_time_unit(unit):
     # Peak rates expressed per the same time unit as the durations: FLOP/unit, B/unit.
     d = RooflineData(flops=BR18[:, 1], bytes_=BR18[:, 2], n_launch=BR18[:, 0], duration_s=BR18[:, 3] * unit,
                      peak_flops=1.0e15 / unit, bandwidth_bytes_per_s=3.0e12 / unit)
-    r = fit_roofline(d, form="max")
+    r = fit_roofline(d)
     assert r.success
     assert r.values["eta_compute"] == pytest.approx(0.5, rel=1e-3)
     assert r.values["eta_mem"] == pytest.approx(0.75, rel=1e-3)
@@ -35,7 +36,7 @@ def test_br21_bad_rows_dropped_with_reasons_and_fit_unchanged():
     # Same rows as BR-18 as a step trace: 1 launch per step, so use the generic data path directly
     # for the numbers and the step path for the row filtering.
     m, g = get_model("llama-3.1-8b"), get_gpu("h100-80gb")
-    truth = RooflineCostModel(m, g, CostParams(eta_compute=0.5, eta_mem=0.75, t_launch_s=5e-5))
+    truth = RooflineCostModel(m, g, CostParams(eta_compute=0.5, eta_mem=0.75, t_step_s=5e-5))
     steps = pd.DataFrame({"num_prefill_tokens": [0, 0, 512, 2048, 0, 1024, 0, 0, 0],
                           "num_decode_seqs": [8, 64, 0, 0, 128, 0, 8, 8, 8],
                           "decode_context_tokens": [8000, 64000, 0, 0, 256000, 0, 8000, 8000, 8000]})
@@ -69,7 +70,7 @@ def test_br20_stderr_of_near_perfect_fit_matches_ols(f, method):
 
 def test_unidentifiable_eta_compute_gets_a_bound_not_a_value():
     m, g = get_model("llama-3.1-8b"), get_gpu("h100-80gb")
-    truth = RooflineCostModel(m, g, CostParams(eta_compute=0.5, eta_mem=0.8, t_launch_s=2e-4))
+    truth = RooflineCostModel(m, g, CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=2e-4))
     b = np.arange(1, 65)
     steps = pd.DataFrame({"num_prefill_tokens": 0, "num_decode_seqs": b, "decode_context_tokens": b * 1000})
     steps["step_duration_s"] = truth.step_time_s(np.zeros_like(b), b, b * 1000)
@@ -85,7 +86,7 @@ def test_unidentifiable_eta_compute_gets_a_bound_not_a_value():
 def test_synthetic_step_log_with_noise_recovered_within_2pct():
     rng = np.random.default_rng(7)
     m, g = get_model("llama-3.1-8b"), get_gpu("h100-80gb")
-    truth = RooflineCostModel(m, g, CostParams(eta_compute=0.6, eta_mem=0.85, t_launch_s=3e-4))
+    truth = RooflineCostModel(m, g, CostParams(eta_compute=0.6, eta_mem=0.85, t_step_s=3e-4))
     n = 600
     pre = rng.choice([0, 0, 256, 1024, 2048], n)
     dec = rng.integers(0, 128, n)
@@ -117,7 +118,7 @@ def _synthetic_steps(seed, truth, n=600, noise=0.01):
 
 @pytest.mark.slow
 def test_recovery_and_95pct_interval_coverage_over_100_seeds():
-    truth = dict(eta_compute=0.6, eta_mem=0.85, t_launch_s=1e-3)
+    truth = dict(eta_compute=0.6, eta_mem=0.85, t_step_s=1e-3)
     covered = {k: 0 for k in truth}
     rel_err = {k: [] for k in truth}
     for seed in range(100):
@@ -136,7 +137,7 @@ def test_recovery_and_95pct_interval_coverage_over_100_seeds():
 def test_bootstrap_intervals_cover_truth_and_are_deterministic():
     from calibrate.step_fit import bootstrap_ci95
 
-    truth = dict(eta_compute=0.6, eta_mem=0.85, t_launch_s=1e-3)
+    truth = dict(eta_compute=0.6, eta_mem=0.85, t_step_s=1e-3)
     covered = {k: 0 for k in truth}
     for seed in range(10):
         steps, m, g = _synthetic_steps(seed, truth, n=300)

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from replay.cost_model import CostParams, RooflineCostModel
+from replay.cost_model import RooflineCostModel
+from schemas.cost_params import CostParams
 from replay.schedulers import BUILTIN
 from replay.simulate import ReplayConfig, replay_frame
 from schemas.specs import get_gpu, get_model
@@ -10,7 +11,7 @@ from traces.importers.mooncake import import_mooncake
 from traces.importers.vllm_request_stats import import_vllm_request_stats
 
 COST = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("rtx-pro-6000"),
-                         CostParams(eta_compute=0.93, eta_mem=0.89, t_launch_s=0.0, form="sum"))
+                         CostParams(eta_compute=0.93, eta_mem=0.89, t_step_s=0.0, overlap=1.0))
 
 
 @pytest.fixture(scope="module")

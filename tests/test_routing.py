@@ -13,6 +13,8 @@ from replay.request import Request
 from replay.routing import ROUTERS, RoundRobinRouter, get_router, least_loaded, prefix_affinity
 from replay.schedulers import get_scheduler_factory
 from replay.schedulers.base import ReplicaState, SchedulerConfig
+from replay.cost_model import RooflineCostModel
+from schemas.cost_params import CostParams
 
 COST = LinearStepCost(0.010, 1e-4)
 
@@ -96,7 +98,7 @@ def test_unknown_router():
 
 @pytest.fixture
 def trace_and_calibration(tmp_path):
-    from schemas.calibration import Calibration, FittedParam
+    from helpers import write_calibration
     from schemas.specs import get_gpu, get_model
     from schemas.tables import REQUEST_TRACE
     from traces.io import write_trace
@@ -109,9 +111,7 @@ def trace_and_calibration(tmp_path):
     trace = tmp_path / "t.parquet"
     write_trace(df, REQUEST_TRACE, trace, {"hash_block_tokens": 256})
     cal = tmp_path / "cal.json"
-    params = {"eta_compute": 0.5, "eta_mem": 0.8, "t_launch_s": 1e-4, "t_cpu_s": 0.0}
-    Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, "max",
-                {k: FittedParam(v) for k, v in params.items()}).write(cal)
+    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4)), cal)
     return trace, cal, df
 
 

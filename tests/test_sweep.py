@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from replay.compare import scheduler_table
-from replay.cost_model import CostParams, RooflineCostModel
+from replay.cost_model import RooflineCostModel
+from schemas.cost_params import CostParams
 from replay.errors import ConfigError
 from replay.simulate import ReplayConfig, replay_frame
 from replay.sweep import (MAX_POINTS, SweepContext, evaluate_point, format_sweep_table, parse_sweep, parse_sweeps,
@@ -18,7 +19,7 @@ from schemas.tables import REQUEST_TRACE, STEP_TRACE
 from traces.synth import synth_requests
 
 COST = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("a100-80gb"),
-                         CostParams(eta_compute=0.6, eta_mem=0.8, t_launch_s=2e-4, form="max"))
+                         CostParams(eta_compute=0.6, eta_mem=0.8, t_step_s=2e-4))
 TRACE = synth_requests(120, 6.0, "lognormal:mean=600,sigma=0.8", "lognormal:mean=120,sigma=0.8", seed=3)
 
 
@@ -179,15 +180,14 @@ def test_format_sweep_table():
 # -- command line ----------------------------------------------------------------------------------------
 
 def _cli_files(tmp_path):
-    from schemas.calibration import Calibration, FittedParam
+    from helpers import write_calibration
     from schemas.tables import REQUEST_TRACE
     from traces.io import write_trace
 
     trace, cal = tmp_path / "t.parquet", tmp_path / "cal.json"
     write_trace(TRACE, REQUEST_TRACE, trace)
     p = COST.params
-    Calibration(COST.model, COST.gpu, 1, "max", {k: FittedParam(getattr(p, k)) for k in
-                                                 ("eta_compute", "eta_mem", "t_launch_s", "t_cpu_s")}).write(cal)
+    write_calibration(COST.with_params(p), cal)
     return trace, cal
 
 
@@ -245,7 +245,7 @@ def test_cli_ray_address_without_ray_is_a_usage_error(tmp_path, monkeypatch):
 # -- the request-log fit's multi-start in parallel ---------------------------------------------------------
 
 def _measured_request_log():
-    truth = COST.with_params(CostParams(eta_compute=0.5, eta_mem=0.7, t_launch_s=1e-3, form="max"))
+    truth = COST.with_params(CostParams(eta_compute=0.5, eta_mem=0.7, t_step_s=1e-3))
     trace = synth_requests(40, 4.0, "lognormal:mean=800,sigma=0.6", "lognormal:mean=60,sigma=0.6", seed=5)
     cfg = ReplayConfig(max_num_seqs=16, max_num_batched_tokens=2048)
     measured, _ = replay_frame(trace, truth, cfg)
@@ -253,28 +253,29 @@ def _measured_request_log():
 
 
 def _same_fit(a, b):
-    assert a.values == b.values
-    assert a.stderr == b.stderr
-    assert (a.cost, a.n_replays) == (b.cost, b.n_replays)
-    assert a.residual_by_metric == b.residual_by_metric
+    a, b = a[0], b[0]
+    assert a.values() == b.values()
+    assert {k: p.stderr for k, p in a.params.items()} == {k: p.stderr for k, p in b.params.items()}
+    assert (a.score, a.stats["n_replays"]) == (b.score, b.stats["n_replays"])
+    assert a.stats["residual_by_run"] == b.stats["residual_by_run"]
+
+
+def _fit(trace, cfg, **kw):
+    from calibrate.request_fit import Run, fit_requests
+
+    return fit_requests([Run("log", trace, cfg, {})], COST, variants=("max",), max_nfev=8, **kw)
 
 
 def test_request_fit_parallel_starts_equal_serial():
-    from calibrate.request_fit import fit_requests
-
     trace, cfg = _measured_request_log()
-    _same_fit(fit_requests(trace, COST.model, COST.gpu, 1, cfg, jobs=1),
-              fit_requests(trace, COST.model, COST.gpu, 1, cfg, jobs=2))
+    _same_fit(_fit(trace, cfg, jobs=1), _fit(trace, cfg, jobs=2))
 
 
 def test_request_fit_on_ray_equals_serial(monkeypatch):
-    from calibrate.request_fit import fit_requests
-
     fake = _FakeRay()
     monkeypatch.setitem(sys.modules, "ray", fake)
     trace, cfg = _measured_request_log()
-    _same_fit(fit_requests(trace, COST.model, COST.gpu, 1, cfg, jobs=1),
-              fit_requests(trace, COST.model, COST.gpu, 1, cfg, ray_address="ray://head:10001"))
+    _same_fit(_fit(trace, cfg, jobs=1), _fit(trace, cfg, ray_address="ray://head:10001"))
     assert fake.calls == [("init", "ray://head:10001"), ("put",), ("shutdown",)]  # the trace goes once
 
 

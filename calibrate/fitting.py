@@ -1,0 +1,321 @@
+"""The fit-result core shared by step fits and request fits.
+
+One least-squares driver over the cost parameters (:data:`schemas.cost_params.PARAMS`:
+names, bounds and scales declared once), one covariance estimate, one identifiability
+rule, one result type and one printer. :mod:`calibrate.step_fit` and
+:mod:`calibrate.request_fit` only supply the residuals.
+"""
+from __future__ import annotations
+
+import math
+import warnings as _warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import lmfit
+import numpy as np
+
+from schemas.calibration import Calibration, FittedParam
+from schemas.cost_params import PARAMS, CostParams
+
+from .errors import FitError
+
+#: A free parameter is identified when its standard error is at most this fraction of its value.
+MAX_REL_STDERR = 0.5
+#: Correlations above this (in absolute value) are named as the reason a parameter is not identified.
+CORRELATED = 0.95
+
+
+@dataclass
+class FitResult:
+    """Outcome of one fit (one variant of the cost model), step or request.
+
+    Attributes
+    ----------
+    variant : str
+        Which variant was fitted, e.g. ``overlap=max``.
+    params : dict[str, FittedParam]
+        Every parameter of the cost model: fitted ones with stderr and identifiability,
+        fixed ones with ``vary=False`` and why (``bound``).
+    correlations : dict[str, float]
+        ``"a,b"`` -> correlation of the free parameters' estimates.
+    score : float
+        What variants are ranked by (lower is better): the step fit's balanced median
+        |relative residual|, the request fit's sum of squared quantile errors.
+    stats : dict
+        Fit statistics for the calibration file and the printer (R^2, residual
+        percentiles, per-metric quantile errors, rows, replays, ...).
+    warnings : list[str]
+    report : str
+        lmfit's report (printed with ``--verbose``).
+    """
+
+    variant: str
+    params: dict
+    correlations: dict
+    score: float
+    stats: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)
+    report: str = ""
+
+    def values(self) -> dict:
+        """Every parameter's value, natural units."""
+        return {k: p.value for k, p in self.params.items()}
+
+    def cost_params(self) -> CostParams:
+        """The values as :class:`~schemas.cost_params.CostParams`."""
+        return CostParams(**self.values())
+
+
+def least_squares(residual: Callable[[CostParams], np.ndarray], free: dict, fixed: dict,
+                  rel_step: float, starts: list[dict] | None = None, max_nfev: int | None = None,
+                  loss: str = "linear", runner=None) -> tuple[lmfit.minimizer.MinimizerResult, dict]:
+    """Minimise ``sum(residual(params)^2)`` over the ``free`` parameters.
+
+    Parameters
+    ----------
+    residual : callable
+        ``CostParams -> 1-d array`` of residuals (dimensionless).
+    free : dict
+        Free parameter -> start value (natural units); bounds from :data:`PARAMS`.
+    fixed : dict
+        Parameter -> value held fixed.
+    rel_step : float
+        Finite-difference step, relative to each parameter's fit scale (5 % for replayed
+        quantiles, which are piecewise constant below that; small for smooth step fits).
+    starts : list of dict, optional
+        More start points (free parameter -> value); the best polished one wins.
+    loss : str
+        scipy ``least_squares`` loss (``linear``, ``soft_l1``, ...).
+    runner : callable, optional
+        ``runner(fn, shared, items) -> [fn(shared, item) for item in items]`` running the
+        starts elsewhere (:func:`calibrate.parallel.run_starts`); default: here, in order.
+
+    Returns
+    -------
+    The best lmfit result, and ``{"n_evals": ...}``.
+
+    Notes
+    -----
+    lmfit works on ``value / fit_scale`` (:class:`~schemas.cost_params.ParamSpec`), every
+    free parameter of order 1 (shared/cases BR-18). Trust region reflective with bounds.
+    """
+    problem = _Problem(residual, free, fixed, rel_step, max_nfev, loss)
+    items = [free] + list(starts or [])
+    results = runner(polish, problem, items) if runner else [polish(problem, s) for s in items]
+    best = min(results, key=lambda r: r[0].chisqr)
+    return best[0], {"n_evals": sum(n for _, n in results)}
+
+
+class _Problem:
+    """A picklable least-squares problem (the starts may run in other processes)."""
+
+    def __init__(self, residual, free, fixed, rel_step, max_nfev, loss):
+        self.residual, self.free, self.fixed = residual, dict(free), dict(fixed)
+        self.rel_step, self.max_nfev, self.loss = rel_step, max_nfev, loss
+
+    def params_of(self, scaled: dict) -> CostParams:
+        return CostParams(**self.fixed, **{k: v * PARAMS[k].fit_scale for k, v in scaled.items()})
+
+    def __call__(self, p: lmfit.Parameters) -> np.ndarray:
+        return self.residual(self.params_of(p.valuesdict()))
+
+
+
+def polish(problem: _Problem, start: dict):
+    """One start of :func:`least_squares`: lmfit ``least_squares`` from ``start``; the
+    result and the residual evaluations it took (module level: picklable for workers)."""
+    params = lmfit.Parameters()
+    for name in problem.free:
+        spec = PARAMS[name]
+        lo, hi = spec.lower / spec.fit_scale, spec.upper / spec.fit_scale
+        params.add(name, value=min(max(start[name] / spec.fit_scale, lo), hi), min=lo, max=hi)
+    count = [0]
+
+    def fcn(p):
+        count[0] += 1
+        return problem(p)
+
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("ignore", RuntimeWarning)
+        r = lmfit.Minimizer(fcn, params).minimize(
+            method="least_squares", loss=problem.loss, x_scale="jac", diff_step=problem.rel_step,
+            max_nfev=problem.max_nfev, ftol=1e-10, xtol=1e-10, gtol=1e-10)
+    return r, count[0]
+
+
+def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostParams], np.ndarray],
+           free: list, fixed: dict, rel_step: float, fixed_reason: dict | None = None,
+           robust: bool = False) -> tuple[dict, dict, list]:
+    """Values, standard errors, correlations and identifiability of a least-squares optimum.
+
+    Parameters
+    ----------
+    result : lmfit result of :func:`least_squares`.
+    residual : the same residual function.
+    free : names of the fitted parameters.
+    fixed : parameter -> value held fixed; ``fixed_reason`` says why (printed).
+    rel_step : finite-difference step of the Jacobian, relative to the fit scale.
+    robust : bool
+        Heteroscedasticity-robust (sandwich, HC0) covariance, for many residuals of unequal
+        variance (weighted step kinds); else the classic ``s^2 (J^T J)^-1``.
+
+    Returns
+    -------
+    params : dict[str, FittedParam] (free and fixed)
+    correlations : dict ``"a,b"`` -> r
+    warnings : list[str]
+
+    Notes
+    -----
+    The one identifiability rule: ``cov = s^2 (J^T J)^-1`` from a central-difference
+    Jacobian at the optimum (one-sided at a bound), ``s^2 = RSS / (n - p)``; with
+    ``robust``, ``(J^T J)^-1 J^T diag(r^2) J (J^T J)^-1 n / (n - p)`` (White 1980, HC1). A free
+    parameter is identified when its standard error is finite and at most
+    :data:`MAX_REL_STDERR` of its value, or when the fit is exact (zero residuals: zero
+    uncertainty, shared/cases BR-20). Otherwise it is NOT IDENTIFIED and the reason says
+    which other parameter it cannot be told apart from (|r| > :data:`CORRELATED`), or that
+    it sits at a bound of its range (then the data give only a bound: value + 1.96 se).
+    """
+    scaled = {n: result.params[n].value for n in free}
+    spec = {n: PARAMS[n] for n in free}
+    values = {n: scaled[n] * spec[n].fit_scale for n in free}
+
+    def f(x: dict) -> np.ndarray:
+        return residual(CostParams(**fixed, **{k: v * PARAMS[k].fit_scale for k, v in x.items()}))
+
+    f0 = f(scaled)
+    rss = float(np.sum(f0 ** 2))
+    cols = []
+    for n in free:
+        lo, hi = spec[n].lower / spec[n].fit_scale, spec[n].upper / spec[n].fit_scale
+        h = max(abs(scaled[n]) * rel_step, rel_step * 1e-2, 1e-9)
+        up, down = min(scaled[n] + h, hi), max(scaled[n] - h, lo)
+        fu = f({**scaled, n: up}) if up != scaled[n] else f0
+        fd = f({**scaled, n: down}) if down != scaled[n] else f0
+        cols.append((fu - fd) / (up - down) if up != down else np.zeros_like(f0))
+    jac = np.column_stack(cols) if cols else np.zeros((f0.size, 0))
+    dof = max(f0.size - len(free), 1)
+    se = {n: None for n in free}
+    corr_m = None
+    if free:
+        jtj = jac.T @ jac
+        if np.all(np.isfinite(jtj)) and np.linalg.matrix_rank(jtj) == len(free) and np.linalg.cond(jtj) < 1e14:
+            inv = np.linalg.inv(jtj)
+            if robust:
+                meat = (jac * (f0 ** 2)[:, None]).T @ jac
+                cov = inv @ meat @ inv * f0.size / dof
+            else:
+                cov = rss / dof * inv
+            d = np.sqrt(np.clip(np.diag(cov), 0, None))
+            se = {n: float(d[i]) * spec[n].fit_scale for i, n in enumerate(free)}
+            with np.errstate(invalid="ignore", divide="ignore"):
+                corr_m = cov / np.outer(d, d)
+        else:  # singular: which parameters move together shows in the null space
+            corr_m = _null_space_correlation(jtj)
+    correlations = {}
+    if corr_m is not None:
+        for i, a in enumerate(free):
+            for j, b in enumerate(free):
+                if i < j and np.isfinite(corr_m[i, j]):
+                    correlations[f"{a},{b}"] = float(corr_m[i, j])
+    params, warns = {}, []
+    for n in free:
+        v, s = values[n], se[n]
+        at_lo = math.isclose(v, spec[n].lower, abs_tol=1e-9 * spec[n].fit_scale)
+        at_hi = math.isclose(v, spec[n].upper, rel_tol=1e-6)
+        partner = _most_correlated(n, correlations)
+        if rss == 0.0 and s is not None:
+            params[n] = FittedParam(v, 0.0, True)
+            continue
+        if at_lo or at_hi:
+            side = "lower" if at_lo else "upper"
+            bound = (f"<= {v + 1.96 * s:.3g}" if at_lo else f">= {v - 1.96 * s:.3g}") if s else f"at its {side} bound"
+            note = f"at its {side} bound {v:.3g}; the data give only {bound}"
+            if at_lo and s is None:
+                note = f"at its lower bound {v:.3g}"
+            params[n] = FittedParam(v, s, False, note)
+        elif s is None or not math.isfinite(s) or s > MAX_REL_STDERR * abs(v):
+            why = f"cannot be told apart from {partner[0]} (r={partner[1]:+.2f})" if partner else \
+                "poorly constrained" + (f" (stderr {s:.2g})" if s is not None and math.isfinite(s) else "")
+            params[n] = FittedParam(v, s if s is not None and math.isfinite(s) else None, False, why)
+        else:
+            params[n] = FittedParam(v, s, True)
+            continue
+        warns.append(f"{n}: NOT IDENTIFIED, {params[n].bound}")
+    for n, v in fixed.items():
+        params[n] = FittedParam(v, None, True, (fixed_reason or {}).get(n, "held fixed"), vary=False)
+    return {n: params[n] for n in PARAMS if n in params}, correlations, warns
+
+
+def _most_correlated(name: str, correlations: dict) -> tuple[str, float] | None:
+    """The parameter most correlated with ``name``, if above :data:`CORRELATED`."""
+    best = None
+    for key, r in correlations.items():
+        a, b = key.split(",")
+        if name in (a, b) and abs(r) > CORRELATED and (best is None or abs(r) > abs(best[1])):
+            best = (b if a == name else a, r)
+    return best
+
+
+def _null_space_correlation(jtj: np.ndarray) -> np.ndarray | None:
+    """For a singular J^T J: +-1 between parameters that share the smallest eigenvector
+    (they move together without changing the residuals), 0 elsewhere."""
+    if not np.all(np.isfinite(jtj)):
+        return None
+    w, v = np.linalg.eigh(jtj)
+    null = v[:, 0]
+    out = np.zeros_like(jtj)
+    big = np.abs(null) > 0.1
+    for i in range(len(null)):
+        for j in range(len(null)):
+            if i != j and big[i] and big[j]:
+                out[i, j] = -np.sign(null[i] * null[j])
+    return out
+
+
+def param_cells(name: str, p: FittedParam) -> tuple[str, str, str]:
+    """A parameter as printed: value with unit, 95 % interval, and its state (identified,
+    NOT IDENTIFIED with the reason, or fixed with the reason)."""
+    unit, scale = _unit(PARAMS[name].unit, p.value)
+    val = f"{p.value / scale:.4g}{unit}"
+    if not p.vary:
+        return val, "", f"fixed: {p.bound}"
+    ci = p.ci95 or ((p.value - 1.96 * p.stderr, p.value + 1.96 * p.stderr) if p.stderr is not None else None)
+    ci_s = f"[{ci[0] / scale:.3g}, {ci[1] / scale:.3g}]" if ci else ""
+    return val, ci_s, "identified" if p.identifiable else f"NOT IDENTIFIED: {p.bound}"
+
+
+def summary_lines(fit: FitResult) -> list[str]:
+    """The fit in words, one parameter a line (value, 95 % interval, identified or not),
+    no line over 100 characters."""
+    return [f"  {n:29s} {v:>12s} {ci:>20s}  {state}"[:100]
+            for n, p in fit.params.items() for v, ci, state in [param_cells(n, p)]]
+
+
+def _unit(unit: str, value: float) -> tuple[str, float]:
+    """A printed unit and its scale: seconds as ms or us where that reads better."""
+    if unit != "s":
+        return (f" {unit}" if unit else ""), 1.0
+    if abs(value) >= 0.1 or value == 0:
+        return " s", 1.0
+    return (" ms", 1e-3) if abs(value) >= 1e-4 else (" us", 1e-6)
+
+
+def to_calibration(fit: FitResult, cost_model, method: str, source: dict, engine: dict | None = None,
+                   variants: list | None = None) -> Calibration:
+    """The calibration file contents of ``fit`` for ``cost_model``'s hardware and terms."""
+    stats = dict(fit.stats)
+    stats.update({"method": method, "variant": fit.variant, "score": fit.score,
+                  "correlations": fit.correlations, "warnings": fit.warnings})
+    if variants:
+        stats["variants"] = {v.variant: {"score": v.score, "values": v.values()} for v in variants}
+    return Calibration(model=cost_model.model, gpu=cost_model.gpu, tp=cost_model.tp, params=dict(fit.params),
+                       terms=list(cost_model.terms), dp=cost_model.dp, expert_parallel=cost_model.expert_parallel,
+                       engine=dict(engine or {}), fit=stats, source=source)
+
+
+def require_rows(n_rows: int, n_free: int, what: str) -> None:
+    """Raise :class:`FitError` unless there are more residuals than free parameters."""
+    if n_rows <= n_free:
+        raise FitError(f"{n_rows} {what}; need more than {n_free} to fit {n_free} parameter(s)")

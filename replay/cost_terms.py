@@ -1,0 +1,293 @@
+"""The terms of the step-time model: one class per mechanism.
+
+A term turns the replica's shape (model, GPU, tensor/data/expert parallelism, link) and
+the parameter values into contributions to a few *coefficients* (:class:`Coefficients`);
+:class:`replay.cost_model.RooflineCostModel` folds the terms once and evaluates the step
+time from the coefficients, on scalars in the engine's hot path and on arrays in the fits,
+with the same operations. A new mechanism is a new term class and its tests; the engine
+never knows which terms exist.
+
+The step's features (what the engine knows of a batch): ``P`` prefill tokens in ``S``
+prefill chunks, ``D`` decoding sequences, ``C_d`` their context tokens (the seed's
+L_total), ``C_p`` the KV history the prefill chunks attend to. Derived: ``N = P + D``
+tokens, ``S + D`` sequences, attention query-key pairs ``A = C_d + (P C_p + P^2 / 2) / S``
+(exact for equal chunks), context tokens read ``C = C_d + C_p``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from schemas.specs import GpuSpec, ModelSpec
+
+from schemas.cost_params import CostParams
+
+
+@dataclass(frozen=True)
+class Link:
+    """An interconnect: bandwidth in bytes/s and one-way latency in seconds."""
+
+    name: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class ReplicaShape:
+    """The hardware one engine replica runs on.
+
+    Attributes
+    ----------
+    model : ModelSpec
+    gpu : GpuSpec
+    tp : int
+        Tensor-parallel degree (GPUs splitting every layer).
+    dp : int
+        Data-parallel ranks stepping in lock step as one replica (vLLM's
+        ``--data-parallel-size`` for MoE models: every rank steps together; the replica's
+        tokens are spread evenly over the ranks, an idle rank runs a dummy batch).
+    expert_parallel : bool
+        vLLM's ``--enable-expert-parallel``: the routed experts are split over the
+        ``tp * dp`` GPUs instead of replicated on every DP rank.
+    link : Link
+        The link of the all-reduces and all-to-alls.
+    """
+
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int
+    dp: int
+    expert_parallel: bool
+    link: Link
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of the replica, ``tp * dp``."""
+        return self.tp * self.dp
+
+
+@dataclass
+class Coefficients:
+    """The folded step-time model: step time in seconds, for ``N > 0``, is
+
+    ``fixed_s + per_seq_s (S + D) + max(c, m) + overlap min(c, m) + comm_s + comm_per_token_s N``
+
+    with ``c = compute_per_token_s N + compute_s + compute_per_pair_s A`` and
+    ``m = memory_s + memory_per_context_token_s C + memory_expert_s (1 - expert_miss ** N)``
+    (units: seconds, seconds per token, per pair, per context token; ``expert_miss`` is the
+    probability that one token does not route to a given expert). A step with no tokens
+    takes 0 s. Each term adds to some of these; :meth:`RooflineCostModel.step_time_s` evaluates them.
+    """
+
+    fixed_s: float = 0.0
+    per_seq_s: float = 0.0
+    compute_per_token_s: float = 0.0
+    compute_s: float = 0.0
+    compute_per_pair_s: float = 0.0
+    memory_s: float = 0.0
+    memory_per_context_token_s: float = 0.0
+    memory_expert_s: float = 0.0
+    expert_miss: float = 1.0
+    overlap: float = 0.0
+    comm_s: float = 0.0
+    comm_per_token_s: float = 0.0
+
+    def as_tuple(self) -> tuple:
+        """The coefficients in declaration order (the hot path unpacks this)."""
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+
+class CostTerm:
+    """One mechanism of the step time.
+
+    Subclasses set ``name`` (the identifier stored in a calibration), ``params`` (the
+    names of :data:`replay.cost_params.PARAMS` they read) and implement :meth:`fold`.
+    """
+
+    name: str = ""
+    params: tuple = ()
+
+    def fold(self, shape: ReplicaShape, p: CostParams, coef: Coefficients) -> None:
+        """Add this term's contribution to ``coef`` for ``shape`` and parameter values ``p``."""
+        raise NotImplementedError
+
+
+class StepOverhead(CostTerm):
+    """Per-step and per-sequence CPU/launch time.
+
+    Notes
+    -----
+    ``t_step + t_seq (S + D)``: the seed's ``T_launch`` plus the engine's scheduling and
+    input preparation per step, and sampling/detokenising per sequence (vLLM's CPU
+    overheads; Vidur models them as per-step and per-token CPU operations, Agrawal et al.
+    MLSys 2024, section 4).
+    """
+
+    name = "step_overhead"
+    params = ("t_step_s", "t_seq_s")
+
+    def fold(self, shape, p, coef):
+        coef.fixed_s += p["t_step_s"]
+        coef.per_seq_s += p["t_seq_s"]
+
+
+class DenseCompute(CostTerm):
+    """GEMM FLOPs of the step's tokens, with an efficiency that grows with the tokens.
+
+    Notes
+    -----
+    ``2 P_active N / (eta(N) peak)`` with ``eta(N) = eta_compute N / (N + n_half)``
+    (seed section 1 for the FLOPs; the saturating efficiency models GEMMs too small to fill
+    the GPU's SMs, which a decode step of a few sequences is), i.e.
+    ``2 P_active (N + n_half) / (eta_compute peak)``. The FLOPs spread over the replica's
+    ``tp * dp`` GPUs.
+    """
+
+    name = "dense_compute"
+    params = ("eta_compute", "n_half_tokens")
+
+    def fold(self, shape, p, coef):
+        per_token = 2.0 * shape.model.num_active_params / (p["eta_compute"] * shape.gpu.peak_flops * shape.num_gpus)
+        coef.compute_per_token_s += per_token
+        coef.compute_s += per_token * p["n_half_tokens"]
+
+
+class AttentionCompute(CostTerm):
+    """Attention FLOPs, which grow with the context each query token sees.
+
+    Notes
+    -----
+    ``F_att A / (eta_compute peak)`` with ``F_att`` the FLOPs one query token spends per
+    context token over all layers (``4 n_layers n_heads head_dim``: QK^T and PV, 2 FLOPs a
+    multiply-add; Kaplan et al. 2020, table 1) and ``A`` the query-key pairs of the step.
+    """
+
+    name = "attention_compute"
+    params = ("eta_compute",)
+
+    def fold(self, shape, p, coef):
+        coef.compute_per_pair_s += shape.model.attention_flops_per_context_token / (
+            p["eta_compute"] * shape.gpu.peak_flops * shape.num_gpus)
+
+
+class WeightMemory(CostTerm):
+    """Reading the weights once per step: all of a dense model; for MoE the dense part and
+    the distinct experts the step's tokens route to.
+
+    Notes
+    -----
+    Dense: ``W / (eta_mem bw tp)`` (seed section 1); each DP rank reads its own copy in
+    parallel. MoE (uniform routing of ``k`` of ``E`` experts per token): a given expert is
+    missed by all ``N`` tokens with probability ``(1 - k/E)^N``, so a step reads
+    ``L_moe E (1 - (1 - k/E)^N)`` experts' bytes, shared by the GPUs that hold experts:
+    ``tp * dp`` with expert parallelism, ``tp`` without (then each rank routes only its own
+    ``N / dp`` tokens: ``(1 - k/E)^(N/dp)``).
+    """
+
+    name = "weight_memory"
+    params = ("eta_mem",)
+
+    def fold(self, shape, p, coef):
+        m, bw = shape.model, p["eta_mem"] * shape.gpu.mem_bandwidth_bytes_per_s
+        if not m.is_moe:
+            coef.memory_s += m.weight_bytes / (bw * shape.tp)
+            return
+        coef.memory_s += m.dense_weight_bytes / (bw * shape.tp)
+        expert_gpus = shape.num_gpus if shape.expert_parallel else shape.tp
+        coef.memory_expert_s += m.num_moe_layers * m.num_experts * m.expert_weight_bytes / (bw * expert_gpus)
+        miss = 1.0 - m.num_experts_per_token / m.num_experts
+        coef.expert_miss = miss if shape.expert_parallel else miss ** (1.0 / shape.dp)
+
+
+class KVMemory(CostTerm):
+    """Reading the KV cache of every context token the step attends to.
+
+    Notes
+    -----
+    ``C D_kv_rank / (eta_mem bw dp)``: ``D_kv_rank`` the KV bytes per token on one TP rank
+    (at least one KV head per rank, shared/cases NC-01), the context spread over the DP
+    ranks (seed section 1: the ``L_total D_kv`` term).
+    """
+
+    name = "kv_memory"
+    params = ("eta_mem",)
+
+    def fold(self, shape, p, coef):
+        coef.memory_per_context_token_s += shape.model.kv_bytes_per_token_per_rank(shape.tp) / (
+            p["eta_mem"] * shape.gpu.mem_bandwidth_bytes_per_s * shape.dp)
+
+
+class Overlap(CostTerm):
+    """How compute and memory time combine: ``max(c, m) + overlap min(c, m)``.
+
+    Notes
+    -----
+    0 is the seed's roofline (perfect overlap), 1 the sum (none); the data choose.
+    """
+
+    name = "overlap"
+    params = ("overlap",)
+
+    def fold(self, shape, p, coef):
+        coef.overlap = p["overlap"]
+
+
+class TensorParallelComm(CostTerm):
+    """Two ring all-reduces per layer of the step's activations (Megatron-LM).
+
+    Notes
+    -----
+    One all-reduce of ``S = (N / dp) h b`` bytes over ``k = tp`` GPUs takes
+    ``2 (k-1) alpha + 2 (k-1)/k S / link_bw`` (Patarasuk & Yuan 2009), twice per layer;
+    nothing at TP 1 (shared/cases NC-11). ``alpha`` is ``t_allreduce_hop_s``, the link
+    preset's latency unless fitted (PCIe-only TP shows far more than the preset's 5 us).
+    """
+
+    name = "tp_comm"
+    params = ("t_allreduce_hop_s",)
+
+    def fold(self, shape, p, coef):
+        k = shape.tp
+        if k == 1:
+            return
+        m = shape.model
+        alpha = p["t_allreduce_hop_s"]
+        alpha = shape.link.latency_s if math.isnan(alpha) else alpha
+        coef.comm_s += 2 * m.num_layers * 2 * (k - 1) * alpha
+        coef.comm_per_token_s += 2 * m.num_layers * 2 * (k - 1) / k * m.hidden_size * m.dtype_bytes / (
+            shape.link.bandwidth_bytes_per_s * shape.dp)
+
+
+class ExpertParallelComm(CostTerm):
+    """Expert-parallel all-to-all: dispatch and combine per MoE layer.
+
+    Notes
+    -----
+    With experts over ``G = tp dp`` GPUs, each token's hidden state goes to its ``k``
+    experts, ``(G-1)/G`` of them on other GPUs, and comes back: per MoE layer two
+    all-to-alls of ``N k h b (G-1) / G^2`` bytes per GPU, each with latency
+    ``t_alltoall_s`` (the link's latency unless fitted).
+    """
+
+    name = "ep_comm"
+    params = ("t_alltoall_s",)
+
+    def fold(self, shape, p, coef):
+        m, g = shape.model, shape.num_gpus
+        if not (m.is_moe and shape.expert_parallel and g > 1):
+            return
+        alpha = p["t_alltoall_s"]
+        alpha = shape.link.latency_s if math.isnan(alpha) else alpha
+        coef.comm_s += 2 * m.num_moe_layers * alpha
+        coef.comm_per_token_s += 2 * m.num_moe_layers * m.num_experts_per_token * m.hidden_size * m.dtype_bytes * (
+            g - 1) / (g * g) / shape.link.bandwidth_bytes_per_s
+
+
+#: Every term, by name.
+TERMS: dict[str, CostTerm] = {t.name: t for t in (
+    StepOverhead(), DenseCompute(), AttentionCompute(), WeightMemory(), KVMemory(), Overlap(),
+    TensorParallelComm(), ExpertParallelComm())}
+#: The seed's roofline (theory.md section 1) with a TP all-reduce: no attention FLOPs.
+SEED_TERMS = ("step_overhead", "dense_compute", "weight_memory", "kv_memory", "overlap", "tp_comm", "ep_comm")
+#: The full model, the default of fits and replays.
+ALL_TERMS = tuple(TERMS)
