@@ -323,3 +323,38 @@ def test_every_gpu_tp_link_is_a_catalog_link():
 def test_unknown_link_lists_the_presets():
     with pytest.raises(SpecError, match=r"unknown link 'nvlink9'.*Known links: pcie4, pcie5"):
         get_link("nvlink9")
+
+
+# ----------------------------------------------------------------------------- CLI --model-config
+
+def test_model_config_option_reads_moe_and_mla(tmp_path, real_data_dir):
+    """``calibrate fit --model-config`` on the real Qwen3-30B-A3B config and on DeepSeek-V2-Lite's,
+    then ``replay`` with the calibration: the spec's new fields travel in the calibration file."""
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from calibrate.umbrella import main as servecal
+    from schemas.tables import REQUEST_TRACE, STEP_TRACE, to_table, write_table
+
+    steps = tmp_path / "steps.parquet"
+    write_table(to_table(STEP_TRACE, pd.DataFrame({
+        "replica_id": 0, "step_start_time_s": [0.0, 1.0, 2.0, 3.0],
+        "step_duration_s": [0.01, 0.02, 0.012, 0.03], "num_prefill_tokens": [0, 512, 0, 1024],
+        "num_prefill_seqs": [0, 1, 0, 1], "num_decode_seqs": [8, 0, 16, 0],
+        "decode_context_tokens": [800, 0, 1600, 0]})), steps)
+    trace = tmp_path / "t.parquet"
+    write_table(to_table(REQUEST_TRACE, pd.DataFrame({
+        "request_id": ["a", "b"], "arrival_time_s": [0.0, 0.1], "num_prompt_tokens": [50, 70],
+        "num_output_tokens": [5, 3]})), trace)
+    for config, experts, mla in ((real_data_dir / QWEN3_30B_A3B, 128, 0),
+                                 (DATA / "hf_config_deepseek_v2_lite.json", 64, 512)):
+        cal = tmp_path / f"{experts}.json"
+        res = CliRunner().invoke(servecal, [str(a) for a in (
+            "calibrate", "fit", steps, "--model-config", config, "--gpu", "h100-80gb",
+            "--form", "max", "-o", cal)])
+        assert res.exit_code == 0, res.output
+        model = json.loads(cal.read_text())["model"]
+        assert (model["num_experts"], model["kv_lora_rank"]) == (experts, mla)
+        res = CliRunner().invoke(servecal, [str(a) for a in (
+            "replay", trace, "--calibration", cal, "-o", tmp_path / f"pred{experts}.parquet")])
+        assert res.exit_code == 0, res.output
