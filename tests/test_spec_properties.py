@@ -172,6 +172,27 @@ def test_deepseek_v3_q_lora_and_spec_round_trip(tmp_path):
     assert ModelSpec.from_dict(json.loads(json.dumps(m.to_dict()))) == m
 
 
+def test_deepseek_v3_shapes_give_the_published_counts():
+    """DeepSeek-V3's config.json shapes (fp8 weights): 671B total, 37B activated (the V3 report;
+    the 14B multi-token-prediction module is not counted), 70,272 B of latent KV per token."""
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+           "num_attention_heads": 128, "num_key_value_heads": 128, "q_lora_rank": 1536,
+           "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+           "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256,
+           "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+           "moe_layer_freq": 1, "topk_method": "noaux_tc", "vocab_size": 129280,
+           "max_position_embeddings": 163840, "tie_word_embeddings": False,
+           "torch_dtype": "bfloat16", "num_nextn_predict_layers": 1,
+           "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                   "weight_block_size": [128, 128]}}
+    m = spec_from_config(cfg, "deepseek-v3")
+    assert m.num_params == pytest.approx(671e9, rel=0.001)
+    assert m.num_active_params == pytest.approx(37e9, rel=0.02)
+    assert m.kv_bytes_per_token == 61 * (512 + 64) * 2 == 70_272
+    assert (m.num_moe_layers, m.weight_dtype_bytes, m.dtype_bytes) == (58, 1, 2)
+    assert m.expert_weight_bytes == 3 * 7168 * 2048 * 1 == 44_040_192
+
+
 def test_mla_needs_its_head_dims():
     cfg = json.loads((DATA / "hf_config_deepseek_v2_lite.json").read_text())
     with pytest.raises(SpecError, match="missing field 'v_head_dim'"):
