@@ -6,17 +6,16 @@ from the step's aggregates. :class:`RooflineCostModel` is the seed's roofline
 """
 from __future__ import annotations
 
-import math
-from dataclasses import field, replace, dataclass
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
 
 from schemas.calibration import Calibration
-from schemas.specs import GpuSpec, ModelSpec
-
 from schemas.cost_params import PARAMS, CostParams
-from .cost_terms import ALL_TERMS, TERMS, Coefficients, Link, ReplicaShape
+from schemas.specs import GpuSpec, Link, ModelSpec, link_presets
+
+from .cost_terms import ALL_TERMS, TERMS, Coefficients, ReplicaShape
 from .errors import ConfigError
 
 
@@ -38,16 +37,9 @@ class StepCostModel(Protocol):
 #: Parameters of the time a request spends outside the engine (:meth:`RooflineCostModel.frontend_s`).
 FRONTEND_PARAMS = ("t_frontend_s", "t_frontend_per_prompt_token_s", "t_stream_per_token_s")
 
-#: Link presets (unidirectional bandwidth per direction as usually quoted; latency typical).
-LINKS: dict[str, Link] = {
-    "pcie4": Link("pcie4", 32e9, 5e-6),      # PCIe 4.0 x16: 16 GT/s x 16 lanes ~ 32 GB/s
-    "pcie5": Link("pcie5", 64e9, 5e-6),      # PCIe 5.0 x16 ~ 64 GB/s
-    "nvlink3": Link("nvlink3", 300e9, 2e-6),  # A100 NVLink 3: 600 GB/s bidirectional
-    "nvlink4": Link("nvlink4", 450e9, 2e-6),  # H100 NVLink 4: 900 GB/s bidirectional
-    "100gbe": Link("100gbe", 12.5e9, 10e-6),
-    "200gbe": Link("200gbe", 25e9, 10e-6),
-    "400gbe": Link("400gbe", 50e9, 10e-6),
-}
+#: Link presets by name, built from the catalog (``schemas/catalog/links.json``, every value
+#: with its source).
+LINKS: dict[str, Link] = link_presets()
 
 
 @dataclass(frozen=True)
@@ -231,25 +223,6 @@ def kv_transfer_time_s(num_prompt_tokens: int, model: ModelSpec, link: Link) -> 
     Seed, theory.md section 2: ``T = L_prompt * D_kv / link_bw + latency``.
     """
     return num_prompt_tokens * model.kv_bytes_per_token / link.bandwidth_bytes_per_s + link.latency_s
-
-
-def kv_capacity_blocks(model: ModelSpec, gpu: GpuSpec, tp: int, gpu_memory_utilization: float,
-                       block_size: int) -> int:
-    """Number of KV blocks that fit beside the weights, as vLLM sizes its cache.
-
-    ``floor((mem * util * tp - weight_bytes) / (block_size * D_kv))``; activations and CUDA
-    graphs are ignored (they take a few GB in vLLM, a small fraction of a large GPU).
-
-    Raises
-    ------
-    ValueError
-        If the weights do not fit.
-    """
-    free = gpu.mem_bytes * gpu_memory_utilization * tp - model.weight_bytes
-    if free <= 0:
-        raise ValueError(f"{model.name} weights ({model.weight_bytes / 1e9:.1f} GB) do not fit in "
-                         f"{tp} x {gpu.name} at gpu_memory_utilization={gpu_memory_utilization}")
-    return int(math.floor(free / (block_size * model.kv_bytes_per_token)))
 
 
 def cost_model_from_calibration(cal: Calibration, model: ModelSpec | None = None, tp: int | None = None,

@@ -18,18 +18,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from schemas.specs import GpuSpec, ModelSpec
+from schemas.specs import GpuSpec, Link, ModelSpec
 
 from schemas.cost_params import CostParams
-
-
-@dataclass(frozen=True)
-class Link:
-    """An interconnect: bandwidth in bytes/s and one-way latency in seconds."""
-
-    name: str
-    bandwidth_bytes_per_s: float
-    latency_s: float
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ import pandas as pd
 
 from schemas.specs import GpuSpec, ModelSpec
 
-from .cost_model import LINKS, StepCostModel, kv_capacity_blocks
+from .cost_model import LINKS, StepCostModel
+from .kv_capacity import kv_capacity_blocks
 from .closed_loop import ClosedLoop, check_closed_loop, send_times_column
 from .disagg import DisaggEngine, resolve_pools
 from .engine import Engine, EngineConfig

@@ -1,0 +1,68 @@
+"""Checks of spec values: numbers in range, dataclass fields from a dict, exact byte counts.
+
+Shared by :mod:`schemas.spec_types`, :mod:`schemas.hf_config`, :mod:`schemas.dtypes` and
+:mod:`schemas.spec_catalog`; every problem is one :class:`~schemas.errors.SpecError` naming
+where it happened and the field.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import MISSING, fields
+from typing import Any
+
+from .errors import SpecError
+
+
+def check_number(value: Any, field: str, where: str, *, integer: bool = False,
+                 minimum: float = 0.0, strict: bool = True) -> Any:
+    """Check that ``value`` is a finite number above (or at) ``minimum``; return it.
+
+    Raises
+    ------
+    SpecError
+        Naming ``where`` and ``field`` when the value is not a number, not finite, not an
+        integer (with ``integer``) or out of range.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{where}: field '{field}' must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise SpecError(f"{where}: field '{field}' must be finite, got {value!r}")
+    if integer:
+        if value != int(value):
+            raise SpecError(f"{where}: field '{field}' must be an integer, got {value!r}")
+        value = int(value)
+    if (value <= minimum) if strict else (value < minimum):
+        bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
+        raise SpecError(f"{where}: field '{field}' must be {bound}, got {value!r}")
+    return value
+
+
+def check_fields(cls: type, d: Any, where: str) -> dict:
+    """The fields of dataclass ``cls`` found in ``d``; SpecError on missing or unknown keys."""
+    if not isinstance(d, dict):
+        raise SpecError(f"{where}: expected a JSON object, got {type(d).__name__}")
+    names = [f.name for f in fields(cls)]
+    required = [f.name for f in fields(cls)
+                if f.default is MISSING and f.default_factory is MISSING]
+    missing = [n for n in required if n not in d]
+    if missing:
+        raise SpecError(f"{where}: missing field(s) {', '.join(repr(m) for m in missing)}")
+    unknown = sorted(set(d) - set(names))
+    if unknown:
+        raise SpecError(f"{where}: unknown field(s) {', '.join(repr(u) for u in unknown)}; "
+                        f"expected {', '.join(names)}")
+    return {n: d[n] for n in names if n in d}
+
+
+def build_checked(cls: type, d: Any, where: str) -> Any:
+    """``cls(**d)`` with every problem reported as one SpecError that starts with ``where``."""
+    kwargs = check_fields(cls, d, where)
+    try:
+        return cls(**kwargs)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def int_if_whole(x: float) -> float:
+    """``2.0`` -> ``2`` (so byte counts stay ints in JSON and in products); ``0.5`` unchanged."""
+    return int(x) if float(x).is_integer() else x

@@ -1,0 +1,367 @@
+"""Spec types: what the cost model and the KV-cache sizing need from a model, a GPU and a link.
+
+:class:`ModelSpec`, :class:`GpuSpec` and :class:`Link` are plain frozen dataclasses with
+validation; ``ModelSpec`` and ``GpuSpec`` are part of the calibration file's contract
+(``to_dict`` / ``from_dict``). Where the values come from (the catalog, a Hugging Face
+``config.json``) is the business of :mod:`schemas.spec_catalog` and :mod:`schemas.hf_config`.
+
+Every problem is raised as :class:`~schemas.errors.SpecError` with one clear message.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from .dtypes import kv_cache_dtype_bytes
+from .errors import SpecError
+from .spec_checks import build_checked, check_number, int_if_whole
+
+
+# --------------------------------------------------------------------------- ModelSpec
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the cost model and the KV-cache sizing need to know about a model.
+
+    Fields after ``num_experts_per_token`` were added later and have defaults, so calibration
+    files written before them (which hold ``to_dict()``) still load with :meth:`from_dict`.
+
+    Attributes
+    ----------
+    name : str
+        Catalog key (e.g. ``"llama-3.1-8b"``) or the name of the config it came from.
+    num_params : float
+        Total parameter count P, all weights including embeddings [parameters].
+    num_active_params : float
+        Parameters touched per token [parameters]; equals ``num_params`` for a dense model,
+        fewer for a mixture-of-experts model (routed experts not chosen are skipped).
+    num_layers : int
+        Decoder layers.
+    hidden_size : int
+        Model width [elements].
+    num_attention_heads : int
+        Query heads.
+    num_kv_heads : int
+        Key/value heads (fewer than query heads under grouped-query attention). For MLA the
+        config's ``num_key_value_heads`` (the heads the latent is expanded to), unused by the
+        KV size.
+    head_dim : int
+        Width of one attention head [elements] (MLA: the query/key head width
+        ``qk_nope_head_dim + qk_rope_head_dim``).
+    dtype_bytes : int
+        Bytes per activation element, the size all-reduces move (2 for bf16/fp16); the
+        config's ``torch_dtype``. Before ``weight_dtype_bytes``/``kv_dtype_bytes`` existed it
+        also stood for both, which is still their default.
+    max_model_len : int
+        Context length, ``max_position_embeddings`` of the config [tokens].
+    num_experts : int
+        Routed experts per MoE layer; 0 for a dense model.
+    num_experts_per_token : int
+        Routed experts each token uses; 0 for a dense model.
+    weight_dtype_bytes : float, optional
+        Bytes per weight [bytes]: 1 for fp8/int8, 0.5 for 4-bit (AWQ, GPTQ, int4); default
+        ``dtype_bytes``. Quantisation scales are not counted.
+    kv_dtype_bytes : float, optional
+        Bytes per KV-cache element [bytes]: 1 for an fp8 KV cache; default ``dtype_bytes``
+        (vLLM's ``--kv-cache-dtype auto``).
+    intermediate_size : int
+        Width of the dense MLP [elements]; 0 if unknown.
+    moe_intermediate_size : int
+        Width of one routed expert's MLP [elements]; 0 for a dense model or if unknown.
+    vocab_size : int
+        Vocabulary size [tokens]; 0 if unknown.
+    num_moe_layers : int, optional
+        Decoder layers with routed experts; default ``num_layers`` for MoE, 0 for dense.
+    kv_lora_rank : int
+        Multi-head latent attention (DeepSeek-V2/V3): width of the compressed KV latent
+        [elements]; 0 for ordinary attention.
+    qk_rope_head_dim : int
+        MLA: width of the decoupled RoPE key, shared by all heads and cached [elements].
+    qk_nope_head_dim : int
+        MLA: width of the non-RoPE part of each query/key head [elements].
+    v_head_dim : int
+        MLA: width of each value head [elements].
+
+    Raises
+    ------
+    SpecError
+        On construction, naming the field, when a value is missing, of the wrong type, out of
+        range or inconsistent with another (active > total, kv heads > heads, experts...).
+    """
+
+    name: str
+    num_params: float
+    num_active_params: float
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype_bytes: int
+    max_model_len: int
+    num_experts: int = 0
+    num_experts_per_token: int = 0
+    weight_dtype_bytes: float | None = None
+    kv_dtype_bytes: float | None = None
+    intermediate_size: int = 0
+    moe_intermediate_size: int = 0
+    vocab_size: int = 0
+    num_moe_layers: int | None = None
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+
+    def __post_init__(self) -> None:
+        where = f"model spec '{self.name}'"
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError(f"model spec: field 'name' must be a non-empty string, "
+                            f"got {self.name!r}")
+        check_number(self.num_params, "num_params", where)
+        check_number(self.num_active_params, "num_active_params", where)
+        for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
+                  "head_dim", "dtype_bytes", "max_model_len"):
+            check_number(getattr(self, f), f, where, integer=True)
+        for f in ("num_experts", "num_experts_per_token", "intermediate_size",
+                  "moe_intermediate_size", "vocab_size", "kv_lora_rank", "qk_rope_head_dim",
+                  "qk_nope_head_dim", "v_head_dim"):
+            check_number(getattr(self, f), f, where, integer=True, strict=False)
+        if self.num_active_params > self.num_params:
+            raise SpecError(f"{where}: num_active_params ({self.num_active_params:g}) exceeds "
+                            f"num_params ({self.num_params:g})")
+        if self.num_kv_heads > self.num_attention_heads:
+            raise SpecError(f"{where}: num_kv_heads ({self.num_kv_heads}) exceeds "
+                            f"num_attention_heads ({self.num_attention_heads})")
+        if (self.num_experts == 0) != (self.num_experts_per_token == 0) or \
+                self.num_experts_per_token > self.num_experts:
+            raise SpecError(f"{where}: num_experts_per_token ({self.num_experts_per_token}) "
+                            f"must be 0 for a dense model and 1..num_experts "
+                            f"({self.num_experts}) for MoE")
+        # defaults that depend on other fields (frozen: set through object.__setattr__)
+        for f in ("weight_dtype_bytes", "kv_dtype_bytes"):
+            value = getattr(self, f)
+            value = self.dtype_bytes if value is None else check_number(value, f, where)
+            object.__setattr__(self, f, int_if_whole(value))
+        moe_layers = self.num_moe_layers
+        if moe_layers is None:
+            moe_layers = self.num_layers if self.num_experts else 0
+        moe_layers = check_number(moe_layers, "num_moe_layers", where, integer=True, strict=False)
+        if (moe_layers == 0) != (self.num_experts == 0) or moe_layers > self.num_layers:
+            raise SpecError(f"{where}: num_moe_layers ({moe_layers}) must be 0 for a dense model "
+                            f"and 1..num_layers ({self.num_layers}) for MoE")
+        object.__setattr__(self, "num_moe_layers", moe_layers)
+        if self.kv_lora_rank and (self.qk_nope_head_dim + self.qk_rope_head_dim <= 0
+                                  or self.v_head_dim <= 0):
+            raise SpecError(f"{where}: multi-head latent attention (kv_lora_rank "
+                            f"{self.kv_lora_rank}) needs qk_nope_head_dim + qk_rope_head_dim > 0 "
+                            f"and v_head_dim > 0")
+
+    # ----------------------------------------------------------------------- KV cache
+
+    @property
+    def is_mla(self) -> bool:
+        """True for multi-head latent attention (DeepSeek-V2/V3): a compressed KV latent."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes one token occupies across all layers, D_kv [bytes/token].
+
+        Notes
+        -----
+        ``2 * num_layers * num_kv_heads * head_dim * kv_dtype_bytes`` (keys and values; seed
+        theory.md section 1; KV heads, not query heads, and the config's ``head_dim``, not
+        hidden/heads: case NC-01). MLA caches one latent per token and layer, no per-head
+        keys or values: ``num_layers * (kv_lora_rank + qk_rope_head_dim) * kv_dtype_bytes``
+        (DeepSeek-V2 paper, section 2.1.2; vLLM's MLA KV spec: head size 576 for 512 + 64).
+        """
+        if self.is_mla:
+            return int_if_whole(self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim)
+                                 * self.kv_dtype_bytes)
+        return int_if_whole(2 * self.num_layers * self.num_kv_heads * self.head_dim
+                             * self.kv_dtype_bytes)
+
+    def kv_bytes_per_token_per_rank(self, tp: int) -> float:
+        """KV-cache bytes one token occupies on each GPU of a ``tp``-way replica [bytes/token].
+
+        Parameters
+        ----------
+        tp : int
+            Tensor-parallel degree (>= 1).
+
+        Raises
+        ------
+        SpecError
+            If ``tp`` is not a positive integer.
+
+        Notes
+        -----
+        Each rank holds ``max(1, num_kv_heads // tp)`` KV heads: beyond as many ranks as KV
+        heads the heads are replicated, not split further (case NC-01: 8 KV heads at TP 16
+        keep 1 head per rank). MLA's latent is not split by heads: every rank holds all of it.
+        """
+        check_number(tp, "tp", f"model spec '{self.name}'", integer=True)
+        if self.is_mla:
+            return self.kv_bytes_per_token
+        heads = max(1, self.num_kv_heads // int(tp))
+        return int_if_whole(2 * self.num_layers * heads * self.head_dim * self.kv_dtype_bytes)
+
+    def with_kv_cache_dtype(self, kv_cache_dtype: str) -> "ModelSpec":
+        """A copy with the KV cache in ``kv_cache_dtype`` (vLLM's ``--kv-cache-dtype``).
+
+        Raises
+        ------
+        SpecError
+            For an unknown dtype name (see :func:`kv_cache_dtype_bytes`).
+        """
+        return replace(self, kv_dtype_bytes=kv_cache_dtype_bytes(kv_cache_dtype, self.dtype_bytes))
+
+    # ----------------------------------------------------------------------- weights
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of all weights, ``num_params * weight_dtype_bytes`` = P*b [bytes]."""
+        return self.num_params * self.weight_dtype_bytes
+
+    @property
+    def is_moe(self) -> bool:
+        """True for a mixture-of-experts model."""
+        return self.num_experts > 0
+
+    @property
+    def expert_weight_bytes(self) -> float:
+        """Bytes of ONE routed expert in ONE MoE layer [bytes]; 0 for a dense model.
+
+        Notes
+        -----
+        Gated MLP (gate, up and down projections): ``3 * hidden_size * moe_intermediate_size
+        * weight_dtype_bytes``. When ``moe_intermediate_size`` is unknown (a spec written
+        before the field existed) it is inferred from the counts: the experts a token skips
+        hold ``num_params - num_active_params`` parameters, i.e.
+        ``(P - P_active) / (num_moe_layers * (num_experts - num_experts_per_token))`` each.
+        """
+        if not self.is_moe:
+            return 0.0
+        if self.moe_intermediate_size:
+            return int_if_whole(3 * self.hidden_size * self.moe_intermediate_size
+                                 * self.weight_dtype_bytes)
+        skipped = self.num_moe_layers * (self.num_experts - self.num_experts_per_token)
+        if skipped == 0:
+            raise SpecError(f"model spec '{self.name}': moe_intermediate_size is unknown and "
+                            f"every expert is active, so one expert's size cannot be inferred")
+        return (self.num_params - self.num_active_params) / skipped * self.weight_dtype_bytes
+
+    @property
+    def dense_weight_bytes(self) -> float:
+        """Bytes of every weight that is not a routed expert [bytes]: attention, embeddings,
+        norms, routers, shared experts and dense layers; all weights for a dense model.
+
+        Notes
+        -----
+        ``weight_bytes - num_moe_layers * num_experts * expert_weight_bytes``.
+        """
+        return self.weight_bytes - self.num_moe_layers * self.num_experts * self.expert_weight_bytes
+
+    # ----------------------------------------------------------------------- FLOPs
+
+    @property
+    def attention_flops_per_context_token(self) -> int:
+        """FLOPs one query token spends per token of context, over all layers [FLOP/token].
+
+        Notes
+        -----
+        Scores ``Q K^T`` and the weighted sum ``P V`` are each a multiply-add (2 FLOPs) per
+        head per head-dimension element: ``4 * num_layers * num_attention_heads * head_dim``.
+        For MLA the query/key heads are ``qk_nope_head_dim + qk_rope_head_dim`` wide and the
+        value heads ``v_head_dim`` (DeepSeek-V2's ``q_head_dim`` and ``v_head_dim``):
+        ``2 * num_layers * num_attention_heads * (qk_nope + qk_rope + v_head_dim)``. That is
+        the uncompressed form DeepSeek's modelling code computes (and vLLM's MLA prefill);
+        vLLM's decode kernels absorb the up-projections and attend over the latent instead,
+        ``2 * layers * heads * (2 * kv_lora_rank + qk_rope_head_dim)``, 3.4x as much for
+        DeepSeek's 128/64/128/512 shapes.
+        """
+        if self.is_mla:
+            return 2 * self.num_layers * self.num_attention_heads * (
+                self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+        return 4 * self.num_layers * self.num_attention_heads * self.head_dim
+
+    # ----------------------------------------------------------------------- contract
+
+    def to_dict(self) -> dict:
+        """The spec as a JSON-ready dict (the calibration file's ``model`` block)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str = "model spec") -> "ModelSpec":
+        """Build a spec from :meth:`to_dict` output (also an older one, without the fields
+        added later); SpecError names the bad field."""
+        return build_checked(cls, d, where)
+
+
+# --------------------------------------------------------------------------- GpuSpec, Link
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """What the cost model needs to know about one GPU.
+
+    Attributes
+    ----------
+    name : str
+        Catalog key (e.g. ``"rtx-pro-6000"``) or the name given in a spec file.
+    peak_flops : float
+        Dense BF16 tensor-core peak, no structured sparsity [FLOP/s].
+    mem_bandwidth_bytes_per_s : float
+        Datasheet DRAM bandwidth (HBM or GDDR) [bytes/s].
+    mem_bytes : float
+        DRAM capacity [bytes]. The catalog reads a datasheet "80 GB" as 80 GiB, since GPU
+        memory is built from binary-sized DRAM (an A100 80GB reports 81920 MiB).
+    tp_link : str
+        Interconnect between GPUs of one tensor-parallel replica, a link preset of the
+        catalog (:func:`schemas.spec_catalog.get_link`: ``nvlink4`` on H100 SXM, ``pcie5``
+        on a PCIe card...).
+
+    Raises
+    ------
+    SpecError
+        On construction, naming the field, for a missing, non-numeric or non-positive value.
+    """
+
+    name: str
+    peak_flops: float
+    mem_bandwidth_bytes_per_s: float
+    mem_bytes: float
+    tp_link: str = "pcie4"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError(f"gpu spec: field 'name' must be a non-empty string, got {self.name!r}")
+        where = f"gpu spec '{self.name}'"
+        for f in ("peak_flops", "mem_bandwidth_bytes_per_s", "mem_bytes"):
+            check_number(getattr(self, f), f, where)
+
+    def to_dict(self) -> dict:
+        """The spec as a JSON-ready dict (the calibration file's ``gpu`` block)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str = "gpu spec") -> "GpuSpec":
+        """Build a spec from :meth:`to_dict` output; SpecError names the bad field."""
+        return build_checked(cls, d, where)
+
+
+@dataclass(frozen=True)
+class Link:
+    """An interconnect between GPUs or hosts.
+
+    Attributes
+    ----------
+    name : str
+        Preset name (``"nvlink4"``, ``"400gbe"``...) or ``"custom"``.
+    bandwidth_bytes_per_s : float
+        Bandwidth in one direction [bytes/s] (may be ``inf`` for an ideal link in tests).
+    latency_s : float
+        One-way latency of one transfer [s].
+    """
+
+    name: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
