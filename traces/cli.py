@@ -362,6 +362,81 @@ def import_genai_perf_cmd(src, output, experiment, prompt_tokens, invalid):
     _write_requests(frame, meta, output)
 
 
+@import_.command("guidellm")
+@click.argument("src", type=click.Path(dir_okay=False))
+@_OUTPUT
+@click.option("--benchmark", type=click.IntRange(min=0), default=None,
+              help="0-based benchmark of the report, in file order [default: all, with a 'benchmark' column].")
+@click.option("--no-block-hashes", is_flag=True, default=False,
+              help="Do not derive block_hashes (prefix-cache blocks) from the prompt text.")
+@_INVALID
+@_errors
+def import_guidellm_cmd(src, output, benchmark, no_block_hashes, invalid):
+    """GuideLLM benchmark report JSON (client timings per request) -> request trace.
+
+    TTFT, E2E and TPOT come from info.timings (first/last token iteration);
+    request_id = response_id + '-0', vLLM's request id, so the trace joins
+    'traces import vllm-otlp'. block_hashes (16-token blocks) are derived from
+    the prompt text at one characters-per-token ratio for the file (an
+    approximation); errored/incomplete requests are kept with status 'failed: ...'.
+
+    \b
+    Example:
+      traces import guidellm benchmarks.json -o sweep.parquet
+      traces import guidellm benchmarks.json --benchmark 2 -o rate_0.76.parquet
+    """
+    from .importers.guidellm import import_guidellm
+
+    frame, meta = import_guidellm(src, benchmark=benchmark, block_hashes=not no_block_hashes, invalid=invalid)
+    _write_requests(frame, meta, output)
+    if meta.get("num_dropped_unstarted", "0") != "0":
+        click.echo(f"{meta['num_dropped_unstarted']} errored/incomplete requests that never started left out")
+    if "shared_prefix_blocks" in meta:
+        import json
+
+        shared = json.loads(meta["shared_prefix_blocks"])
+        click.echo(f"block_hashes: {meta['hash_block_tokens']}-token blocks at {float(meta['chars_per_token']):.3f} "
+                   f"chars/token; leading blocks shared by all prompts, per benchmark: "
+                   + ", ".join(f"{k}: {v}" for k, v in shared.items())
+                   + f"; implied prefix-cache hit rate {float(meta['implied_prefix_cache_hit_rate']):.1%}")
+
+
+@import_.command("vllm-otlp")
+@click.argument("src", type=click.Path(dir_okay=False))
+@_OUTPUT
+@click.option("--guidellm", "guidellm", type=click.Path(dir_okay=False), default=None,
+              help="GuideLLM report of the same run: adds its 'benchmark' column and the block_hashes derived "
+                   "from its prompts, joined on the request id.")
+@_INVALID
+@_errors
+def import_vllm_otlp_cmd(src, output, guidellm, invalid):
+    """vLLM OpenTelemetry spans (OTLP/JSON lines from a collector's file exporter) -> request trace.
+
+    One 'llm_request' span per request; other spans are counted and ignored.
+    Latencies are vLLM's own (gen_ai.latency.*), arrivals the engine's.
+
+    \b
+    Example:
+      traces import vllm-otlp traces.jsonl -o spans.parquet
+      traces import vllm-otlp traces.jsonl --guidellm benchmarks.json -o spans.parquet
+    """
+    from .importers.vllm_otlp import import_vllm_otlp, join_guidellm
+
+    if guidellm and os.path.realpath(guidellm) == os.path.realpath(output):
+        raise click.UsageError(f"-o/--output {output}: the same file as --guidellm; choose another output name")
+    with _progress("vllm-otlp", src) as bar:
+        frame, meta = import_vllm_otlp(src, invalid=invalid, progress=bar)
+    if guidellm:
+        frame, meta = join_guidellm(frame, meta, guidellm)
+    _write_requests(frame, meta, output)
+    if meta.get("num_other_spans", "0") != "0":
+        click.echo(f"{meta['num_other_spans']} other spans ignored ({meta['other_span_names']})")
+    if guidellm:
+        click.echo(f"--guidellm: {meta['guidellm_num_matched']} of {len(frame)} spans matched a GuideLLM request"
+                   + (f"; {meta['guidellm_num_unmatched_spans']} have no benchmark"
+                      if meta["guidellm_num_unmatched_spans"] != "0" else ""))
+
+
 def _pairs(option: str, values) -> dict[str, str]:
     out = {}
     for v in values:
