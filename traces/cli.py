@@ -437,6 +437,73 @@ def import_vllm_otlp_cmd(src, output, guidellm, invalid):
                       if meta["guidellm_num_unmatched_spans"] != "0" else ""))
 
 
+@import_.command("vllm-log")
+@click.argument("src", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Output Parquet file (vllm_stats/1; the engine settings in its metadata).")
+@click.option("--timeseries-csv", type=click.Path(dir_okay=False), default=None,
+              help="Also write the series as the CSV 'replay --report --measured-timeseries' reads "
+                   "(t, running, waiting, throughputs, kv_cache_pct).")
+@click.option("--align-to", "align_to", type=click.Path(dir_okay=False), default=None,
+              help="A request trace of the same run (from 'traces import guidellm' or 'vllm-otlp'): t_s becomes "
+                   "seconds since its first arrival instead of since the first stats line.")
+@click.option("--log-utc-offset", type=float, default=None,
+              help="With --align-to: hours the log's clock is ahead of UTC (e.g. -8 for PST) "
+                   "[default: inferred, the first stats line nearest the trace's start].")
+@_errors
+def import_vllm_log_cmd(src, output, timeseries_csv, align_to, log_utc_offset):
+    """vLLM server log -> stats time series (vllm_stats/1) and engine settings.
+
+    Reads the 'non-default args' dict, the resolved engine settings (chunked
+    prefill budget, max model len, parallel sizes, prefix caching), the KV cache
+    size and num_gpu_blocks, and every periodic 'Engine NNN: Avg prompt
+    throughput ...' line (running, waiting, KV cache usage, prefix cache hit rate).
+
+    \b
+    Example:
+      traces import vllm-log vllm.log -o stats.parquet
+      traces import vllm-log vllm.log --align-to run.parquet --timeseries-csv ts.csv -o stats.parquet
+    """
+    import json
+
+    from schemas.cli_support import check_outputs
+    from schemas.tables import VLLM_STATS
+
+    from .importers.vllm_log import import_vllm_log, timeseries_csv_frame
+
+    if log_utc_offset is not None and not align_to:
+        raise click.UsageError("--log-utc-offset places the log on a trace's clock: give --align-to too")
+    if timeseries_csv:
+        check_outputs([src, output, align_to], {"--timeseries-csv": timeseries_csv})
+    origin = None
+    if align_to:
+        _, _, tmeta = read_trace(align_to, REQUEST_TRACE)
+        if "time_origin_unix_s" not in tmeta:
+            raise click.UsageError(f"--align-to {align_to}: the trace has no time_origin_unix_s metadata (import it "
+                                   "with 'traces import guidellm' or 'traces import vllm-otlp')")
+        origin = float(tmeta["time_origin_unix_s"])
+    frame, meta = import_vllm_log(src, origin_unix_s=origin, utc_offset_hours=log_utc_offset)
+    if align_to:
+        meta["aligned_to"] = str(align_to)
+    write_trace(frame, VLLM_STATS, output, meta, source=src)
+    if timeseries_csv:
+        from schemas.tables import write_text_atomic
+
+        write_text_atomic(timeseries_csv_frame(frame).to_csv(index=False, float_format="%.6g"), timeseries_csv)
+    s = json.loads(meta["engine_settings"])
+    keys = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "tensor_parallel_size", "block_size",
+            "num_gpu_blocks", "enable_prefix_caching", "enable_chunked_prefill")
+    click.echo(f"{output}: {len(frame)} stats lines over {frame['t_s'].iloc[-1] - frame['t_s'].iloc[0]:.0f} s "
+               f"(vllm_stats/1), vLLM {meta['vllm_version'] or '?'}")
+    click.echo("engine: " + ", ".join(f"{k}={s.get(k)}" for k in keys))
+    if align_to:
+        click.echo(f"aligned to {align_to}: log clock UTC{float(meta['log_utc_offset_hours']):+g} h "
+                   f"({meta['log_utc_offset_source'].split(' (')[0]}), first stats line at t = "
+                   f"{float(meta['first_stats_line_t_s']):.1f} s")
+    if timeseries_csv:
+        click.echo(f"timeseries: {timeseries_csv}")
+
+
 def _pairs(option: str, values) -> dict[str, str]:
     out = {}
     for v in values:
