@@ -1,7 +1,8 @@
 """Arrow schemas of the servecal tables and atomic Parquet I/O.
 
 Every table is Parquet with key ``servecal.schema`` in the file metadata naming its
-kind and version (``request_trace/1``, ``step_trace/1``, ``replay_result/1``).
+kind and version (``request_trace/1``, ``step_trace/1``, ``replay_result/1``,
+``vllm_stats/1``).
 Times are float64 seconds; token counts int64.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ SCHEMA_KEY = b"servecal.schema"
 REQUEST_TRACE = "request_trace/1"
 STEP_TRACE = "step_trace/1"
 REPLAY_RESULT = "replay_result/1"
+VLLM_STATS = "vllm_stats/1"
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 
@@ -73,10 +75,25 @@ PREDICTED_COLUMNS: dict[str, tuple[pa.DataType, bool]] = {
     "pred_decode_queue_wait_s": (_f64, False),
 }
 
+#: Columns of a vLLM stats series: one row per periodic "Engine NNN: Avg prompt throughput: ..."
+#: line of a vLLM server log (every 10 s by default; ``traces import vllm-log``). Throughputs
+#: are vLLM's averages over the interval that ends at ``t_s``; the rest are instants.
+VLLM_STATS_COLUMNS: dict[str, tuple[pa.DataType, bool]] = {
+    "t_s": (_f64, True),                                   # s since the first stats line (or a trace's origin)
+    "engine": (_i64, True),                                # vLLM's engine index (data-parallel rank)
+    "prompt_throughput_tokens_per_s": (_f64, True),
+    "generation_throughput_tokens_per_s": (_f64, True),
+    "running": (_i64, True),                               # requests running
+    "waiting": (_i64, True),                               # requests waiting
+    "kv_cache_usage_frac": (_f64, True),                   # GPU KV cache usage, [0, 1]
+    "prefix_cache_hit_rate_frac": (_f64, False),           # [0, 1]; null when the line has none
+}
+
 COLUMNS_BY_KIND = {
     REQUEST_TRACE: REQUEST_COLUMNS,
     STEP_TRACE: STEP_COLUMNS,
     REPLAY_RESULT: {**REQUEST_COLUMNS, **PREDICTED_COLUMNS},
+    VLLM_STATS: VLLM_STATS_COLUMNS,
 }
 
 #: Measured latency columns shared by request traces and replay results.

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import Problem, ValidationError
-from .tables import COLUMNS_BY_KIND, REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE, table_kind
+from .tables import COLUMNS_BY_KIND, REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE, VLLM_STATS, table_kind
 
 _MAX_ROWS = 5
 #: Relative times must stay below this (31 years): larger values are absolute timestamps,
@@ -27,6 +27,8 @@ _NONNEG = {
                  "decode_context_tokens", "prefill_context_tokens"),
 }
 _NONNEG[REPLAY_RESULT] = _NONNEG[REQUEST_TRACE]
+_NONNEG[VLLM_STATS] = ("t_s", "engine", "prompt_throughput_tokens_per_s", "generation_throughput_tokens_per_s",
+                       "running", "waiting", "kv_cache_usage_frac", "prefix_cache_hit_rate_frac")
 _AT_LEAST_ONE = {REQUEST_TRACE: ("num_output_tokens", "num_prompt_tokens"),
                  REPLAY_RESULT: ("num_output_tokens", "num_prompt_tokens")}
 #: Measured columns that may be null (a failed request has no latency).
@@ -35,7 +37,9 @@ _NULLABLE = {"queue_wait_s", "ttft_s", "tpot_s", "e2e_s", "token_times_s", "num_
              # predictions are NaN for requests not simulated (failed in the trace, rejected)
              # and TPOT is NaN for one-token outputs
              "pred_queue_wait_s", "pred_ttft_s", "pred_tpot_s", "pred_e2e_s", "pred_token_times_s",
-             "pred_arrival_time_s", "pred_kv_transfer_s", "pred_decode_queue_wait_s", "pred_decode_replica_id"}
+             "pred_arrival_time_s", "pred_kv_transfer_s", "pred_decode_queue_wait_s", "pred_decode_replica_id",
+             # a vLLM stats line without a prefix-cache field
+             "prefix_cache_hit_rate_frac"}
 
 
 def _rows(mask: np.ndarray) -> tuple[tuple[int, ...], int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from schemas.tables import MEASURED_METRICS, STEP_TRACE
+from schemas.tables import MEASURED_METRICS, STEP_TRACE, VLLM_STATS
 
 
 def describe_frame(kind: str, df: pd.DataFrame) -> dict:
@@ -20,6 +20,13 @@ def describe_frame(kind: str, df: pd.DataFrame) -> dict:
     q = [50, 90, 99]
     if kind == STEP_TRACE:
         for c in ("step_duration_s", "num_prefill_tokens", "num_decode_seqs", "decode_context_tokens"):
+            out[c] = dict(zip([f"p{x}" for x in q], np.percentile(df[c].to_numpy(float), q)))
+        return out
+    if kind == VLLM_STATS:
+        t = df["t_s"].to_numpy(float)
+        out["span_s"] = float(t[-1] - t[0]) if len(t) else 0.0
+        for c in ("running", "waiting", "kv_cache_usage_frac", "prompt_throughput_tokens_per_s",
+                  "generation_throughput_tokens_per_s"):
             out[c] = dict(zip([f"p{x}" for x in q], np.percentile(df[c].to_numpy(float), q)))
         return out
     t = df["arrival_time_s"].to_numpy(float)
@@ -54,8 +61,9 @@ def format_description(d: dict) -> str:
             lines.append(f"{k}: {d[k]:.4g}")
     for k, v in d.items():
         if isinstance(v, dict) and k != "status_counts":
-            ms = k.endswith("_s")
-            cells = ", ".join(f"{s}={x * 1e3:.1f} ms" if ms else f"{s}={x:.1f}" for s, x in v.items())
+            ms = k.endswith("_s") and not k.endswith("_per_s")
+            fmt = ".3f" if k.endswith("_frac") else ".1f"
+            cells = ", ".join(f"{s}={x * 1e3:.1f} ms" if ms else f"{s}={x:{fmt}}" for s, x in v.items())
             lines.append(f"{k}: {cells}")
     if "status_counts" in d:
         lines.append("status: " + ", ".join(f"{k}={v}" for k, v in d["status_counts"].items()))

@@ -1,0 +1,476 @@
+"""Import GuideLLM benchmark reports (``benchmarks.json``: one request per row, client side).
+
+Format (vllm-project/guidellm, ``guidellm benchmark ... --output-path benchmarks.json``;
+read here from version 0.6.0.dev5, the file in ``shared/data/real``)::
+
+    {"metadata": {"guidellm_version": "0.6.0.dev5", ...},
+     "benchmarks": [
+       {"config": {"strategy": {"type_": "constant", "rate": 0.76, "max_concurrency": 512, ...}},
+        "start_time": 1768918376.48, "end_time": ...,
+        "requests": {"successful": [REQ, ...], "errored": [...], "incomplete": [...]}}, ...]}
+
+    REQ = {"response_id": "cmpl-...", "request_id": "<uuid>",
+           "request_args": "{'body': {'prompt': '...', ...}, ...}",      (a Python repr, or a dict)
+           "info": {"status": "completed", "error": null,
+                    "timings": {"request_start": 1768918269.31, "first_token_iteration": ...,
+                                "last_token_iteration": ..., "request_end": ..., ...}},
+           "prompt_tokens": 2998, "output_tokens": 56,                      (the server's usage counts)
+           "time_to_first_token_ms": ..., "time_per_output_token_ms": ..., ...}
+
+All ``timings`` are client wall-clock epoch seconds (``time.time()``). ``response_id`` is the
+server's completion id; vLLM's request id (its OTLP ``gen_ai.request.id``) is
+``response_id + "-0"`` (choice 0), so this trace joins ``traces import vllm-otlp``.
+
+``time_per_output_token_ms`` in the report is ``request_latency / output_tokens``: it
+includes the TTFT and is **not** servecal's TPOT; neither it nor the other ``*_ms`` summaries
+are read. Latencies are recomputed from ``timings`` (see :func:`import_guidellm`).
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import TraceFormatError
+from ._common import RowStatus, assemble_frame, json_number, read_json, tpot_s
+
+__all__ = ["import_guidellm", "text_block_hashes", "implied_prefix_cache_hits", "shared_leading_blocks",
+           "HASH_BLOCK_TOKENS"]
+
+#: Tokens per block of the derived ``block_hashes``: vLLM's default KV block size, so the
+#: replay's prefix cache (``replay/kv_cache.py``) uses one hash per engine block.
+HASH_BLOCK_TOKENS = 16
+
+_LISTS = ("successful", "errored", "incomplete")
+
+
+# ---------------------------------------------------------------------------
+# Block hashes from prompt text
+# ---------------------------------------------------------------------------
+
+def text_block_hashes(text: str, num_tokens: int, chars_per_token: float,
+                      block_tokens: int = HASH_BLOCK_TOKENS) -> np.ndarray:
+    """Chained prefix hashes of the full ``block_tokens``-token blocks of a prompt, from its text.
+
+    Parameters
+    ----------
+    text : str
+        The prompt as sent.
+    num_tokens : int
+        The prompt's token count (the server's).
+    chars_per_token : float
+        One ratio for the whole file: total prompt characters / total prompt tokens.
+    block_tokens : int
+        Tokens per block.
+
+    Returns
+    -------
+    ndarray of int64, shape (num_tokens // block_tokens,)
+        Hash ``k`` = BLAKE2b (8 bytes, big-endian, signed) of the UTF-8 text up to character
+        ``round((k + 1) * block_tokens * chars_per_token)``. Equal hashes mean equal text up to
+        the block's end, so equal prefixes (Mooncake-style chained hashes: block ``k`` of two
+        prompts is shared exactly when their texts agree up to its boundary).
+
+    Notes
+    -----
+    An approximation of the token boundaries: a tokenizer would place them exactly, this
+    places them at a constant number of characters per token. Blocks past the end of the
+    text (a prompt with fewer characters per token than the file's) hash the whole text.
+    """
+    n = int(num_tokens) // block_tokens
+    out = np.empty(n, np.int64)
+    h = hashlib.blake2b(digest_size=8)
+    prev = 0
+    for k in range(n):
+        end = min(int(round((k + 1) * block_tokens * chars_per_token)), len(text))
+        if end > prev:
+            h.update(text[prev:end].encode("utf-8"))
+            prev = end
+        out[k] = int.from_bytes(h.copy().digest(), "big", signed=True)
+    return out
+
+
+def implied_prefix_cache_hits(block_hashes, num_prompt_tokens, block_tokens: int = HASH_BLOCK_TOKENS) -> np.ndarray:
+    """Prefix-cache hit (tokens) of each request in order, with an unbounded cache.
+
+    Parameters
+    ----------
+    block_hashes : sequence of int64 arrays (chained prefix hashes, one per full block) or None
+    num_prompt_tokens : sequence of int
+    block_tokens : int
+
+    Returns
+    -------
+    ndarray of int64, shape (n,)
+        Leading blocks already seen in an earlier request, times ``block_tokens``, capped at
+        ``(n - 1) // block_tokens`` blocks so the last prompt token is computed (vLLM v1,
+        ``KVCacheManager.get_computed_blocks``). vLLM's "Prefix cache hit rate" is
+        ``sum(hits) / sum(prompt tokens)`` over the requests it has looked up (its
+        ``CachingMetrics``, last 1000 requests), so this gives the rate the hashes imply.
+    """
+    seen: set[int] = set()
+    hits = np.zeros(len(num_prompt_tokens), np.int64)
+    for i, (hs, n) in enumerate(zip(block_hashes, num_prompt_tokens)):
+        if hs is None:
+            continue
+        cap = (int(n) - 1) // block_tokens
+        m = 0
+        for h in hs[:cap]:
+            if int(h) not in seen:
+                break
+            m += 1
+        hits[i] = m * block_tokens
+        seen.update(int(h) for h in hs)
+    return hits
+
+
+def shared_leading_blocks(block_hashes) -> int:
+    """Leading blocks whose hash is the same in every one of ``block_hashes`` (non-empty)."""
+    hs = [h for h in block_hashes if h is not None]
+    if not hs:
+        return 0
+    m = min(len(h) for h in hs)
+    first = hs[0]
+    for k in range(m):
+        if any(h[k] != first[k] for h in hs[1:]):
+            return k
+    return m
+
+
+# ---------------------------------------------------------------------------
+# The report
+# ---------------------------------------------------------------------------
+
+def _prompt_text(path, req: dict, row: int, where: str) -> str:
+    """The prompt text of a request from ``request_args`` (dict, JSON or Python repr)."""
+    col = f"{where}.request_args"
+    args = req.get("request_args")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            try:
+                args = ast.literal_eval(args)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                raise TraceFormatError(path, "request_args is neither JSON nor a Python literal", row=row,
+                                       column=col, expected="the request's arguments, or --no-block-hashes") from None
+    body = args.get("body") if isinstance(args, dict) else None
+    if not isinstance(body, dict):
+        body = args if isinstance(args, dict) else None
+    if body is None:
+        raise TraceFormatError(path, "request_args has no request body", row=row, column=col,
+                               expected="{'body': {'prompt': ...}} (or --no-block-hashes)")
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        prompt = "".join(prompt)
+    if isinstance(prompt, str):
+        return prompt
+    msgs = body.get("messages")
+    if isinstance(msgs, list) and msgs:
+        parts = []
+        for m in msgs:
+            c = m.get("content") if isinstance(m, dict) else None
+            if isinstance(c, list):  # content parts
+                c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
+            if not isinstance(c, str):
+                raise TraceFormatError(path, "a chat message has no text content", row=row, column=col + ".body.messages",
+                                       expected="text messages (or --no-block-hashes)")
+            parts.append(f"{m.get('role', '')}\n{c}\n")
+        return "".join(parts)
+    raise TraceFormatError(path, "request body has no 'prompt' text nor 'messages'", row=row, column=col + ".body",
+                           expected="a text prompt (or --no-block-hashes)")
+
+
+def _strategy(bench: dict) -> dict:
+    cfg = bench.get("config") if isinstance(bench.get("config"), dict) else {}
+    st = cfg.get("strategy") if isinstance(cfg.get("strategy"), dict) else {}
+    return {"type": st.get("type_", st.get("type")), "rate": st.get("rate"),
+            "max_concurrency": st.get("max_concurrency"), "worker_count": st.get("worker_count")}
+
+
+def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes: bool = True,
+                    invalid: str = "error") -> tuple[pd.DataFrame, dict]:
+    """Read the requests of a GuideLLM report: one benchmark, or all of them.
+
+    Parameters
+    ----------
+    path : str or Path
+    benchmark : int, optional
+        0-based index of the benchmark in file order (a sweep's strategies in the order they
+        ran). Default: all benchmarks, with an int ``benchmark`` column.
+    block_hashes : bool
+        Derive ``block_hashes`` from the prompt text (see Notes).
+    invalid : {"error", "flag", "drop"}
+        A successful request whose timings go backwards (request_start <= first token <=
+        last token) or with 0 output tokens: stop, keep it with ``status = 'invalid: ...'``,
+        or leave it out.
+
+    Returns
+    -------
+    frame : pandas.DataFrame
+        One row per request, sorted by arrival:
+
+        * ``request_id`` = ``response_id + "-0"`` (vLLM's request id, as in its OTLP spans);
+          GuideLLM's own ``request_id`` when a request has no ``response_id``.
+        * ``arrival_time_s`` = ``info.timings.request_start`` (s, client clock) minus the
+          earliest ``request_start`` of the imported benchmark(s): with all benchmarks one
+          origin (the first benchmark's first request), so they keep their real order and gaps.
+        * ``ttft_s`` = ``first_token_iteration - request_start``.
+        * ``e2e_s`` = ``last_token_iteration - request_start``, **not** ``request_end``:
+          ``request_end`` also holds the end of the HTTP stream after the last token (the
+          usage chunk and ``[DONE]``: 0.2-3.8 ms in the real file), which is no token. With
+          the last token, E2E = TTFT + (N - 1) TPOT holds exactly, as servecal defines them.
+        * ``tpot_s`` = ``(last_token_iteration - first_token_iteration) / (output_tokens - 1)``,
+          NaN for one token. (GuideLLM's ``time_per_output_token_ms`` = latency / N, with the
+          TTFT in it, is not used.)
+        * ``num_prompt_tokens``, ``num_output_tokens`` = ``prompt_tokens``, ``output_tokens``
+          (the server's usage counts).
+        * ``benchmark`` (int, 0-based), only when all benchmarks are imported.
+        * ``block_hashes`` (list<int64>, one per full 16-token block), unless ``block_hashes=False``.
+        * ``status``: ``failed: errored: <error>`` / ``failed: incomplete`` for GuideLLM's
+          errored and incomplete requests (kept, no latencies, skipped by replay; their prompt
+          count falls back to ``input_metrics.text_tokens``, GuideLLM's own tokenizer count).
+          Such a request that never started (no ``request_start``) or has no prompt count at
+          all is left out and counted in ``num_dropped_unstarted``.
+
+    metadata : dict
+        ``guidellm_version``, ``benchmark`` (index or ``all``), ``benchmarks`` (JSON: per
+        benchmark its index, strategy type, rate, max_concurrency, worker_count and request
+        counts), and with one benchmark ``strategy_type``, ``strategy_rate``,
+        ``strategy_max_concurrency``; ``time_origin_unix_s`` (the epoch of ``arrival_time_s =
+        0``); with hashes ``hash_block_tokens`` = 16 (read by replay), ``chars_per_token``,
+        ``shared_prefix_blocks`` (JSON: per benchmark, the leading blocks all its prompts
+        share) and ``implied_prefix_cache_hit_rate`` (:func:`implied_prefix_cache_hits` over
+        the imported requests in arrival order).
+
+    Raises
+    ------
+    TraceFormatError
+        Naming the file, the request (1-based, in file order over all benchmarks and lists)
+        and the field as a JSON path (``benchmarks[2].requests.successful[7].info.timings.
+        request_start``): not a GuideLLM report, a benchmark index out of range, a missing or
+        non-numeric timing or token count, unreadable ``request_args`` (with hashes on).
+
+    Notes
+    -----
+    GuideLLM logs the prompt text but no token ids, so ``block_hashes`` are derived from
+    text: one characters-per-token ratio for the whole file, ``r = sum(len(prompt)) /
+    sum(prompt_tokens)`` over every request of every benchmark (so a benchmark imported
+    alone gets the same hashes), puts the end of block ``k`` at character ``round((k + 1) *
+    16 * r)``; see :func:`text_block_hashes`. Two prompts share block ``k`` exactly when their
+    texts agree up to that character. This is an approximation (a tokenizer would be exact):
+    on the real sweep (r = 4.936 chars/token; each benchmark's prompts open with their own
+    1,024-token prefix, 4,996-5,149 characters) it finds 63-65 shared leading blocks per
+    benchmark where the tokens share exactly 64. The hit rate these hashes imply (requests in
+    the order vLLM scheduled them, from its OTLP spans) stays within 0.3 percentage points of
+    the "Prefix cache hit rate" vLLM logged every 10 s for the same run, and ends at 32.8 %
+    where the log ends at 32.7 % (exactly 64 shared blocks would give 32.7 %;
+    tests/test_import_vllm_log.py).
+    """
+    path = Path(path)
+    obj = read_json(path)
+    if not isinstance(obj, dict) or not isinstance(obj.get("benchmarks"), list):
+        raise TraceFormatError(path, "has no 'benchmarks' list", column="benchmarks",
+                               expected="a GuideLLM benchmark report (guidellm benchmark --output-path x.json)")
+    benches = obj["benchmarks"]
+    if not benches:
+        raise TraceFormatError(path, "has no benchmarks", column="benchmarks")
+    if benchmark is not None and not 0 <= benchmark < len(benches):
+        raise TraceFormatError(path, f"benchmark {benchmark} is out of range", column="benchmarks",
+                               expected=f"--benchmark 0..{len(benches) - 1} (0-based, in file order)")
+    status = RowStatus(path, invalid)
+    c_order = status.code("invalid: timings out of order", None,
+                          "request_start <= first_token_iteration <= last_token_iteration")
+    c_out0 = status.code("invalid: successful with 0 output tokens", None, ">= 1 output token")
+
+    # pass 1: every request of every benchmark (the hash ratio is the whole file's)
+    recs = []   # (bench, kind, index, row, req)
+    row = 0
+    summaries = []
+    for b, bench in enumerate(benches):
+        if not isinstance(bench, dict) or not isinstance(bench.get("requests"), dict):
+            raise TraceFormatError(path, "benchmark has no 'requests' object", column=f"benchmarks[{b}].requests",
+                                   expected="{'successful': [...], 'errored': [...], 'incomplete': [...]}")
+        counts = {}
+        for kind in _LISTS:
+            lst = bench["requests"].get(kind) or []
+            if not isinstance(lst, list):
+                raise TraceFormatError(path, f"is a {type(lst).__name__}", column=f"benchmarks[{b}].requests.{kind}",
+                                       expected="a list of requests")
+            counts[kind] = len(lst)
+            for i, req in enumerate(lst):
+                row += 1
+                if not isinstance(req, dict):
+                    raise TraceFormatError(path, f"request is a JSON {type(req).__name__}", row=row,
+                                           column=f"benchmarks[{b}].requests.{kind}[{i}]", expected="an object")
+                recs.append((b, kind, i, row, req))
+        summaries.append({"index": b, **_strategy(bench), **{f"num_{k}": v for k, v in counts.items()}})
+
+    chosen = [r for r in recs if benchmark is None or r[0] == benchmark]
+    if not any(kind == "successful" for _, kind, *_ in chosen):
+        which = f"benchmark {benchmark}" if benchmark is not None else "the file"
+        raise TraceFormatError(path, f"{which} has no successful requests", column="requests.successful")
+
+    texts: dict[int, str] = {}
+    if block_hashes:
+        tot_chars = tot_tokens = 0
+        for b, kind, i, r, req in recs:
+            n = req.get("prompt_tokens")
+            if kind != "successful" and not isinstance(n, int):
+                continue
+            where = f"benchmarks[{b}].requests.{kind}[{i}]"
+            n = json_number(path, n, column=f"{where}.prompt_tokens", row=r, integer=True, minimum=1)
+            texts[r] = _prompt_text(path, req, r, where)
+            tot_chars += len(texts[r])
+            tot_tokens += n
+        ratio = tot_chars / tot_tokens
+
+    n = len(chosen)
+    start = np.full(n, np.nan)
+    prompt = np.zeros(n, np.int64)
+    output = np.zeros(n, np.int64)
+    ttft, e2e, tpot = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+    bench_col = np.zeros(n, np.int64)
+    codes = np.zeros(n, np.int16)
+    ids: list[str] = []
+    rows = np.zeros(n, np.int64)
+    hashes = np.empty(n, dtype=object)
+    keep = np.ones(n, bool)
+    end_gap = []
+    ids_from_guidellm = 0
+    for j, (b, kind, i, r, req) in enumerate(chosen):
+        where = f"benchmarks[{b}].requests.{kind}[{i}]"
+        rows[j], bench_col[j] = r, b
+        info = req.get("info") if isinstance(req.get("info"), dict) else {}
+        tim = info.get("timings") if isinstance(info.get("timings"), dict) else None
+        rid = req.get("response_id")
+        if not isinstance(rid, str) or not rid:
+            rid = req.get("request_id") or info.get("request_id")
+            if not isinstance(rid, str) or not rid:
+                if kind == "successful":
+                    raise TraceFormatError(path, "no response_id nor request_id", row=r, column=f"{where}.response_id",
+                                           expected="the server's completion id")
+                rid = f"guidellm-row-{r}"
+            ids_from_guidellm += 1
+        else:
+            rid = rid + "-0"
+        ids.append(rid)
+        if kind != "successful":
+            st = tim.get("request_start") if tim else None
+            n_in = req.get("prompt_tokens")
+            if not isinstance(n_in, int) or isinstance(n_in, bool) or n_in < 1:
+                im = req.get("input_metrics") if isinstance(req.get("input_metrics"), dict) else {}
+                n_in = im.get("text_tokens")
+            if (not isinstance(st, (int, float)) or isinstance(st, bool) or not isinstance(n_in, int)
+                    or isinstance(n_in, bool) or n_in < 1):
+                keep[j] = False
+                continue
+            start[j] = float(st)
+            prompt[j] = n_in
+            out = req.get("output_tokens")
+            output[j] = out if isinstance(out, int) and not isinstance(out, bool) and out >= 0 else 0
+            err = info.get("error") or req.get("error")
+            reason = "incomplete" if kind == "incomplete" else "errored" + (
+                f": {str(err).strip().splitlines()[-1][:100]}" if err and str(err).strip() else "")
+            codes[j] = status.code(f"failed: {reason}")
+            if block_hashes:
+                text = texts.get(r)
+                if text is None:
+                    try:
+                        text = _prompt_text(path, req, r, where)
+                    except TraceFormatError:
+                        text = None  # a failed request without a readable prompt: no hashes
+                if text is not None:
+                    hashes[j] = text_block_hashes(text, n_in, ratio)
+            continue
+        if tim is None:
+            raise TraceFormatError(path, "missing field", row=r, column=f"{where}.info.timings")
+        t = {}
+        for f in ("request_start", "first_token_iteration", "last_token_iteration"):
+            if f not in tim:
+                raise TraceFormatError(path, "missing field", row=r, column=f"{where}.info.timings.{f}")
+            t[f] = json_number(path, tim[f], column=f"{where}.info.timings.{f}", row=r, minimum=0)
+        for f in ("prompt_tokens", "output_tokens"):
+            if f not in req:
+                raise TraceFormatError(path, "missing field", row=r, column=f"{where}.{f}")
+        prompt[j] = json_number(path, req["prompt_tokens"], column=f"{where}.prompt_tokens", row=r, integer=True,
+                                minimum=1)
+        output[j] = json_number(path, req["output_tokens"], column=f"{where}.output_tokens", row=r, integer=True,
+                                minimum=0)
+        start[j] = t["request_start"]
+        if block_hashes:
+            hashes[j] = text_block_hashes(texts[r], prompt[j], ratio)
+        if output[j] == 0:
+            codes[j] = c_out0
+            continue
+        if not t["request_start"] <= t["first_token_iteration"] <= t["last_token_iteration"]:
+            codes[j] = c_order
+            continue
+        ttft[j] = t["first_token_iteration"] - t["request_start"]
+        e2e[j] = t["last_token_iteration"] - t["request_start"]
+        re_ = tim.get("request_end")
+        if isinstance(re_, (int, float)) and not isinstance(re_, bool):
+            end_gap.append(float(re_) - t["last_token_iteration"])
+    # rows in the order read, so an error names the first bad request of the file
+    status.add(codes, rows=rows)
+    tpot = tpot_s(e2e, ttft, output)
+    num_dropped = int((~keep).sum())
+    idx = np.flatnonzero(keep)
+    origin = float(np.min(start[idx]))
+    extra = {"ttft_s": ttft[idx], "e2e_s": e2e[idx], "tpot_s": tpot[idx]}
+    if benchmark is None:
+        extra["benchmark"] = bench_col[idx]
+    kept_hashes = None
+    if block_hashes:
+        kept_hashes = np.empty(idx.size, dtype=object)
+        kept_hashes[:] = [hashes[k] for k in idx]
+        extra["block_hashes"] = kept_hashes
+    df, meta = assemble_frame(start[idx] - origin, prompt[idx], output[idx], status=status, codes=codes[idx],
+                              rows=rows[idx], request_ids=[ids[k] for k in idx], extra=extra)
+    gl_meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta.update({
+        "source_format": "guidellm",
+        "source": str(path),
+        "guidellm_version": str(gl_meta.get("guidellm_version", "")),
+        "benchmark": "all" if benchmark is None else str(benchmark),
+        "benchmarks": json.dumps(summaries),
+        "time_origin_unix_s": repr(origin),
+        "arrival_source": "info.timings.request_start (client epoch s) minus the earliest of the imported "
+                          "benchmark(s)",
+        "ttft_source": "first_token_iteration - request_start",
+        "e2e_source": "last_token_iteration - request_start (request_end adds the stream's close, no token)",
+        "tpot_source": "(last_token_iteration - first_token_iteration) / (output_tokens - 1)",
+        "token_counts_source": "prompt_tokens, output_tokens (server usage)",
+        "request_id_source": f"response_id + '-0' (vLLM's request id); GuideLLM request_id for {ids_from_guidellm}",
+        "num_dropped_unstarted": str(num_dropped),
+    })
+    if end_gap:
+        meta["request_end_minus_last_token_max_s"] = f"{max(end_gap):.6f}"
+    if benchmark is not None:
+        s = summaries[benchmark]
+        meta.update({"strategy_type": str(s["type"]), "strategy_rate": str(s["rate"]),
+                     "strategy_max_concurrency": str(s["max_concurrency"])})
+    if block_hashes:
+        ok = df["status"].isna() | (df["status"] == "ok") if "status" in df else np.ones(len(df), bool)
+        hs = df["block_hashes"].tolist()
+        shared = {}
+        groups = df["benchmark"].to_numpy() if "benchmark" in df else np.full(len(df), benchmark)
+        for g in sorted(set(groups.tolist())):
+            shared[str(g)] = shared_leading_blocks([h for h, gg in zip(hs, groups) if gg == g])
+        hits = implied_prefix_cache_hits(hs, df["num_prompt_tokens"].to_numpy())
+        ok = np.asarray(ok, bool)
+        rate = float(hits[ok].sum() / df["num_prompt_tokens"].to_numpy()[ok].sum())
+        meta.update({
+            "hash_block_tokens": str(HASH_BLOCK_TOKENS),
+            "chars_per_token": f"{ratio:.6f}",
+            "block_hashes_method": (f"derived from prompt text: BLAKE2b-64 of the text up to character round((k+1)*"
+                                    f"{HASH_BLOCK_TOKENS}*{ratio:.4f}) for block k (one chars/token ratio for the "
+                                    "file; an approximation of token boundaries)"),
+            "shared_prefix_blocks": json.dumps(shared),
+            "implied_prefix_cache_hit_rate": f"{rate:.4f}",
+        })
+    return df, meta
