@@ -195,50 +195,48 @@ def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostPara
         fd = f({**scaled, n: down}) if down != scaled[n] else f0
         cols.append((fu - fd) / (up - down) if up != down else np.zeros_like(f0))
     jac = np.column_stack(cols) if cols else np.zeros((f0.size, 0))
-    dof = max(f0.size - len(free), 1)
-    se = {n: None for n in free}
-    corr_m = None
-    if free:
-        jtj = jac.T @ jac
-        if np.all(np.isfinite(jtj)) and np.linalg.matrix_rank(jtj) == len(free) and np.linalg.cond(jtj) < 1e14:
-            inv = np.linalg.inv(jtj)
-            if robust:
-                meat = (jac * (f0 ** 2)[:, None]).T @ jac
-                cov = inv @ meat @ inv * f0.size / dof
-            else:
-                cov = rss / dof * inv
-            d = np.sqrt(np.clip(np.diag(cov), 0, None))
-            se = {n: float(d[i]) * spec[n].fit_scale for i, n in enumerate(free)}
-            with np.errstate(invalid="ignore", divide="ignore"):
-                corr_m = cov / np.outer(d, d)
-        else:  # singular: which parameters move together shows in the null space
-            corr_m = _null_space_correlation(jtj)
-    correlations = {}
-    if corr_m is not None:
-        for i, a in enumerate(free):
-            for j, b in enumerate(free):
-                if i < j and np.isfinite(corr_m[i, j]):
-                    correlations[f"{a},{b}"] = float(corr_m[i, j])
+    active, partner_of = _separable(jac, list(free))
+    idx = [free.index(n) for n in active]
+    ja = jac[:, idx]
+    dof = max(f0.size - len(active), 1)
+    se, correlations = {n: None for n in free}, {}
+    if active:
+        inv = np.linalg.inv(ja.T @ ja)
+        cov = inv @ ((ja * (f0 ** 2)[:, None]).T @ ja) @ inv * f0.size / dof if robust else rss / dof * inv
+        d = np.sqrt(np.clip(np.diag(cov), 0, None))
+        for i, n in enumerate(active):
+            se[n] = float(d[i]) * spec[n].fit_scale
+            for k, m in enumerate(active):
+                if i < k and d[i] * d[k] > 0:
+                    correlations[f"{n},{m}"] = float(cov[i, k] / (d[i] * d[k]))
+    for n, (m, r) in partner_of.items():
+        if m is not None:
+            correlations[",".join(sorted((n, m)))] = r
     params, warns = {}, []
     for n in free:
         v, s = values[n], se[n]
-        at_lo = math.isclose(v, spec[n].lower, abs_tol=1e-9 * spec[n].fit_scale)
-        at_hi = math.isclose(v, spec[n].upper, rel_tol=1e-6)
-        partner = _most_correlated(n, correlations)
-        if rss == 0.0 and s is not None:
+        width = spec[n].upper - spec[n].lower
+        at_lo, at_hi = v - spec[n].lower <= 1e-6 * width, spec[n].upper - v <= 1e-6 * width
+        v = spec[n].lower if at_lo else spec[n].upper if at_hi else v  # lmfit stops a hair inside
+        if n in partner_of:
+            m, r = partner_of[n]
+            if m is not None:
+                why = f"cannot be told apart from {m} (r={r:+.2f})"
+            else:
+                lo, hi = _flat_range(f, scaled, n, f0)
+                why = f"no effect on these data: any value in [{fmt(n, lo)}, {fmt(n, hi)}] fits them equally"
+            params[n] = FittedParam(v, None, False, why)
+        elif rss == 0.0:
             params[n] = FittedParam(v, 0.0, True)
             continue
-        if at_lo or at_hi:
-            side = "lower" if at_lo else "upper"
-            bound = (f"<= {v + 1.96 * s:.3g}" if at_lo else f">= {v - 1.96 * s:.3g}") if s else f"at its {side} bound"
-            note = f"at its {side} bound {v:.3g}; the data give only {bound}"
-            if at_lo and s is None:
-                note = f"at its lower bound {v:.3g}"
-            params[n] = FittedParam(v, s, False, note)
+        elif at_lo or at_hi:
+            bound = (f"<= {fmt(n, v + 1.96 * s)}" if at_lo else f">= {fmt(n, v - 1.96 * s)}") if s else "nothing more"
+            params[n] = FittedParam(v, s, False, f"at its {'lower' if at_lo else 'upper'} bound; the data give {bound}")
         elif s is None or not math.isfinite(s) or s > MAX_REL_STDERR * abs(v):
+            partner = _most_correlated(n, correlations)
             why = f"cannot be told apart from {partner[0]} (r={partner[1]:+.2f})" if partner else \
-                "poorly constrained" + (f" (stderr {s:.2g})" if s is not None and math.isfinite(s) else "")
-            params[n] = FittedParam(v, s if s is not None and math.isfinite(s) else None, False, why)
+                f"poorly constrained (stderr {s:.2g})"
+            params[n] = FittedParam(v, s, False, why)
         else:
             params[n] = FittedParam(v, s, True)
             continue
@@ -258,39 +256,91 @@ def _most_correlated(name: str, correlations: dict) -> tuple[str, float] | None:
     return best
 
 
-def _null_space_correlation(jtj: np.ndarray) -> np.ndarray | None:
-    """For a singular J^T J: +-1 between parameters that share the smallest eigenvector
-    (they move together without changing the residuals), 0 elsewhere."""
-    if not np.all(np.isfinite(jtj)):
-        return None
-    w, v = np.linalg.eigh(jtj)
-    null = v[:, 0]
-    out = np.zeros_like(jtj)
-    big = np.abs(null) > 0.1
-    for i in range(len(null)):
-        for j in range(len(null)):
-            if i != j and big[i] and big[j]:
-                out[i, j] = -np.sign(null[i] * null[j])
-    return out
+def _separable(jac: np.ndarray, names: list) -> tuple[list, dict]:
+    """The parameters whose effects on the residuals can be told apart, and for each of the
+    others the one it is confounded with.
+
+    While ``J^T J`` (columns scaled to unit norm) is singular, the eigenvector of its
+    smallest eigenvalue says which parameters move together without changing the residuals:
+    the one with the largest share is set aside, named with the next largest (and the
+    correlation ``-sign`` of their shares, +-1), or with None when it moves alone (no effect).
+
+    Returns
+    -------
+    active : list of names, in order; ``partner_of`` : dict name -> (partner or None, r)
+    """
+    active, partner_of = list(names), {}
+    while active:
+        cols = jac[:, [names.index(n) for n in active]]
+        norms = np.linalg.norm(cols, axis=0)
+        if np.all(norms > 0) and np.all(np.isfinite(cols)):
+            w, v = np.linalg.eigh((cols / norms).T @ (cols / norms))
+            if w[0] > 1e-10 * max(w[-1], 1e-300):
+                break
+            vec = v[:, 0]
+        else:  # a column without effect (or not finite): it moves alone
+            vec = np.where(np.isfinite(norms) & (norms > 0), 0.0, 1.0)
+        order = np.argsort(-np.abs(vec))
+        drop = active[order[0]]
+        second = order[1] if len(order) > 1 and abs(vec[order[1]]) > 0.1 else None
+        partner_of[drop] = (active[second], float(-np.sign(vec[order[0]] * vec[second]))) if second is not None \
+            else (None, 0.0)
+        active.remove(drop)
+    return active, partner_of
+
+
+def _flat_range(f, scaled: dict, name: str, f0: np.ndarray, points: int = 24) -> tuple[float, float]:
+    """The range of ``name`` (natural units) around its value over which the residuals do
+    not change at all: what little the data say of a parameter without effect on them."""
+    spec = PARAMS[name]
+    lo, hi = spec.lower / spec.fit_scale, spec.upper / spec.fit_scale
+    grid = np.unique(np.concatenate([np.linspace(lo, hi, points), [scaled[name]]]))
+    same = [bool(np.array_equal(f({**scaled, name: g}), f0)) if g != scaled[name] else True for g in grid]
+    k = int(np.searchsorted(grid, scaled[name]))
+    a = b = k
+    while a > 0 and same[a - 1]:
+        a -= 1
+    while b < len(grid) - 1 and same[b + 1]:
+        b += 1
+    return grid[a] * spec.fit_scale, grid[b] * spec.fit_scale
 
 
 def param_cells(name: str, p: FittedParam) -> tuple[str, str, str]:
-    """A parameter as printed: value with unit, 95 % interval, and its state (identified,
-    NOT IDENTIFIED with the reason, or fixed with the reason)."""
+    """A parameter as printed: value with unit, its 95 % interval (or what bound the data
+    give), and its state (``identified``, ``NOT IDENTIFIED`` or ``fixed``)."""
     unit, scale = _unit(PARAMS[name].unit, p.value)
     val = f"{p.value / scale:.4g}{unit}"
     if not p.vary:
-        return val, "", f"fixed: {p.bound}"
+        return val, "", "fixed"
+    if not p.identifiable:
+        bound = p.bound.split("the data give ")[-1] if p.bound and "the data give " in p.bound else ""
+        return val, bound if bound != "nothing more" else "", "NOT IDENTIFIED"
     ci = p.ci95 or ((p.value - 1.96 * p.stderr, p.value + 1.96 * p.stderr) if p.stderr is not None else None)
-    ci_s = f"[{ci[0] / scale:.3g}, {ci[1] / scale:.3g}]" if ci else ""
-    return val, ci_s, "identified" if p.identifiable else f"NOT IDENTIFIED: {p.bound}"
+    return val, f"[{ci[0] / scale:.3g}, {ci[1] / scale:.3g}]" if ci else "", "identified"
 
 
 def summary_lines(fit: FitResult) -> list[str]:
-    """The fit in words, one parameter a line (value, 95 % interval, identified or not),
-    no line over 100 characters."""
-    return [f"  {n:29s} {v:>12s} {ci:>20s}  {state}"[:100]
-            for n, p in fit.params.items() for v, ci, state in [param_cells(n, p)]]
+    """The fit in words: a line per fitted parameter (value, 95 % interval, identified or
+    NOT IDENTIFIED with the reason on the next line), then the fixed ones by reason; no
+    line over 100 characters."""
+    lines, fixed = [], {}
+    for n, p in fit.params.items():
+        v, ci, state = param_cells(n, p)
+        if state == "fixed":
+            fixed.setdefault(p.bound or "held fixed", []).append(f"{n}={v.replace(' ', '')}")
+            continue
+        lines.append(f"  {n:24s} {v:>14s} {ci:>22s}  {state}")
+        if state == "NOT IDENTIFIED" and p.bound:
+            lines.append(f"      {p.bound}"[:100])
+    for why, names in fixed.items():
+        lines.append(f"  fixed ({why}): {', '.join(names)}"[:100])
+    return lines
+
+
+def fmt(name: str, value: float) -> str:
+    """``value`` of parameter ``name`` with its unit, 3 significant digits (``0.489 ms``)."""
+    unit, scale = _unit(PARAMS[name].unit, value)
+    return f"{value / scale:.3g}{unit}"
 
 
 def _unit(unit: str, value: float) -> tuple[str, float]:

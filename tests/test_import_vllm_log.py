@@ -128,9 +128,8 @@ def test_real_timeseries_csv_is_read_by_replay_report(aligned, tmp_path):
     assert list(ts.columns) == ["t", "prompt_throughput", "gen_throughput", "running", "waiting", "kv_cache_pct",
                                 "prefix_cache_hit_pct"]
     assert len(ts) == 26 and ts["kv_cache_pct"].iloc[0] == pytest.approx(6.7)
-    params = {k: FittedParam(v) for k, v in (("eta_compute", 0.5), ("eta_mem", 0.8), ("t_launch_s", 1e-4),
-                                             ("t_cpu_s", 0.0))}
-    Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, "max", params).write(tmp_path / "cal.json")
+    params = {k: FittedParam(v) for k, v in (("eta_compute", 0.5), ("eta_mem", 0.8), ("t_step_s", 1e-4))}
+    Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, params).write(tmp_path / "cal.json")
     res = run("replay", d / "gl.parquet", "--calibration", tmp_path / "cal.json", "--max-num-seqs", 32,
               "--max-num-batched-tokens", 64, "--enable-prefix-caching", "--report", tmp_path / "r.md",
               "--measured-timeseries", d / "ts.csv", cli=servecal)

@@ -261,10 +261,8 @@ def test_old_model_dict_loads_with_defaults():
 
 
 def test_old_calibration_file_reads(tmp_path):
-    params = {k: FittedParam(value=v) for k, v in
-              {"eta_compute": 0.5, "eta_mem": 0.8, "t_launch_s": 1e-4, "t_cpu_s": 0.0}.items()}
-    cal = Calibration(model=get_model("llama-3.1-8b"), gpu=get_gpu("h100-80gb"), tp=1, form="max",
-                      params=params)
+    params = {k: FittedParam(value=v) for k, v in {"eta_compute": 0.5, "eta_mem": 0.8, "t_step_s": 1e-4}.items()}
+    cal = Calibration(model=get_model("llama-3.1-8b"), gpu=get_gpu("h100-80gb"), tp=1, params=params)
     d = cal.to_dict()
     old_fields = ("name", "num_params", "num_active_params", "num_layers", "hidden_size",
                   "num_attention_heads", "num_kv_heads", "head_dim", "dtype_bytes",
@@ -372,7 +370,7 @@ def test_model_config_option_reads_moe_and_mla(tmp_path, real_data_dir):
         cal = tmp_path / f"{experts}.json"
         res = CliRunner().invoke(servecal, [str(a) for a in (
             "calibrate", "fit", steps, "--model-config", config, "--gpu", "h100-80gb",
-            "--form", "max", "-o", cal)])
+            "--variants", "max", "--fix", "n_half_tokens=0", "--fix", "t_seq_s=0", "-o", cal)])
         assert res.exit_code == 0, res.output
         model = json.loads(cal.read_text())["model"]
         assert (model["num_experts"], model["kv_lora_rank"]) == (experts, mla)
