@@ -11,7 +11,7 @@ from schemas.cost_params import PARAMS, CostParams, check_value
 from schemas.errors import SpecError
 from schemas.specs import get_gpu, get_model, gpu_from_json, list_gpus, list_models, model_from_hf_config
 from schemas.tables import REQUEST_TRACE, STEP_TRACE
-from replay.cli import replay_config, replay_options
+from replay.cli import check_limits, engine_sources, fill_engine_options, replay_config, replay_options
 from replay.cost_model import RooflineCostModel
 from replay.cost_terms import ALL_TERMS, TERMS
 from replay.errors import ConfigError, ReplayError
@@ -137,6 +137,16 @@ def cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, t
                              terms=parse_names(terms, list(TERMS), "--terms"))
 
 
+def engine_options(replay_kwargs: dict, tp: int, dp: int, expert_parallel: bool) -> tuple:
+    """Fill the replay options (and TP, DP, expert parallelism) not given from ``--vllm-log``;
+    print what was taken; return the hardware settings."""
+    kw = {**replay_kwargs, "tp": tp, "dp": dp, "expert_parallel": expert_parallel}
+    for line in fill_engine_options(kw, engine_sources(replay_kwargs.pop("vllm_log", None))):
+        click.echo(line, err=True)
+    replay_kwargs.update({k: v for k, v in kw.items() if k in replay_kwargs})
+    return kw["tp"], kw["dp"], kw["expert_parallel"]
+
+
 def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose):
     """Fit the runs by simulation in the loop; print the summary; return the fits."""
     n = sum(len(r.trace) for r in runs)
@@ -189,6 +199,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
     """
     from traces.io import read_trace
 
+    tp, dp, expert_parallel = engine_options(replay_kwargs, tp, dp, expert_parallel)
     cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
     fixed = parse_fixed(fix)
     paths = [parse_run_spec(t)[0] for t in traces]
@@ -222,6 +233,9 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
         runs = load_runs(traces, replay_config(replay_kwargs), read_trace)
         for r in runs:
             warn_metadata_mismatch(r.metadata, cm.model, cm.gpu, tp)
+            warning = check_limits(r.name, r.trace, r.config.max_num_seqs, dp)
+            if warning:
+                click.echo(warning, err=True)
         names = parse_names(variants or "max,sum,blend", list(VARIANTS), "--variants")
         fits = fit_request_runs(runs, cm, names, parse_names(free, list(PARAMS), "--free"), fixed, jobs,
                                 ray_address, verbose)
@@ -262,6 +276,7 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
     """
     from traces.io import read_trace
 
+    tp, dp, expert_parallel = engine_options(replay_kwargs, tp, dp, expert_parallel)
     cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
     cfg = replay_config(replay_kwargs)
     train, test = load_runs(fit_on, cfg, read_trace), load_runs(score_on, cfg, read_trace)

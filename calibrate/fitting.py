@@ -163,7 +163,7 @@ def least_squares(residual: Callable[[CostParams], np.ndarray], free: dict, fixe
         scipy ``least_squares`` loss (``linear``, ``soft_l1``, ...).
     runner : callable, optional
         ``runner(fn, shared, items) -> [fn(shared, item) for item in items]`` running the
-        starts elsewhere (:func:`calibrate.parallel.run_starts`); default: here, in order.
+        starts elsewhere (:func:`calibrate.request_fit.start_runner`); default: here, in order.
 
     Returns
     -------

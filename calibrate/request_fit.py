@@ -8,6 +8,7 @@ Logs of one deployment at different loads or limits are what tell the terms apar
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -102,22 +103,23 @@ def _has(trace: pd.DataFrame, m: str) -> bool:
     return m in trace and _finite(trace[m]).size > 0
 
 
-def run_starts(jobs: int | None, ray_address: str | None, n_starts: int):
-    """The runner of :func:`calibrate.fitting.least_squares`: the starts in parallel
-    processes (spawn; ``jobs`` default the CPU count), on a Ray cluster, or here."""
+@contextmanager
+def start_runner(jobs: int | None, ray_address: str | None, n_starts: int):
+    """The runner of :func:`calibrate.fitting.least_squares` for the whole fit: the starts in
+    one pool of ``jobs`` processes (spawn; default the CPU count) kept for every variant, on a
+    Ray cluster, or here (None) with one job."""
     if ray_address is not None:
-        return lambda fn, shared, items: map_on_ray(fn, shared, items, ray_address)
+        yield lambda fn, shared, items: map_on_ray(fn, shared, items, ray_address)
+        return
     workers = min((os.cpu_count() or 1) if jobs is None else jobs, n_starts)
     if workers <= 1:
-        return None
+        yield None
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-    def runner(fn, shared, items):
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            return list(pool.map(partial(fn, shared), items))
-    return runner
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield lambda fn, shared, items: list(pool.map(partial(fn, shared), items))
 
 
 def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max", "sum", "blend"),
@@ -137,7 +139,7 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
     quantiles : percentiles matched, numpy linear method on both sides.
     free : parameters fitted when they have an effect (:func:`calibrate.fitting.inert_params`).
     fixed : parameter -> value held fixed.
-    jobs, ray_address : where the starts run (:func:`run_starts`); the result does not depend on it.
+    jobs, ray_address : where the starts run (:func:`start_runner`); the result does not depend on it.
     max_nfev : residual evaluations per start (default 10 per free parameter, plus 10).
 
     Returns
@@ -180,10 +182,11 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
         return FitResult(variant=v, params=params, correlations=corr, score=cost, stats=stats,
                          warnings=[*[r.note for r in runs if r.note], *warns], report=lmfit.fit_report(best))
 
-    return fit_variants(residual, cost_model, variants, [n for n in cost_model.free_params if n in free or
-                                                         n == "overlap"], fixed, not_seen, result_of,
-                        (n_res, "quantile residuals"), rel_step=0.05, assess_step=0.05, starts=_STARTS,
-                        max_nfev=max_nfev or 10 * (len(free) + 1), runner=run_starts(jobs, ray_address, 1 + len(_STARTS)))
+    with start_runner(jobs, ray_address, 1 + len(_STARTS)) as runner:
+        return fit_variants(residual, cost_model, variants, [n for n in cost_model.free_params if n in free or
+                                                             n == "overlap"], fixed, not_seen, result_of,
+                            (n_res, "quantile residuals"), rel_step=0.05, assess_step=0.05, starts=_STARTS,
+                            max_nfev=max_nfev or 10 * (len(free) + 1), runner=runner)
 
 
 def _prepared(run: Run, cost_model: RooflineCostModel, metrics) -> Run:
