@@ -32,10 +32,11 @@ REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
 
 def cost_model():
     from replay.cost_model import RooflineCostModel
-from schemas.cost_params import CostParams
+    from schemas.cost_params import CostParams
     from schemas.specs import get_gpu, get_model
 
-    return RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), CostParams(0.6, 0.85, 3e-4))
+    return RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"),
+                             CostParams(eta_compute=0.6, eta_mem=0.85, t_step_s=3e-4))
 
 
 def workload(kind: str, n: int, rate: float):
@@ -153,7 +154,7 @@ def run_sched_sim(args):
                                             "num_heads", "num_kv_heads", "head_dim", "dtype_bytes")},
         "fp16_tflops": cm.gpu.peak_flops / 1e12, "tensor_core_efficiency": cm.params.eta_compute,
         "memory_bandwidth_gb_s": cm.params.eta_mem * cm.gpu.mem_bandwidth_bytes_per_s / 1e9,
-        "kernel_launch_overhead_ms": cm.params.t_launch_s * 1e3})
+        "kernel_launch_overhead_ms": cm.params.t_step_s * 1e3})
     arr = df["arrival_time_s"].to_numpy().tolist()
     prompt, out = df["num_prompt_tokens"].to_numpy().tolist(), df["num_output_tokens"].to_numpy().tolist()
     reqs = [Request(request_id=str(i), arrived_at=a, prompt_tokens=pr, output_tokens=o)
@@ -173,7 +174,7 @@ def run_sched_sim(args):
 
 
 #: The known parameters the calibration jobs must recover.
-CAL_TRUTH = {"eta_compute": 0.6, "eta_mem": 0.85, "t_launch_s": 1e-3}
+CAL_TRUTH = {"eta_compute": 0.6, "eta_mem": 0.85, "t_step_s": 1e-3}
 
 
 def run_step_fit(rows: int):
@@ -191,8 +192,8 @@ def run_step_fit(rows: int):
     import pandas as pd
 
     from calibrate.cli import main as calibrate
-    from replay.cost_model import CostParams
     from schemas.calibration import Calibration
+    from schemas.cost_params import CostParams
     from schemas.tables import STEP_TRACE
     from traces.io import write_trace
 
@@ -218,24 +219,34 @@ def run_step_fit(rows: int):
 
 
 def run_request_fit(args):
-    """Simulation-in-the-loop fit (jobs=1) of TTFT and TPOT quantiles measured by a replay at CAL_TRUTH.
+    """Simulation-in-the-loop fit (starts on every core) of TTFT and TPOT quantiles measured by replays at
+    CAL_TRUTH: ``logs`` synthetic logs of ``n`` requests of one deployment at loads spread
+    from 50 % to 110 % of ``rate`` (one log: at ``rate``), fitted jointly.
 
-    The requests are the synthetic workload, replayed with the bench's engine settings. Only
-    the fit is timed. Returns wall, peak RSS in MB, the fitted parameters and the number of replays.
+    Only the fit is timed, and one replay of the first log for the ratio. Returns wall, peak
+    RSS in MB, the fitted parameters, the number of replays and one replay's wall time.
     """
-    n, rate = args
-    from calibrate.request_fit import fit_requests
-    from replay.cost_model import CostParams
+    n, rate, logs = args
+    import numpy as np
+
+    from calibrate.request_fit import Run, fit_requests
     from replay.simulate import ReplayConfig, replay_frame
+    from schemas.cost_params import CostParams
 
     cm, cfg = cost_model(), ReplayConfig(max_num_seqs=256, max_num_batched_tokens=8192)
-    trace = workload("synthetic", n, rate)
-    measured, _ = replay_frame(trace, cm.with_params(CostParams(**CAL_TRUTH)), cfg)
-    trace = trace.assign(ttft_s=measured["pred_ttft_s"], tpot_s=measured["pred_tpot_s"])
+    runs = []
+    for i, scale in enumerate([1.0] if logs == 1 else list(np.linspace(0.5, 1.1, logs))):
+        trace = workload("synthetic", n, rate * scale)
+        measured, _ = replay_frame(trace, cm.with_params(CostParams(**CAL_TRUTH)), cfg)
+        runs.append(Run(f"log{i}", trace.assign(ttft_s=measured["pred_ttft_s"], tpot_s=measured["pred_tpot_s"]),
+                        cfg, {}))
     t = time.perf_counter()
-    r = fit_requests(trace, cm.model, cm.gpu, 1, cfg, jobs=1)
+    replay_frame(runs[0].trace, cm, cfg)
+    one = time.perf_counter() - t
+    t = time.perf_counter()
+    fit = fit_requests(runs, cm)[0]
     wall = time.perf_counter() - t
-    return wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, r.values, r.n_replays
+    return wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, fit.values(), fit.stats["n_replays"], one
 
 
 def capacity_rps(n: int = 20000) -> float:
@@ -315,20 +326,24 @@ def sched_sim_row(head: str, case: tuple, ref: tuple, args) -> None:
 
 
 def calibration_cases(args, cap: float) -> None:
-    """The calibration table: the step-trace and the request-log fit, each in its own process."""
-    rows, n = args.calibration_rows, args.calibration_requests
+    """The calibration table: the step-trace fit and the request-log fits (one log, and
+    ``--calibration-logs`` logs jointly), each in its own process."""
+    rows, n, logs = args.calibration_rows, args.calibration_requests, args.calibration_logs
     s_wall, s_rss, s_fit = in_process(run_step_fit, rows)
-    r_wall, r_rss, r_fit, replays = in_process(run_request_fit, (n, 0.75 * cap))
-    print(f"calibration: Llama-3.1-8B on one H100; request log at 75 % of capacity, max_num_seqs 256, "
-          f"max_num_batched_tokens 8192")
-    print(f"{'job':>26} {'size':>16} {'wall_s':>8} {'rss_MB':>7} {'replays':>7} {'eta_compute':>11} {'eta_mem':>8} "
-          f"{'t_launch_ms':>11}")
-    for job, size, wall, rss, rep, v in (
-            ("truth", "", "", "", "", CAL_TRUTH),
-            ("calibrate fit (step trace)", f"{rows} rows", f"{s_wall:.2f}", f"{s_rss:.0f}", "", s_fit),
-            ("request-log fit (jobs=1)", f"{n} requests", f"{r_wall:.2f}", f"{r_rss:.0f}", replays, r_fit)):
-        print(f"{job:>26} {size:>16} {wall:>8} {rss:>7} {rep:>7} {v['eta_compute']:>11.4f} {v['eta_mem']:>8.4f} "
-              f"{v['t_launch_s'] * 1e3:>11.3f}")
+    jobs = [("calibrate fit (step trace)", f"{rows} rows", s_wall, s_rss, "", s_fit, None)]
+    for k in sorted({1, logs}):
+        wall, rss, fit, replays, one = in_process(run_request_fit, (n, 0.75 * cap, k))
+        jobs.append((f"request fit, {k} log(s)", f"{k} x {n} req", wall, rss, replays, fit, one))
+    print("calibration: Llama-3.1-8B on one H100; request logs at 75 % of capacity (several: 50-110 %), "
+          "max_num_seqs 256, max_num_batched_tokens 8192; all terms, variants max, sum, blend")
+    print(f"{'job':>26} {'size':>16} {'wall_s':>7} {'/replay':>7} {'rss_MB':>6} {'replays':>7} "
+          f"{'eta_comp':>8} {'eta_mem':>7} {'t_step_ms':>9}")
+    print(f"{'truth':>26} {'':>16} {'':>7} {'':>7} {'':>6} {'':>7} {CAL_TRUTH['eta_compute']:>8.4f} "
+          f"{CAL_TRUTH['eta_mem']:>7.4f} {CAL_TRUTH['t_step_s'] * 1e3:>9.3f}")
+    for job, size, wall, rss, rep, v, one in jobs:
+        ratio = f"{wall / one:.0f}x" if one else ""
+        print(f"{job:>26} {size:>16} {wall:>7.2f} {ratio:>7} {rss:>6.0f} {rep!s:>7} {v['eta_compute']:>8.4f} "
+              f"{v['eta_mem']:>7.4f} {v['t_step_s'] * 1e3:>9.3f}")
 
 
 def main():
@@ -344,7 +359,9 @@ def main():
     ap.add_argument("--calibration", action="store_true", help="also time the calibration fits")
     ap.add_argument("--calibration-only", action="store_true", help="time the calibration fits only")
     ap.add_argument("--calibration-rows", type=int, default=1_000_000, help="rows of the synthetic step trace")
-    ap.add_argument("--calibration-requests", type=int, default=10_000,
+    ap.add_argument("--calibration-logs", type=int, default=4,
+                    help="logs of the joint request fit (--calibration)")
+    ap.add_argument("--calibration-requests", type=int, default=5_000,
                     help="requests of the synthetic request log")
     args = ap.parse_args()
     cap = capacity_rps()

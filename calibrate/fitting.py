@@ -97,14 +97,15 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
     residual : CostParams -> residual array.
     cost_model : RooflineCostModel
         Its values are the first start and the values of the parameters held.
-    variants : names of :data:`VARIANTS`; ``blend`` is fitted last, also started from the
-        optima of ``max`` and ``sum`` (it nests both, so it can only do better).
+    variants : names of :data:`VARIANTS`; ``blend`` is fitted last, from the optima of
+        ``max`` and ``sum`` when they were fitted (it nests both, so it can only do better).
     candidates : parameters the fit may free (those with an effect, not held).
     fixed : parameter -> value held (``--fix``).
     not_seen : parameter -> why it is held (what the data cannot see).
     result_of : callable ``(variant, params, correlations, warnings, lmfit result, info) -> FitResult``.
     residuals : (count, what they are): the fit needs more residuals than free parameters.
-    rel_step, starts, kw : of :func:`least_squares` (``starts``: extra start points).
+    rel_step, starts, kw : of :func:`least_squares` (``starts``: extra start points of the first
+        variant; later ones start from the first one's optimum).
     assess_step, robust : of :func:`assess`.
 
     Raises
@@ -132,8 +133,10 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
                 hold[n] = start_of[n]
                 why.setdefault(n, "not in the model's terms")
         require_rows(residuals[0], len(free), residuals[1])
-        extra = [{**free, **{k: x for k, x in st.items() if k in free}} for st in starts]
-        extra += [{k: f.params[k].value for k in free} for f in fits]
+        previous = [{k: f.params[k].value for k in free} for f in fits]
+        if VARIANTS[v] is None and previous:  # the blend from the nested variants' optima only
+            free, previous = previous[0], previous[1:]
+        extra = [{**free, **{k: x for k, x in st.items() if k in free}} for st in starts] if not fits else previous
         best, info = least_squares(residual, free, hold, rel_step=rel_step, starts=extra, **kw)
         params, corr, warns = assess(best, residual, list(free), hold, assess_step, fixed_reason=why, robust=robust)
         fits.append(result_of(v, params, corr, warns, best, info))
@@ -143,7 +146,7 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
 
 def least_squares(residual: Callable[[CostParams], np.ndarray], free: dict, fixed: dict,
                   rel_step: float, starts: list[dict] | None = None, max_nfev: int | None = None,
-                  loss: str = "linear", runner=None) -> tuple[lmfit.minimizer.MinimizerResult, dict]:
+                  loss: str = "linear", runner=None, tol: float = 1e-10) -> tuple[lmfit.minimizer.MinimizerResult, dict]:
     """Minimise ``sum(residual(params)^2)`` over the ``free`` parameters.
 
     Parameters
@@ -161,6 +164,8 @@ def least_squares(residual: Callable[[CostParams], np.ndarray], free: dict, fixe
         More start points (free parameter -> value); the best polished one wins.
     loss : str
         scipy ``least_squares`` loss (``linear``, ``soft_l1``, ...).
+    tol : float
+        ``ftol``, ``xtol`` and ``gtol`` of scipy's ``least_squares``.
     runner : callable, optional
         ``runner(fn, shared, items) -> [fn(shared, item) for item in items]`` running the
         starts elsewhere (:func:`calibrate.request_fit.start_runner`); default: here, in order.
@@ -174,7 +179,7 @@ def least_squares(residual: Callable[[CostParams], np.ndarray], free: dict, fixe
     lmfit works on ``value / fit_scale`` (:class:`~schemas.cost_params.ParamSpec`), every
     free parameter of order 1 (shared/cases BR-18). Trust region reflective with bounds.
     """
-    problem = _Problem(residual, free, fixed, rel_step, max_nfev, loss)
+    problem = _Problem(residual, free, fixed, rel_step, max_nfev, loss, tol)
     items = [free] + list(starts or [])
     results = runner(polish, problem, items) if runner else [polish(problem, s) for s in items]
     best = min(results, key=lambda r: r[0].chisqr)
@@ -184,9 +189,9 @@ def least_squares(residual: Callable[[CostParams], np.ndarray], free: dict, fixe
 class _Problem:
     """A picklable least-squares problem (the starts may run in other processes)."""
 
-    def __init__(self, residual, free, fixed, rel_step, max_nfev, loss):
+    def __init__(self, residual, free, fixed, rel_step, max_nfev, loss, tol):
         self.residual, self.free, self.fixed = residual, dict(free), dict(fixed)
-        self.rel_step, self.max_nfev, self.loss = rel_step, max_nfev, loss
+        self.rel_step, self.max_nfev, self.loss, self.tol = rel_step, max_nfev, loss, tol
 
     def params_of(self, scaled: dict) -> CostParams:
         return CostParams(**self.fixed, **{k: v * PARAMS[k].fit_scale for k, v in scaled.items()})
@@ -221,7 +226,7 @@ def polish(problem: _Problem, start: dict):
         _warnings.simplefilter("ignore", RuntimeWarning)
         r = lmfit.Minimizer(fcn, params).minimize(
             method="least_squares", loss=problem.loss, x_scale="jac", diff_step=problem.rel_step,
-            max_nfev=problem.max_nfev, ftol=1e-10, xtol=1e-10, gtol=1e-10)
+            max_nfev=problem.max_nfev, ftol=problem.tol, xtol=problem.tol, gtol=problem.tol)
     if best[1] is not None and problem.loss == "linear" and best[0] < r.chisqr:
         for name, value in best[1].items():
             r.params[name].value = value

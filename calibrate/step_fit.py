@@ -129,7 +129,7 @@ def fit_steps(steps: pd.DataFrame, cost_model: RooflineCostModel, variants=("max
 
     fits = fit_variants(residual, cost_model, variants, cost_model.free_params, fixed, not_seen, result_of,
                         (data.duration_s.size, "usable step rows"), rel_step=1e-4, assess_step=1e-3, robust=True,
-                        starts=_STARTS, loss=loss)
+                        starts=_STARTS, loss=loss, tol=1e-8)
     return fits, data.dropped
 
 
