@@ -92,6 +92,11 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
                  robust: bool = False, starts=(), **kw) -> list[FitResult]:
     """Fit ``residual`` once per variant of :data:`VARIANTS`; best (lowest score) first.
 
+    A parameter the data cannot identify (confounded with another, without effect, or poorly
+    constrained; one at a bound of its range is a result, not a failure) is held at its
+    declared value (:data:`schemas.cost_params.PARAMS`) and the others are refitted, so the
+    calibration never carries an arbitrary point of a flat valley; the file says so.
+
     Parameters
     ----------
     residual : CostParams -> residual array.
@@ -139,6 +144,21 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
         extra = [{**free, **{k: x for k, x in st.items() if k in free}} for st in starts] if not fits else previous
         best, info = least_squares(residual, free, hold, rel_step=rel_step, starts=extra, **kw)
         params, corr, warns = assess(best, residual, list(free), hold, assess_step, fixed_reason=why, robust=robust)
+        for _ in range(len(free)):  # hold what the data cannot identify at its declared value, refit the rest
+            unknown = [n for n in free if not params[n].identifiable and not params[n].bound.startswith("at its")]
+            if not unknown:
+                break
+            for n in unknown:
+                hold[n] = start_of[n]
+                why[n] = f"NOT IDENTIFIED ({params[n].bound}); held at its declared value"
+                warns = [w for w in warns if not w.startswith(f"{n}:")]
+                warns.append(f"{n}: not identified by these data ({params[n].bound}); held at {fmt(n, start_of[n])}")
+            free = {n: params[n].value for n in free if n not in unknown}
+            best, more = least_squares(residual, free, hold, rel_step=rel_step, **kw)
+            info = {"n_evals": info["n_evals"] + more["n_evals"]}
+            kept = warns
+            params, corr, warns = assess(best, residual, list(free), hold, assess_step, fixed_reason=why, robust=robust)
+            warns = [w for w in kept if "held at" in w] + warns
         fits.append(result_of(v, params, corr, warns, best, info))
     fits.sort(key=lambda r: r.score)
     return fits
