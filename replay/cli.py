@@ -168,7 +168,8 @@ def parse_tolerances(text: str | None) -> dict[str, float]:
 @click.option("--chrome-trace", type=click.Path(dir_okay=False), default=None,
               help="Write the simulated timeline as a Chrome/Perfetto trace (JSON; open in ui.perfetto.dev).")
 @click.option("--report", type=click.Path(dir_okay=False), default=None,
-              help="Write a measured-vs-predicted report (.md or .html) with PNG figures beside it.")
+              help="Write a measured-vs-predicted report: .html (one self-contained file, figures embedded) "
+                   "or .md (figures in the folder <name>_files beside it).")
 @click.option("--measured-timeseries", type=click.Path(dir_okay=False), default=None,
               help="Measured 1 s time series (CSV: t, running, waiting, ...; vLLM's timeseries.csv) "
                    "to plot against the simulated counts in --report.")
@@ -304,7 +305,10 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
     if report:
         from .report import write_report
 
-        written = write_report(on_send_times(result), report, timeseries, steps_frame(engine))
+        from .report import report_context
+
+        written = write_report(on_send_times(result), report, timeseries, steps_frame(engine),
+                               report_context(trace, calibration_path, cost_model, cfg, engine), tolerances)
         click.echo(wrap(f"wrote {', '.join(str(p) for p in written)}"))
     if tolerances:
         broken = broken_tolerances(table, tolerances)
