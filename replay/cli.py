@@ -166,7 +166,14 @@ def parse_tolerances(text: str | None) -> dict[str, float]:
 @click.option("--token-times/--no-token-times", default=False, show_default=True,
               help="Record every predicted token time (pred_token_times_s).")
 @click.option("--chrome-trace", type=click.Path(dir_okay=False), default=None,
-              help="Write the simulated timeline as a Chrome/Perfetto trace (JSON; open in ui.perfetto.dev).")
+              help="Write the simulated timeline as a Chrome/Perfetto trace (JSON, gzipped when it ends in .gz; "
+                   "open in ui.perfetto.dev).")
+@click.option("--chrome-trace-window", default=None, metavar="START:END",
+              help="--chrome-trace: only the steps and requests within these seconds of simulated time "
+                   "(e.g. 100:160; 100: or :60).")
+@click.option("--chrome-trace-max-requests", type=click.IntRange(min=0), default=20_000, show_default=True,
+              help="--chrome-trace: the first N requests of the window; the window ends where the next one "
+                   "arrives (0: no limit).")
 @click.option("--report", type=click.Path(dir_okay=False), default=None,
               help="Write a measured-vs-predicted report: .html (one self-contained file, figures embedded) "
                    "or .md (figures in the folder <name>_files beside it).")
@@ -193,8 +200,8 @@ def parse_tolerances(text: str | None) -> dict[str, float]:
               help="--sweep: also write the table (.parquet or .csv; seconds, requests/s).")
 @output_options
 @_errors
-def main(trace, calibration_path, model, tp, output, steps_out, token_times, chrome_trace, report,
-         measured_timeseries, tolerance, compare_schedulers, sweep, jobs, ray_address, sweep_out, wide, quiet,
+def main(trace, calibration_path, model, tp, output, steps_out, token_times, chrome_trace, chrome_trace_window,
+         chrome_trace_max_requests, report, measured_timeseries, tolerance, compare_schedulers, sweep, jobs, ray_address, sweep_out, wide, quiet,
          **kwargs):
     """Replay TRACE through the simulated engine; compare with measured latencies.
 
@@ -221,6 +228,7 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
         if clash:
             raise ConfigError(f"--compare-schedulers prints one table of predictions; it cannot be combined "
                               f"with {', '.join(clash)}")
+    trace_window = chrome_trace_options(chrome_trace, chrome_trace_window, chrome_trace_max_requests)
     if measured_timeseries and not report:
         raise click.UsageError("--measured-timeseries is drawn in the report: give --report too")
     if report:
@@ -298,7 +306,14 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
     if chrome_trace:
         from .chrome_trace import write_chrome_trace
 
-        write_chrome_trace(chrome_trace, engine, on_send_times(result))  # closed loop: the simulated sends
+        # closed loop: the simulated sends
+        written = write_chrome_trace(chrome_trace, engine, on_send_times(result), trace_window,
+                                     chrome_trace_max_requests)
+        if written.cut:
+            click.echo(wrap(f"warning: --chrome-trace-max-requests {chrome_trace_max_requests}: {chrome_trace} holds the "
+                            f"first {written.num_requests} of {written.num_in_window} requests (simulated time up to "
+                            f"{written.end_s:.1f} s); raise it (0: no limit) or choose a --chrome-trace-window"),
+                       err=True)
         click.echo(f"wrote {chrome_trace}")
     table = compare(result)
     click.echo(format_table(table, wide=wide))
@@ -316,6 +331,29 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
             click.echo(wrap(f"tolerance broken: {b}"), err=True)
         if broken:
             raise SystemExit(3)
+
+
+def chrome_trace_options(chrome_trace, window: str | None, max_requests: int):
+    """The parsed ``--chrome-trace-window`` (None when not given).
+
+    Raises
+    ------
+    click.UsageError
+        ``--chrome-trace-window`` or a non-default ``--chrome-trace-max-requests`` without
+        ``--chrome-trace``; a bad window.
+    """
+    from .chrome_trace import parse_window
+
+    ctx = click.get_current_context()
+    given = [opt for opt, name in (("--chrome-trace-window", "chrome_trace_window"),
+                                   ("--chrome-trace-max-requests", "chrome_trace_max_requests"))
+             if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+    if given and not chrome_trace:
+        raise click.UsageError(f"{', '.join(given)}: give --chrome-trace too")
+    try:
+        return parse_window(window)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def calibrated_cost_model(path, cal: Calibration, model_spec=None, tp: int | None = None):
