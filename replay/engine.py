@@ -230,13 +230,14 @@ class Engine:
         self._decode_runs_priced = [not self.config.exact_steps and getattr(cm, "supports_arrays", False)
                                     for cm in self.cost_models]
         heap, heappop = self._heap, heapq.heappop
-        end_step, start_step, arrive_next = self._end_step, self._start_step, self._arrive_next
         self._next_list_arrival_s = arrivals[0].arrival_time_s if arrivals else math.inf
-        # a bar over arrivals and completions (None unless the CLI shows progress)
+        # a bar over arrivals and completions (None unless the CLI shows progress); the
+        # counting wrappers shadow the two methods for this run only
         progress = progress_bar("replaying", 2 * len(arrivals))
         if progress is not None:
-            arrive_next = _counted(arrive_next, progress)
-            self._finish = _counted_finish(self._finish, progress)  # shadows the method for this run
+            self._arrive_next = _counted(self._arrive_next, progress)
+            self._finish = _counted_finish(self._finish, progress)
+        end_step, start_step, arrive_next = self._end_step, self._start_step, self._arrive_next
         try:
             while self._next_list_arrival_s < math.inf or heap:
                 if not heap or self._next_list_arrival_s <= heap[0][0]:
@@ -254,7 +255,7 @@ class Engine:
         finally:
             if progress is not None:
                 progress.close()
-                del self._finish
+                del self._arrive_next, self._finish
         self._arrivals = []  # the engine outlives the run: hold no request
         return requests
 

@@ -161,11 +161,14 @@ def test_progress_only_on_a_terminal_and_not_when_quiet(monkeypatch):
     monkeypatch.setattr(progress, "DELAY_S", 0.0)
     monkeypatch.setattr(progress, "REDRAW_S", 0.0)
     trace = synth_requests(3000, 50.0, "lognormal:mean=300,sigma=0.5", "lognormal:mean=50,sigma=0.5", seed=0)
-    term = FakeTerminal()
+    term, steps = FakeTerminal(), []
+    real_update = progress.Bar.update
+    monkeypatch.setattr(progress.Bar, "update", lambda self, n=1: (steps.append(n), real_update(self, n)))
     with progress.reporting(enabled=True, stream=term):
         assert progress.active()
         replay_frame(trace, COST, ReplayConfig())
     assert "replaying" in term.getvalue() and "100%" in term.getvalue()
+    assert sum(steps) >= 2 * len(trace) - 1024  # arrivals (by 1024) and completions both move the bar
     assert not progress.active()
     for enabled, stream in ((False, FakeTerminal()), (True, io.StringIO())):  # --quiet; not a terminal
         with progress.reporting(enabled=enabled, stream=stream):
