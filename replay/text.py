@@ -84,16 +84,13 @@ def wrap(text: str, width: int = WIDTH, indent: str = "  ") -> str:
         chunks = re.split(r"(?<=[,;]) ", line)
         cur = chunks[0]
         for chunk in chunks[1:]:
-            if len(cur) + 1 + len(chunk) <= width:
-                cur += " " + chunk
-                continue
-            folded = _fold(cur, width, lead)
-            out.extend(folded[:-1])
-            last = folded[-1]
-            if len(last) + 1 + len(chunk) <= width and len(folded) > 1:
-                cur = last + " " + chunk  # the rest of a folded chunk takes the next one
+            if len(cur) + 1 + len(chunk) <= width or len(lead) + len(chunk) > width:
+                # it fits, or would not fit a line of its own either: fold it in where it is
+                folded = _fold(cur + " " + chunk, width, lead)
+                out.extend(folded[:-1])
+                cur = folded[-1]
             else:
-                out.append(last)
+                out.extend(_fold(cur, width, lead))
                 cur = lead + chunk
         out.extend(_fold(cur, width, lead))
     return "\n".join(out)
