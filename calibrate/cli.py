@@ -11,16 +11,16 @@ from schemas.cost_params import PARAMS, CostParams, check_value
 from schemas.errors import SpecError
 from schemas.specs import get_gpu, get_model, gpu_from_json, list_gpus, list_models, model_from_hf_config
 from schemas.tables import REQUEST_TRACE, STEP_TRACE
-from replay.cli import replay_config, replay_options
+from replay.cli import check_limits, engine_sources, fill_engine_options, replay_config, replay_options
 from replay.cost_model import RooflineCostModel
 from replay.cost_terms import ALL_TERMS, TERMS
 from replay.errors import ConfigError, ReplayError
 
 from .errors import CalibrationError
-from .fitting import summary_lines, to_calibration
+from .fitting import VARIANTS, summary_lines, to_calibration
 from .request_fit import DEFAULT_FREE, engine_settings, fit_requests
 from .runs import load_runs, parse_run_spec, score_runs
-from .step_fit import VARIANTS, StepData, bootstrap_ci95, fit_steps, set_ci95
+from .step_fit import StepData, bootstrap_ci95, fit_steps, set_ci95
 
 _errors = user_errors(data_errors=(CalibrationError, ReplayError), usage_errors=(SpecError, ConfigError))
 
@@ -119,7 +119,7 @@ def hardware_options(fn):
                      help="Request logs: parameters fitted when they have an effect."),
         click.option("--variants", default=None,
                      help="How compute and memory combine: max, sum, blend (comma separated) "
-                          "[default: all three for step traces, max,sum for request logs]."),
+                          "[default: all three; the best is written]."),
         click.option("--verbose", is_flag=True, default=False, help="Also print lmfit's own report."),
     ]
     for o in reversed(opts):
@@ -135,6 +135,16 @@ def cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, t
     gpu_s = get_gpu(gpu) if gpu else gpu_from_json(gpu_spec)
     return RooflineCostModel(model_spec, gpu_s, CostParams(), tp, dp=dp, expert_parallel=expert_parallel,
                              terms=parse_names(terms, list(TERMS), "--terms"))
+
+
+def engine_options(replay_kwargs: dict, tp: int, dp: int, expert_parallel: bool) -> tuple:
+    """Fill the replay options (and TP, DP, expert parallelism) not given from ``--vllm-log``;
+    print what was taken; return the hardware settings."""
+    kw = {**replay_kwargs, "tp": tp, "dp": dp, "expert_parallel": expert_parallel}
+    for line in fill_engine_options(kw, engine_sources(replay_kwargs.pop("vllm_log", None))):
+        click.echo(line, err=True)
+    replay_kwargs.update({k: v for k, v in kw.items() if k in replay_kwargs})
+    return kw["tp"], kw["dp"], kw["expert_parallel"]
 
 
 def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose):
@@ -189,6 +199,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
     """
     from traces.io import read_trace
 
+    tp, dp, expert_parallel = engine_options(replay_kwargs, tp, dp, expert_parallel)
     cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
     fixed = parse_fixed(fix)
     paths = [parse_run_spec(t)[0] for t in traces]
@@ -222,7 +233,10 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
         runs = load_runs(traces, replay_config(replay_kwargs), read_trace)
         for r in runs:
             warn_metadata_mismatch(r.metadata, cm.model, cm.gpu, tp)
-        names = parse_names(variants or "max,sum", list(VARIANTS), "--variants")
+            warning = check_limits(r.name, r.trace, r.config.max_num_seqs, dp)
+            if warning:
+                click.echo(warning, err=True)
+        names = parse_names(variants or "max,sum,blend", list(VARIANTS), "--variants")
         fits = fit_request_runs(runs, cm, names, parse_names(free, list(PARAMS), "--free"), fixed, jobs,
                                 ray_address, verbose)
         set_ci95(fits[0], ci_method)
@@ -234,9 +248,10 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
 
 @main.command()
 @click.option("--fit-on", "fit_on", multiple=True, required=True, metavar="TRACE",
-              help="Request log(s) to calibrate on (FILE or FILE#K; repeatable).")
+              help="Request log(s) to calibrate on: FILE, FILE#K (benchmark K of a sweep), FILE@START:END "
+                   "(requests arriving in a time window, seconds); repeatable.")
 @click.option("--score-on", "score_on", multiple=True, required=True, metavar="TRACE",
-              help="Request log(s) the calibration does not see, to measure its error on (repeatable).")
+              help="Request log(s) or windows the calibration does not see, to measure its error on (repeatable).")
 @hardware_options
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Processes running the fit's starts.")
 @replay_options
@@ -257,13 +272,15 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
       calibrate validate --fit-on sweep.parquet#0 --score-on sweep.parquet#1 \\
                          --score-on sweep.parquet#2 --model codellama-34b --gpu h100-80gb \\
                          --max-num-seqs 32 --max-num-batched-tokens 64 --enable-prefix-caching
+      calibrate validate --fit-on run.parquet@0:15 --score-on run.parquet@15: ...
     """
     from traces.io import read_trace
 
+    tp, dp, expert_parallel = engine_options(replay_kwargs, tp, dp, expert_parallel)
     cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
     cfg = replay_config(replay_kwargs)
     train, test = load_runs(fit_on, cfg, read_trace), load_runs(score_on, cfg, read_trace)
-    names = parse_names(variants or "max,sum", list(VARIANTS), "--variants")
+    names = parse_names(variants or "max,sum,blend", list(VARIANTS), "--variants")
     fits = fit_request_runs(train, cm, names, parse_names(free, list(PARAMS), "--free"), parse_fixed(fix), jobs,
                             None, verbose)
     fitted = cm.with_params(fits[0].cost_params())

@@ -67,6 +67,80 @@ class FitResult:
         return CostParams(**self.values())
 
 
+#: How compute and memory combine: the seed's max, the sum, or a fitted blend (``overlap``).
+VARIANTS = {"max": 0.0, "sum": 1.0, "blend": None}
+
+
+def inert_params(cost_model, names) -> dict:
+    """Parameters among ``names`` that do not change this model's step time (their term is
+    off for this hardware: an all-reduce at TP 1, an all-to-all without experts): name -> why.
+    The front end's parameters are not step-time parameters and never listed."""
+    out = {}
+    base = cost_model.coefficients
+    for n in names:
+        spec = PARAMS[n]
+        if n.startswith(("t_frontend", "t_stream")):
+            continue
+        probe = spec.upper if math.isnan(spec.default) else (spec.default + spec.upper) / 2
+        if cost_model.with_params(cost_model.params.replace(**{n: probe})).coefficients == base:
+            out[n] = "no effect on this hardware and model"
+    return out
+
+
+def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, variants, candidates, fixed: dict | None,
+                 not_seen: dict, result_of, residuals: tuple, rel_step: float, assess_step: float,
+                 robust: bool = False, starts=(), **kw) -> list[FitResult]:
+    """Fit ``residual`` once per variant of :data:`VARIANTS`; best (lowest score) first.
+
+    Parameters
+    ----------
+    residual : CostParams -> residual array.
+    cost_model : RooflineCostModel
+        Its values are the first start and the values of the parameters held.
+    variants : names of :data:`VARIANTS`; ``blend`` is fitted last, also started from the
+        optima of ``max`` and ``sum`` (it nests both, so it can only do better).
+    candidates : parameters the fit may free (those with an effect, not held).
+    fixed : parameter -> value held (``--fix``).
+    not_seen : parameter -> why it is held (what the data cannot see).
+    result_of : callable ``(variant, params, correlations, warnings, lmfit result, info) -> FitResult``.
+    residuals : (count, what they are): the fit needs more residuals than free parameters.
+    rel_step, starts, kw : of :func:`least_squares` (``starts``: extra start points).
+    assess_step, robust : of :func:`assess`.
+
+    Raises
+    ------
+    FitError
+        An unknown variant, or no more residuals than free parameters.
+    """
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise FitError(f"unknown variant {', '.join(unknown)}; expected {', '.join(VARIANTS)}")
+    p0 = cost_model.params
+    start_of = {n: p0[n] if not math.isnan(p0[n]) else cost_model.tp_link.latency_s for n in PARAMS}
+    fits = []
+    for v in sorted(variants, key=lambda v: VARIANTS[v] is None):
+        hold = dict(fixed or {})
+        why = {k: "given" for k in hold}
+        if VARIANTS[v] is not None:
+            hold["overlap"], why["overlap"] = VARIANTS[v], f"variant {v}"
+        why.update(inert_params(cost_model, [n for n in candidates if n not in hold]))
+        for n, reason in not_seen.items():
+            why.setdefault(n, reason)
+        free = {n: start_of[n] for n in PARAMS if n in candidates and n not in why}
+        for n in PARAMS:
+            if n not in free and n not in hold:
+                hold[n] = start_of[n]
+                why.setdefault(n, "not in the model's terms")
+        require_rows(residuals[0], len(free), residuals[1])
+        extra = [{**free, **{k: x for k, x in st.items() if k in free}} for st in starts]
+        extra += [{k: f.params[k].value for k in free} for f in fits]
+        best, info = least_squares(residual, free, hold, rel_step=rel_step, starts=extra, **kw)
+        params, corr, warns = assess(best, residual, list(free), hold, assess_step, fixed_reason=why, robust=robust)
+        fits.append(result_of(v, params, corr, warns, best, info))
+    fits.sort(key=lambda r: r.score)
+    return fits
+
+
 def least_squares(residual: Callable[[CostParams], np.ndarray], free: dict, fixed: dict,
                   rel_step: float, starts: list[dict] | None = None, max_nfev: int | None = None,
                   loss: str = "linear", runner=None) -> tuple[lmfit.minimizer.MinimizerResult, dict]:
@@ -89,7 +163,7 @@ def least_squares(residual: Callable[[CostParams], np.ndarray], free: dict, fixe
         scipy ``least_squares`` loss (``linear``, ``soft_l1``, ...).
     runner : callable, optional
         ``runner(fn, shared, items) -> [fn(shared, item) for item in items]`` running the
-        starts elsewhere (:func:`calibrate.parallel.run_starts`); default: here, in order.
+        starts elsewhere (:func:`calibrate.request_fit.start_runner`); default: here, in order.
 
     Returns
     -------
@@ -124,23 +198,34 @@ class _Problem:
 
 def polish(problem: _Problem, start: dict):
     """One start of :func:`least_squares`: lmfit ``least_squares`` from ``start``; the
-    result and the residual evaluations it took (module level: picklable for workers)."""
+    result and the residual evaluations it took (module level: picklable for workers).
+
+    The result holds the best point evaluated: when the evaluation budget runs out lmfit
+    stops wherever it was (a finite-difference probe, say), not at its best point."""
     params = lmfit.Parameters()
     for name in problem.free:
         spec = PARAMS[name]
         lo, hi = spec.lower / spec.fit_scale, spec.upper / spec.fit_scale
         params.add(name, value=min(max(start[name] / spec.fit_scale, lo), hi), min=lo, max=hi)
-    count = [0]
+    count, best = [0], [math.inf, None]
 
     def fcn(p):
         count[0] += 1
-        return problem(p)
+        r = problem(p)
+        cost = float(np.sum(r ** 2))
+        if cost < best[0]:
+            best[0], best[1] = cost, p.valuesdict()
+        return r
 
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore", RuntimeWarning)
         r = lmfit.Minimizer(fcn, params).minimize(
             method="least_squares", loss=problem.loss, x_scale="jac", diff_step=problem.rel_step,
             max_nfev=problem.max_nfev, ftol=1e-10, xtol=1e-10, gtol=1e-10)
+    if best[1] is not None and problem.loss == "linear" and best[0] < r.chisqr:
+        for name, value in best[1].items():
+            r.params[name].value = value
+        r.chisqr = best[0]
     return r, count[0]
 
 

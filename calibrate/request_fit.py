@@ -7,8 +7,8 @@ Logs of one deployment at different loads or limits are what tell the terms apar
 """
 from __future__ import annotations
 
-import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -21,8 +21,7 @@ from replay.sweep import map_on_ray
 from schemas.cost_params import PARAMS, CostParams
 
 from .errors import FitError
-from .fitting import FitResult, assess, least_squares
-from .step_fit import VARIANTS, inert_params
+from .fitting import FitResult, fit_variants
 
 #: Quantiles matched by default (p10..p90).
 QUANTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)
@@ -50,6 +49,9 @@ class Run:
         The trace's ``servecal.*`` metadata (hash block size, ...).
     note : str, optional
         What the fit left out of this run (set by the fit).
+    scored : numpy bool array, optional
+        Rows whose latencies are matched or scored (a time window); all rows are replayed,
+        as they all shared the engine in the measured run. None: every row.
     """
 
     name: str
@@ -57,6 +59,11 @@ class Run:
     config: ReplayConfig
     metadata: dict
     note: str | None = None
+    scored: np.ndarray | None = None
+
+    def scored_rows(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The rows of ``frame`` (this run's trace or its replay result) that are scored."""
+        return frame if self.scored is None else frame[self.scored]
 
 
 class _QuantileResidual:
@@ -65,8 +72,8 @@ class _QuantileResidual:
 
     def __init__(self, runs, cost_model, metrics, quantiles):
         self.runs, self.cost_model, self.metrics, self.quantiles = runs, cost_model, metrics, quantiles
-        self.meas = [{m: np.percentile(_finite(r.trace[m]), quantiles) for m in metrics if _has(r.trace, m)}
-                     for r in runs]
+        self.meas = [{m: np.percentile(_finite(r.scored_rows(r.trace)[m]), quantiles) for m in metrics
+                      if _has(r.scored_rows(r.trace), m)} for r in runs]
 
     def errors(self, p: CostParams) -> list[dict]:
         """Per run, metric -> relative quantile errors (array)."""
@@ -74,6 +81,7 @@ class _QuantileResidual:
         out = []
         for run, meas in zip(self.runs, self.meas):
             res, _ = replay_frame(run.trace, cm, run.config, run.metadata)
+            res = run.scored_rows(res)
             errs = {}
             for m, q_meas in meas.items():
                 pv = _finite(res[f"pred_{m}"])
@@ -95,27 +103,28 @@ def _has(trace: pd.DataFrame, m: str) -> bool:
     return m in trace and _finite(trace[m]).size > 0
 
 
-def run_starts(jobs: int | None, ray_address: str | None, n_starts: int):
-    """The runner of :func:`calibrate.fitting.least_squares`: the starts in parallel
-    processes (spawn; ``jobs`` default the CPU count), on a Ray cluster, or here."""
+@contextmanager
+def start_runner(jobs: int | None, ray_address: str | None, n_starts: int):
+    """The runner of :func:`calibrate.fitting.least_squares` for the whole fit: the starts in
+    one pool of ``jobs`` processes (spawn; default the CPU count) kept for every variant, on a
+    Ray cluster, or here (None) with one job."""
     if ray_address is not None:
-        return lambda fn, shared, items: map_on_ray(fn, shared, items, ray_address)
+        yield lambda fn, shared, items: map_on_ray(fn, shared, items, ray_address)
+        return
     workers = min((os.cpu_count() or 1) if jobs is None else jobs, n_starts)
     if workers <= 1:
-        return None
+        yield None
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-    def runner(fn, shared, items):
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            return list(pool.map(partial(fn, shared), items))
-    return runner
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield lambda fn, shared, items: list(pool.map(partial(fn, shared), items))
 
 
-def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max", "sum"),
+def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max", "sum", "blend"),
                  metrics=("ttft_s", "tpot_s"), quantiles=QUANTILES, free=DEFAULT_FREE, fixed: dict | None = None,
-                 jobs: int | None = None, ray_address: str | None = None, max_nfev: int = 40) -> list[FitResult]:
+                 jobs: int | None = None, ray_address: str | None = None, max_nfev: int | None = None) -> list[FitResult]:
     """Fit the cost model to measured request latencies of one or several runs.
 
     Parameters
@@ -125,13 +134,13 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
     cost_model : RooflineCostModel
         Hardware, model and terms; its values are the first start and the values of the
         parameters that stay fixed.
-    variants : names of :data:`calibrate.step_fit.VARIANTS` (how compute and memory combine).
+    variants : names of :data:`calibrate.fitting.VARIANTS` (how compute and memory combine).
     metrics : measured columns matched (those a run lacks are skipped for that run).
     quantiles : percentiles matched, numpy linear method on both sides.
-    free : parameters fitted when they have an effect (:func:`calibrate.step_fit.inert_params`).
+    free : parameters fitted when they have an effect (:func:`calibrate.fitting.inert_params`).
     fixed : parameter -> value held fixed.
-    jobs, ray_address : where the starts run (:func:`run_starts`); the result does not depend on it.
-    max_nfev : residual evaluations per start.
+    jobs, ray_address : where the starts run (:func:`start_runner`); the result does not depend on it.
+    max_nfev : residual evaluations per start (default 10 per free parameter, plus 10).
 
     Returns
     -------
@@ -155,43 +164,29 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
     runs = [_prepared(r, cost_model, metrics) for r in runs]
     residual = _QuantileResidual(runs, cost_model, metrics, quantiles)
     n_res = sum(len(m) for m in residual.meas) * len(quantiles)
-    fits = []
-    for v in variants:
-        hold = dict(fixed or {})
-        if VARIANTS[v] is not None:
-            hold["overlap"] = VARIANTS[v]
-        why = {k: "given" for k in hold}
-        if "overlap" in why:
-            why["overlap"] = f"variant {v}"
-        wanted = [n for n in cost_model.free_params if n in free or n == "overlap"]
-        why.update({n: r for n, r in inert_params(cost_model, [n for n in wanted if n not in hold]).items()
-                    if not n.startswith(("t_frontend", "t_stream"))})
-        p0 = cost_model.params
-        start_of = {n: p0[n] if not math.isnan(p0[n]) else cost_model.tp_link.latency_s for n in PARAMS}
-        free_now = {n: start_of[n] for n in wanted if n not in hold and n not in why}
-        for n in PARAMS:
-            if n not in free_now and n not in hold:
-                hold[n] = start_of[n]
-                why.setdefault(n, "not fitted from request logs" if n not in free else "no effect here")
-        if n_res <= len(free_now):
-            raise FitError(f"{n_res} quantile residuals cannot fit {len(free_now)} parameters; match more quantiles")
-        starts = [{**free_now, **{k: s for k, s in st.items() if k in free_now}} for st in _STARTS]
-        best, info = least_squares(residual, free_now, hold, rel_step=0.05, starts=starts, max_nfev=max_nfev,
-                                   runner=run_starts(jobs, ray_address, 1 + len(starts)))
-        params, corr, warns = assess(best, residual, list(free_now), hold, rel_step=0.05, fixed_reason=why)
+    not_seen = {n: "not fitted from request logs (give --free to fit it)" for n in PARAMS
+                if n not in free and n != "overlap"}
+
+    def result_of(v, params, corr, warns, best, info):
+        import lmfit
+
         errs = residual.errors(CostParams(**{k: p.value for k, p in params.items()}))
         by_run = {run.name: {m: dict(zip((f"p{q}" for q in quantiles), np.round(e, 4).tolist()))
                              for m, e in run_errs.items()} for run, run_errs in zip(runs, errs)}
         cost = float(sum(np.sum(e ** 2) for run_errs in errs for e in run_errs.values()))
+        n_free = sum(p.vary for p in params.values())
         stats = {"n_requests": int(sum(len(r.trace) for r in runs)), "n_runs": len(runs),
-                 "n_replays": (info["n_evals"] + 2 * len(free_now) + 2) * len(runs), "cost": cost,
+                 "n_replays": (info["n_evals"] + 2 * n_free + 2) * len(runs), "cost": cost,
                  "residual_by_run": by_run,
                  "runs": {r.name: {"n_requests": len(r.trace), "engine": engine_settings(r.config)} for r in runs}}
-        import lmfit
-        fits.append(FitResult(variant=v, params=params, correlations=corr, score=cost, stats=stats,
-                              warnings=[*[r.note for r in runs if r.note], *warns], report=lmfit.fit_report(best)))
-    fits.sort(key=lambda r: r.score)
-    return fits
+        return FitResult(variant=v, params=params, correlations=corr, score=cost, stats=stats,
+                         warnings=[*[r.note for r in runs if r.note], *warns], report=lmfit.fit_report(best))
+
+    with start_runner(jobs, ray_address, 1 + len(_STARTS)) as runner:
+        return fit_variants(residual, cost_model, variants, [n for n in cost_model.free_params if n in free or
+                                                             n == "overlap"], fixed, not_seen, result_of,
+                            (n_res, "quantile residuals"), rel_step=0.05, assess_step=0.05, starts=_STARTS,
+                            max_nfev=max_nfev or 10 * (len(free) + 1), runner=runner)
 
 
 def _prepared(run: Run, cost_model: RooflineCostModel, metrics) -> Run:
@@ -204,7 +199,7 @@ def _prepared(run: Run, cost_model: RooflineCostModel, metrics) -> Run:
     FitError
         No measured metric in the run, or every request rejected (or failed in the trace).
     """
-    if not any(_has(run.trace, m) for m in metrics):
+    if not any(_has(run.scored_rows(run.trace), m) for m in metrics):
         raise FitError(f"{run.name}: no measured {' or '.join(metrics)}; a request-log fit needs measured latencies")
     cfg = replace(run.config, record_token_times=False, record_steps=False, record_step_requests=False)
     res, _ = replay_frame(run.trace, cost_model, cfg, run.metadata)
@@ -215,8 +210,10 @@ def _prepared(run: Run, cost_model: RooflineCostModel, metrics) -> Run:
                        "check --max-model-len, --num-gpu-blocks and --gpu-memory-utilization")
     note = (f"{run.name}: {int(rejected.sum())} request(s) rejected by the engine (too long for "
             "max_model_len or the KV cache) are left out of the fit") if rejected.any() else None
-    return Run(run.name, run.trace[~rejected].reset_index(drop=True) if rejected.any() else run.trace,
-               cfg, run.metadata, note)
+    if not rejected.any():
+        return Run(run.name, run.trace, cfg, run.metadata, None, run.scored)
+    return Run(run.name, run.trace[~rejected].reset_index(drop=True), cfg, run.metadata, note,
+               None if run.scored is None else run.scored[~rejected])
 
 
 def engine_settings(cfg: ReplayConfig) -> dict:

@@ -15,55 +15,74 @@ from .errors import FitError
 from .request_fit import Run
 
 
-def parse_run_spec(spec: str) -> tuple[str, int | None]:
-    """``"sweep.parquet#2"`` -> ``("sweep.parquet", 2)``: benchmark 2 of a multi-benchmark
-    log (its ``benchmark`` column); ``"run.parquet"`` -> ``("run.parquet", None)``.
+def parse_run_spec(spec: str) -> tuple[str, int | None, tuple[float, float] | None]:
+    """``"sweep.parquet#2@0:60"`` -> ``("sweep.parquet", 2, (0.0, 60.0))``: benchmark 2 of a
+    multi-benchmark log (its ``benchmark`` column), requests arriving in [0, 60) s. Both parts
+    are optional; a window side may be empty (``@30:`` from 30 s on).
 
     Raises
     ------
     FitError
-        What follows ``#`` is not a whole number.
+        A benchmark that is not a whole number, or a window that is not START:END seconds.
     """
-    path, sep, k = spec.rpartition("#")
-    if not sep:
-        return spec, None
-    if not k.isdigit():
-        raise FitError(f"{spec}: expected FILE or FILE#K with K a benchmark number")
-    return path, int(k)
+    rest, at, window = spec.rpartition("@") if "@" in spec else (spec, "", "")
+    path, sep, k = rest.rpartition("#") if "#" in rest else (rest, "", "")
+    if sep and not k.isdigit():
+        raise FitError(f"{spec}: expected FILE[#K][@START:END] with K a benchmark number")
+    span = None
+    if at:
+        a, colon, b = window.partition(":")
+        try:
+            span = (float(a) if a else 0.0, float(b) if b else float("inf"))
+        except ValueError:
+            span = None
+        if not colon or span is None or not span[0] < span[1]:
+            raise FitError(f"{spec}: expected a time window @START:END in seconds with START < END, e.g. @0:60")
+    return path, (int(k) if sep else None), span
 
 
 def load_runs(specs, cfg: ReplayConfig, read_trace) -> list[Run]:
-    """The runs of ``specs`` (paths, or ``path#K``): one per file, or one per value of a
-    log's ``benchmark`` column (GuideLLM sweeps), each replayed under ``cfg`` updated with
-    the engine settings in the file's metadata (``engine``, JSON with vLLM's names) where
-    ``cfg`` kept its default.
+    """The runs of ``specs`` (``FILE[#K][@START:END]``, :func:`parse_run_spec`): one per file,
+    or one per value of a log's ``benchmark`` column (GuideLLM sweeps), each replayed under
+    ``cfg`` updated with the engine settings in the file's metadata (``engine``, JSON with
+    vLLM's names) where ``cfg`` kept its default. With a window, every request is replayed
+    (later arrivals share the engine with the window's requests, as they did in the measured
+    run) and only the latencies of those arriving inside it are matched or scored
+    (:attr:`Run.scored`): a fit on a window sees no latency from outside it.
 
     Raises
     ------
     FitError
-        A file that is not a request log, or a benchmark not in the file.
+        A file that is not a request log, a benchmark not in the file, an empty window.
     """
     runs = []
     for spec in specs:
-        path, k = parse_run_spec(spec)
+        path, k, span = parse_run_spec(spec)
         kind, frame, meta = read_trace(path)
         if kind != REQUEST_TRACE:
             raise FitError(f"{path}: is a {kind}; only request logs can be fitted together or validated on")
         run_cfg = _with_engine_metadata(cfg, meta)
-        if "benchmark" in frame and frame["benchmark"].nunique() > 1 or k is not None:
+        parts = [(path, frame)]
+        if k is not None or ("benchmark" in frame and frame["benchmark"].nunique() > 1):
             if "benchmark" not in frame:
                 raise FitError(f"{spec}: the file has no 'benchmark' column; give the file without #{k}")
-            wanted = [k] if k is not None else sorted(frame["benchmark"].unique())
-            for b in wanted:
+            have = sorted(frame["benchmark"].unique())
+            if k is not None and k not in have:
+                raise FitError(f"{spec}: no benchmark {k} (the file has {', '.join(str(x) for x in have)})")
+            parts = []
+            for b in [k] if k is not None else have:
                 part = frame[frame["benchmark"] == b]
-                if part.empty:
-                    raise FitError(f"{spec}: no benchmark {b} (the file has "
-                                   f"{', '.join(str(x) for x in sorted(frame['benchmark'].unique()))})")
                 part = part.assign(arrival_time_s=part["arrival_time_s"] - part["arrival_time_s"].min())
-                runs.append(Run(f"{path}#{b}", part.sort_values("arrival_time_s", kind="stable").reset_index(drop=True),
-                                run_cfg, meta))
-        else:
-            runs.append(Run(path, frame, run_cfg, meta))
+                parts.append((f"{path}#{b}", part.sort_values("arrival_time_s", kind="stable").reset_index(drop=True)))
+        for name, part in parts:
+            scored = None
+            if span is not None:
+                t = part["arrival_time_s"]
+                scored = ((t >= span[0]) & (t < span[1])).to_numpy()
+                if not scored.any():
+                    raise FitError(f"{spec}: no request arrives in the window [{span[0]:g}, {span[1]:g}) s")
+                name = f"{name}@{span[0]:g}:{span[1]:g}"
+            runs.append(Run(name, part, run_cfg, meta, None, scored))
     return runs
 
 
@@ -89,7 +108,7 @@ def score_runs(runs: list[Run], cost_model) -> pd.DataFrame:
     rows = []
     for run in runs:
         res, _ = replay_frame(run.trace, cost_model, replace(run.config, record_token_times=False), run.metadata)
-        table = compare(res)
+        table = compare(run.scored_rows(res))
         table.insert(0, "run", run.name)
         rows.append(table)
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()

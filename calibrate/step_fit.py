@@ -1,18 +1,15 @@
 """Calibration from a step trace: least squares of measured step durations on the cost model."""
 from __future__ import annotations
 
-import math
 import numpy as np
 import pandas as pd
 
-from replay.cost_model import RooflineCostModel
+from replay.cost_model import FRONTEND_PARAMS, RooflineCostModel
 from schemas.cost_params import PARAMS, CostParams
 
 from .errors import FitError
-from .fitting import FitResult, assess, least_squares, require_rows
+from .fitting import VARIANTS, FitResult, fit_variants, least_squares
 
-#: How compute and memory combine: the seed's max, the sum, or a fitted blend (``overlap``).
-VARIANTS = {"max": 0.0, "sum": 1.0, "blend": None}
 #: Extra start points of the step fit (the first start is the declared defaults).
 _STARTS = ({"eta_compute": 0.3, "eta_mem": 0.5, "n_half_tokens": 200.0},
            {"eta_compute": 0.8, "eta_mem": 0.95, "n_half_tokens": 20.0})
@@ -89,23 +86,6 @@ class _StepResidual:
             return d.weights * np.log(np.maximum(self.predict(p), 1e-300) / d.duration_s)
 
 
-def inert_params(cost_model: RooflineCostModel, names) -> dict:
-    """Parameters among ``names`` that do not change this model's step time (their term is
-    off for this hardware: an all-reduce at TP 1, an all-to-all without experts), or that
-    a step trace cannot see (the front end): name -> why."""
-    out = {}
-    base = cost_model.coefficients
-    for n in names:
-        spec = PARAMS[n]
-        if n.startswith(("t_frontend", "t_stream")):
-            out[n] = "outside the engine: a step trace does not see it"
-            continue
-        probe = spec.upper if math.isnan(spec.default) else (spec.default + spec.upper) / 2
-        if cost_model.with_params(cost_model.params.replace(**{n: probe})).coefficients == base:
-            out[n] = "no effect on this hardware and model"
-    return out
-
-
 def fit_steps(steps: pd.DataFrame, cost_model: RooflineCostModel, variants=("max", "sum", "blend"),
               loss: str = "soft_l1", fixed: dict | None = None, balance_kinds: bool = True,
               data: StepData | None = None) -> tuple[list[FitResult], dict]:
@@ -142,32 +122,14 @@ def fit_steps(steps: pd.DataFrame, cost_model: RooflineCostModel, variants=("max
     if data.duration_s.size == 0:
         raise FitError("no usable step rows (all missing, non-positive or empty)")
     residual = _StepResidual(data, cost_model)
-    fits = []
-    for v in variants:
-        if v not in VARIANTS:
-            raise FitError(f"unknown variant {v!r}; expected one of {', '.join(VARIANTS)}")
-        hold = dict(fixed or {})
-        if VARIANTS[v] is not None:
-            hold["overlap"] = VARIANTS[v]
-        why = {k: "given" for k in hold}
-        why.update(inert_params(cost_model, [n for n in cost_model.free_params if n not in hold]))
-        if "overlap" in why:
-            why["overlap"] = f"variant {v}"
-        p0 = cost_model.params
-        for n in why:
-            if n not in hold:
-                hold[n] = p0[n] if not math.isnan(p0[n]) else cost_model.tp_link.latency_s
-        for n in PARAMS:
-            if n not in cost_model.free_params and n not in hold:
-                hold[n], why[n] = p0[n], "not in the model's terms"
-        free = {n: (p0[n] if not math.isnan(p0[n]) else cost_model.tp_link.latency_s)
-                for n in PARAMS if n not in hold}
-        require_rows(data.duration_s.size, len(free), "usable step rows")
-        starts = [{**free, **{k: s for k, s in st.items() if k in free}} for st in _STARTS]
-        best, info = least_squares(residual, free, hold, rel_step=1e-4, starts=starts, loss=loss)
-        params, corr, warns = assess(best, residual, list(free), hold, rel_step=1e-3, fixed_reason=why, robust=True)
-        fits.append(_result(v, params, corr, warns, residual, data, best, info))
-    fits.sort(key=lambda r: r.score)
+    not_seen = {n: "outside the engine: a step trace does not see it" for n in FRONTEND_PARAMS}
+
+    def result_of(variant, params, corr, warns, best, info):
+        return _result(variant, params, corr, warns, residual, data, best, info)
+
+    fits = fit_variants(residual, cost_model, variants, cost_model.free_params, fixed, not_seen, result_of,
+                        (data.duration_s.size, "usable step rows"), rel_step=1e-4, assess_step=1e-3, robust=True,
+                        starts=_STARTS, loss=loss)
     return fits, data.dropped
 
 

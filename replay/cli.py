@@ -82,6 +82,10 @@ def replay_options(fn):
         click.option("--exact-steps", is_flag=True, default=False,
                      help="Simulate every step and request one by one, through the event heap: the reference "
                           "the fast path is tested against (same results, slower)."),
+        click.option("--vllm-log", type=click.Path(dir_okay=False), default=None,
+                     help="The measured server's stdout log: its engine settings (max_num_seqs, "
+                          "max_num_batched_tokens, KV blocks, prefix caching, TP/DP, ...) fill every option "
+                          "not given here."),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -108,6 +112,74 @@ DISAGG_OPTIONS = ("prefill_replicas", "decode_replicas", "tp_prefill", "tp_decod
                   "link_bandwidth_bytes_per_s", "link_latency_s", "first_token_from")
 
 
+#: Engine options a vLLM log or a calibration can supply (ReplayConfig names = option names).
+ENGINE_OPTIONS = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "gpu_memory_utilization",
+                  "block_size", "max_model_len", "enable_prefix_caching", "preemption_mode", "replicas", "router",
+                  "long_prefill_token_threshold", "speculative_tokens")
+#: vLLM's names of the hardware settings, and the option each fills.
+_HARDWARE_KEYS = {"tensor_parallel_size": "tp", "data_parallel_size": "dp", "enable_expert_parallel": "expert_parallel"}
+
+
+def fill_engine_options(kwargs: dict, sources: list) -> list[str]:
+    """Fill the engine options left at their defaults from ``sources`` (``(label, settings)``
+    pairs, vLLM's names, first source first), in place; return what to tell the user: the
+    options taken, and those given on the command line that differ from a source.
+
+    Command-line options win, then the sources in order; the hardware keys
+    (``tensor_parallel_size``...) fill ``tp``, ``dp``, ``expert_parallel`` when present in ``kwargs``.
+    """
+    import textwrap
+
+    ctx = click.get_current_context()
+    taken, differ = {}, []
+    for key in (*ENGINE_OPTIONS, *_HARDWARE_KEYS):
+        name = _HARDWARE_KEYS.get(key, key)
+        if name not in kwargs:
+            continue
+        src = ctx.get_parameter_source(name)
+        given = src is not None and src != click.core.ParameterSource.DEFAULT
+        for label, settings in sources:
+            value = (settings or {}).get(key)
+            if value is None:
+                continue
+            if given:
+                if value != kwargs[name]:
+                    differ.append(f"--{name.replace('_', '-')} {kwargs[name]} (the {label} says {value})")
+            else:
+                kwargs[name] = value
+                taken.setdefault(label, []).append(f"{name}={value}")
+            break
+    lines = [f"engine settings from the {label}: {', '.join(items)}" for label, items in taken.items()]
+    if differ:
+        lines.append(f"note: given on the command line, unlike the measured run: {'; '.join(differ)}")
+    return [textwrap.fill(line, 100, subsequent_indent="  ") for line in lines]
+
+
+def max_running(trace) -> int | None:
+    """Most requests the measured engine ran at once, from ``queue_wait_s`` and ``e2e_s``
+    (scheduled = arrival + queue wait, until arrival + E2E); None without both columns."""
+    if "queue_wait_s" not in trace or "e2e_s" not in trace:
+        return None
+    t0 = (trace["arrival_time_s"] + trace["queue_wait_s"]).to_numpy(float)
+    t1 = (trace["arrival_time_s"] + trace["e2e_s"]).to_numpy(float)
+    ok = np.isfinite(t0) & np.isfinite(t1)
+    if not ok.any():
+        return None
+    events = np.concatenate([np.stack([t0[ok], np.ones(ok.sum())], 1), np.stack([t1[ok], -np.ones(ok.sum())], 1)])
+    events = events[np.lexsort((events[:, 1], events[:, 0]))]  # ends before starts at a tie
+    return int(np.max(np.cumsum(events[:, 1])))
+
+
+def check_limits(name: str, trace, max_num_seqs: int, dp: int = 1) -> str | None:
+    """A warning when the measured run had more requests running at once than the limits allow."""
+    most = max_running(trace)
+    if most is not None and most > max_num_seqs * dp:
+        return (f"warning: {name} had up to {most} requests running at once, above --max-num-seqs "
+                f"{max_num_seqs}{f' x {dp} ranks' if dp > 1 else ''}: the options do not describe the measured "
+                "engine (give its settings, or --vllm-log)")
+    return None
+
+
 def replay_config(kwargs: dict, one_scheduler: bool = True, **extra) -> ReplayConfig:
     """A ReplayConfig from the options of :func:`replay_options`.
 
@@ -118,6 +190,7 @@ def replay_config(kwargs: dict, one_scheduler: bool = True, **extra) -> ReplayCo
     keys = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "gpu_memory_utilization",
             "block_size", "max_model_len", "replicas", "router", "enable_prefix_caching", "hash_block_size",
             "preemption_mode", "slo_ttft_s", "slo_tpot_s", "concurrency", "think_time_s", "exact_steps")
+    keys = tuple(k for k in keys if k in kwargs)
     given = {k: kwargs[k] for k in DISAGG_OPTIONS if kwargs.get(k) is not None}
     if one_scheduler and kwargs["scheduler"] != "disagg" and given:
         names = ", ".join("--" + k.replace("_", "-") for k in given)
@@ -158,6 +231,8 @@ def parse_tolerances(text: str | None) -> dict[str, float]:
 @click.option("--model", default=None, help="Replay another model on the calibrated GPU (catalog key, "
                                             "HF id or config.json).")
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Tensor-parallel degree [default: the calibration's].")
+@click.option("--data-parallel-size", "dp", type=click.IntRange(min=1), default=None,
+              help="vLLM data-parallel ranks stepping in lock step [default: the calibration's].")
 @replay_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the replay result (replay_result/1 Parquet).")
@@ -200,8 +275,9 @@ def parse_tolerances(text: str | None) -> dict[str, float]:
               help="--sweep: also write the table (.parquet or .csv; seconds, requests/s).")
 @output_options
 @_errors
-def main(trace, calibration_path, model, tp, output, steps_out, token_times, chrome_trace, chrome_trace_window,
-         chrome_trace_max_requests, report, measured_timeseries, tolerance, compare_schedulers, sweep, jobs, ray_address, sweep_out, wide, quiet,
+def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times, chrome_trace, chrome_trace_window,
+         chrome_trace_max_requests, report, measured_timeseries, tolerance, compare_schedulers, sweep, jobs,
+         ray_address, sweep_out, vllm_log, wide, quiet,
          **kwargs):
     """Replay TRACE through the simulated engine; compare with measured latencies.
 
@@ -238,7 +314,11 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
         timeseries = read_timeseries(measured_timeseries) if measured_timeseries else None
     cal = Calibration.read(calibration_path)
     model_spec = get_model(model) if model else None
-    cost_model = calibrated_cost_model(calibration_path, cal, model_spec, tp)
+    kwargs.update(tp=tp, dp=dp)
+    for line in fill_engine_options(kwargs, engine_sources(vllm_log, cal, calibration_path)):
+        click.echo(wrap(line), err=True)
+    tp, dp = kwargs.pop("tp"), kwargs.pop("dp")
+    cost_model = calibrated_cost_model(calibration_path, cal, model_spec, tp, dp)
     if model_spec is not None and model_spec.name != cal.model.name:
         click.echo(wrap(f"note: the calibration was fitted on {cal.model.name}; its efficiencies are carried over "
                         f"to {model_spec.name} on the same GPU (an extrapolation: check against a measured run)"),
@@ -246,6 +326,9 @@ def main(trace, calibration_path, model, tp, output, steps_out, token_times, chr
     kind, frame, meta = read_trace(trace)
     if kind != REQUEST_TRACE:
         raise DataError(f"{trace}: is a {kind}; replay needs a request trace ({REQUEST_TRACE})")
+    warning = check_limits(str(trace), frame, kwargs["max_num_seqs"], cost_model.dp)
+    if warning:
+        click.echo(wrap(warning), err=True)
     if names is not None:
         compare_schedulers_run(frame, meta, cost_model, replay_config(kwargs, one_scheduler=False), names, wide)
         return
@@ -356,7 +439,20 @@ def chrome_trace_options(chrome_trace, window: str | None, max_requests: int):
         raise click.UsageError(str(exc)) from None
 
 
-def calibrated_cost_model(path, cal: Calibration, model_spec=None, tp: int | None = None):
+def engine_sources(vllm_log: str | None, cal: Calibration | None = None, cal_path=None) -> list:
+    """The sources of engine settings, first wins: the measured server's log, then the
+    calibration's recorded settings (:func:`fill_engine_options`)."""
+    out = []
+    if vllm_log:
+        from traces.importers.vllm_log import engine_settings_from_vllm_log
+
+        out.append((f"vLLM log {vllm_log}", engine_settings_from_vllm_log(vllm_log)))
+    if cal is not None and cal.engine:
+        out.append((f"calibration {cal_path}", cal.engine))
+    return out
+
+
+def calibrated_cost_model(path, cal: Calibration, model_spec=None, tp: int | None = None, dp: int | None = None):
     """The cost model of calibration file ``path``; a model it cannot build (an unknown
     term, a TP that does not divide the heads) is the file's fault when nothing overrides it.
 
@@ -368,9 +464,9 @@ def calibrated_cost_model(path, cal: Calibration, model_spec=None, tp: int | Non
         When ``--model`` or ``--tp`` makes the combination impossible.
     """
     try:
-        return cost_model_from_calibration(cal, model_spec, tp)
+        return cost_model_from_calibration(cal, model_spec, tp, dp)
     except ConfigError as exc:
-        if model_spec is None and tp is None:
+        if model_spec is None and tp is None and dp is None:
             raise DataError(f"{path}: {exc}") from None
         raise
 

@@ -220,6 +220,15 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
     ------
     ConfigError
         Unknown scheduler, impossible KV cache or limits.
+
+    Notes
+    -----
+    A cost model with ``dp > 1`` (vLLM ``--data-parallel-size`` of a MoE model) is one
+    replica of ``dp`` ranks stepping in lock step: ``max_num_seqs``,
+    ``max_num_batched_tokens`` and the KV blocks (all per rank, as vLLM takes them) are
+    multiplied by ``dp``, and the step is priced for the group's tokens spread evenly over
+    the ranks (:class:`replay.cost_terms.ReplicaShape`). An imbalance between the ranks
+    (one busy, one idle running a dummy batch) is not modelled beyond that.
     """
     if cfg.max_num_seqs < 1 or cfg.max_num_batched_tokens < 1:
         raise ConfigError("--max-num-seqs and --max-num-batched-tokens must be >= 1")
@@ -232,7 +241,10 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
             raise ConfigError("--preemption-mode swap with --scheduler disagg needs --tp-prefill equal to --tp-decode")
     else:
         factory = get_scheduler_factory(cfg.scheduler)
-    blocks = resolve_num_gpu_blocks(cfg, cost_model.model, cost_model.gpu, cost_model.tp)
+    # vLLM's data-parallel ranks of a MoE model step in lock step: the group is one replica with
+    # every rank's limits and KV cache (cost_terms.ReplicaShape)
+    dp = getattr(cost_model, "dp", 1)
+    blocks = resolve_num_gpu_blocks(cfg, cost_model.model, cost_model.gpu, cost_model.tp) * dp
     max_len = cfg.max_model_len if cfg.max_model_len is not None else cost_model.model.max_model_len
     meta = metadata or {}
     hash_block_size = cfg.hash_block_size or int(meta.get("hash_block_tokens") or meta.get("hash_block_size") or 16)
@@ -243,7 +255,7 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
         # each of the tp GPUs moves its share of the KV over its own host link
         swap_time_per_block_s = (cfg.block_size * cost_model.model.kv_bytes_per_token
                                  / (LINKS[cfg.swap_link].bandwidth_bytes_per_s * cost_model.tp))
-    sched_cfg = SchedulerConfig(cfg.max_num_seqs, cfg.max_num_batched_tokens)
+    sched_cfg = SchedulerConfig(cfg.max_num_seqs * dp, cfg.max_num_batched_tokens * dp)
     engine_cfg = EngineConfig(blocks, cfg.block_size, max_len, cfg.record_token_times,
                               cfg.record_steps or cfg.record_step_requests,
                               enable_prefix_caching=cfg.enable_prefix_caching, hash_block_size=hash_block_size,

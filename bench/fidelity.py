@@ -1,0 +1,157 @@
+"""Fidelity on every real run in ../shared/data/real: in-sample and out-of-sample errors.
+
+Each case calibrates on some data (a kernel profile, a run, a benchmark of a sweep, or the
+early time window of a run) and scores measured vs predicted p50/p90 TTFT, TPOT and E2E on
+data the fit did not see (``out``), and on the data it was fitted on (``in``). Rerun it
+whenever the cost model changes; a change that improves one run and worsens another is not
+an improvement.
+
+    python bench/fidelity.py [--data ../shared/data/real] [--out bench/FIDELITY.md] [--only NAME]
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibrate.request_fit import fit_requests
+from calibrate.runs import load_runs, score_runs
+from calibrate.step_fit import fit_steps
+from replay.cost_model import RooflineCostModel
+from replay.simulate import ReplayConfig
+from schemas.cost_params import CostParams
+from schemas.specs import get_gpu, get_model
+from traces.cli import main as traces_cli
+from traces.io import read_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+PRO6000 = dict(max_num_seqs=128, max_num_batched_tokens=2048)
+CODELLAMA = dict(max_num_seqs=32, max_num_batched_tokens=64, max_model_len=8192, num_gpu_blocks=2790,
+                 enable_prefix_caching=True)
+
+
+def imported(data: Path, tmp: Path) -> dict:
+    """The real files as servecal traces (through the CLI's importers)."""
+    from click.testing import CliRunner
+
+    jobs = {
+        "llama.parquet": ["vllm-request-stats", data / "lss_vllm_rtxpro6000_llama31_8b_requests.jsonl"],
+        "qwen32.parquet": ["vllm-request-stats", data / "lss_vllm_rtxpro6000_qwen3_32b_requests.jsonl"],
+        "moe.parquet": ["vllm-request-stats", data / "lss_vllm_rtxpro6000_qwen3_30b_a3b_requests.jsonl"],
+        "steps.parquet": ["llmservingsim-profile", *sorted(data.glob("lss_profile_rtxpro6000_llama31_8b_*"))],
+        "sweep.parquet": ["guidellm", data / "guidellm_results_codellama34b_prefill_sweep.json"],
+        "spans.parquet": ["vllm-otlp", data / "vllm_otlp_spans_codellama34b_prefill_sweep.jsonl", "--guidellm",
+                          data / "guidellm_results_codellama34b_prefill_sweep.json"],
+    }
+    out = {}
+    for name, args in jobs.items():
+        res = CliRunner().invoke(traces_cli, ["import", *map(str, args), "-o", str(tmp / name)])
+        if res.exit_code:
+            raise SystemExit(f"import of {name} failed: {res.output}")
+        out[name] = tmp / name
+    return out
+
+
+def cost_model(model: str, gpu: str, **kw) -> RooflineCostModel:
+    return RooflineCostModel(get_model(model), get_gpu(gpu), CostParams(), **kw)
+
+
+def errors(table: pd.DataFrame) -> dict:
+    """{"ttft_p50": err, ...} of a compare() table."""
+    by = table.set_index("metric")
+    return {f"{m}_{q}": float(by.loc[m, f"rel_err_{q}"]) if m in by.index else np.nan
+            for m in ("ttft", "tpot", "e2e") for q in ("p50", "p90")}
+
+
+def case_rows(name, fitted_on, fit_cm, fit_runs, score, cm_kw=None):
+    """Fit (request runs) or take ``fit_cm`` as is; score in and out of sample."""
+    t0 = time.perf_counter()
+    if fit_runs:
+        fits = fit_requests(fit_runs, fit_cm, jobs=1)
+        fit_cm = fit_cm.with_params(fits[0].cost_params())
+        variant = fits[0].variant
+    else:
+        variant = fit_cm.params.form
+    rows = []
+    for sample, runs in (("in", fit_runs or []), ("out", score)):
+        if not runs:
+            continue
+        table = score_runs(runs, fit_cm)
+        for run, g in table.groupby("run", sort=False):
+            rows.append({"case": name, "fitted on": fitted_on, "sample": sample, "scored on": run,
+                         "variant": variant, **errors(g)})
+    print(f"{name}: {time.perf_counter() - t0:.1f} s", flush=True)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "real")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "FIDELITY.md")
+    ap.add_argument("--only", default=None, help="Run only cases whose name contains this.")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        f = imported(args.data, Path(tmp))
+        pro = ReplayConfig(**PRO6000)
+        cl = ReplayConfig(**CODELLAMA)
+        llama = cost_model("llama-3.1-8b", "rtx-pro-6000")
+        qwen = cost_model("qwen3-32b", "rtx-pro-6000", tp=2)
+        moe = cost_model("qwen3-30b-a3b", "rtx-pro-6000", dp=2, expert_parallel=True)
+        code = cost_model("codellama-34b", "h100-80gb")
+        _, steps, _ = read_trace(f["steps.parquet"])
+        profile = fit_steps(steps, llama)[0][0]
+        from_profile = llama.with_params(profile.cost_params())
+
+        def runs(spec, cfg):
+            return load_runs([str(spec)], cfg, read_trace)
+
+        cases = [
+            ("llama-8b: kernel profile -> run", "profile (LLMServingSim)", from_profile, None,
+             runs(f["llama.parquet"], pro)),
+            ("llama-8b: first 15 s -> rest", "run@0:15", llama, runs(f"{f['llama.parquet']}@0:15", pro),
+             runs(f"{f['llama.parquet']}@15:", pro)),
+            ("qwen3-32b tp2: llama profile -> run", "llama-8b profile", qwen.with_params(profile.cost_params()), None,
+             runs(f["qwen32.parquet"], pro)),
+            ("qwen3-32b tp2: first 15 s -> rest", "run@0:15", qwen, runs(f"{f['qwen32.parquet']}@0:15", pro),
+             runs(f"{f['qwen32.parquet']}@15:", pro)),
+            ("qwen3-30b-a3b dp2+ep: own log", "run", moe, runs(f["moe.parquet"], pro), []),
+            ("qwen3-30b-a3b dp2+ep: first 15 s -> rest", "run@0:15", moe, runs(f"{f['moe.parquet']}@0:15", pro),
+             runs(f"{f['moe.parquet']}@15:", pro)),
+            ("codellama-34b: sync (GuideLLM) -> sweep", "sweep#0", code, runs(f"{f['sweep.parquet']}#0", cl),
+             [r for k in (1, 2, 3, 4) for r in runs(f"{f['sweep.parquet']}#{k}", cl)]),
+            ("codellama-34b: sync (vLLM OTLP) -> sweep", "spans#0", code, runs(f"{f['spans.parquet']}#0", cl),
+             [r for k in (1, 2, 3, 4) for r in runs(f"{f['spans.parquet']}#{k}", cl)]),
+        ]
+        rows = []
+        for name, fitted_on, cm, fit_runs, score in cases:
+            if args.only and args.only not in name:
+                continue
+            rows += case_rows(name, fitted_on, cm, fit_runs, score)
+    table = pd.DataFrame(rows)
+    write(table, args.out)
+
+
+def write(table: pd.DataFrame, out: Path) -> None:
+    cols = [c for c in table.columns if c.endswith(("_p50", "_p90"))]
+    lines = ["| case | sample | scored on | variant | " + " | ".join(c.replace("_", " ") for c in cols) + " |",
+             "|---|---|---|---|" + "---|" * len(cols)]
+    for _, r in table.iterrows():
+        cells = [f"{r[c]:+.1%}" if np.isfinite(r[c]) else "n/a" for c in cols]
+        lines.append(f"| {r['case']} | {r['sample']} | {Path(str(r['scored on'])).name} | {r['variant']} | "
+                     + " | ".join(cells) + " |")
+    out_rows = table[table["sample"] == "out"][cols].abs().to_numpy()
+    summary = (f"\nOut of sample: median |error| {np.nanmedian(out_rows):.1%}, p90 {np.nanpercentile(out_rows, 90):.1%}, "
+               f"worst {np.nanmax(out_rows):.1%} over {len(out_rows)} scored runs x {len(cols)} statistics.\n")
+    text = "\n".join(lines) + "\n" + summary
+    print(text)
+    out.write_text("# Fidelity on the real runs (bench/fidelity.py)\n\n"
+                   "Errors are (predicted - measured) / measured of each percentile. `in`: scored on the data the "
+                   "calibration was fitted on; `out`: on data it did not see.\n\n" + text)
+
+
+if __name__ == "__main__":
+    main()
