@@ -18,6 +18,7 @@ from .errors import ConfigError, ReplayError
 from .schedulers import check_scheduler_names, get_scheduler_factory
 from .schedulers.disagg import FIRST_TOKEN_FROM
 from .simulate import ReplayConfig, replay_frame, steps_frame
+from .text import wrap
 
 _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError,))
 
@@ -89,6 +90,21 @@ def replay_options(fn):
     for o in reversed(opts):
         fn = o(fn)
     return fn
+
+
+def output_options(fn):
+    """``--wide`` and ``--quiet``: how much a command prints (shared with ``calibrate``)."""
+    fn = click.option("-q", "--quiet", is_flag=True, default=False,
+                      help="No progress bars or timings on stderr (they only show on a terminal anyway).")(fn)
+    return click.option("--wide", is_flag=True, default=False,
+                        help="Print every column of the tables [default: what fits 100 columns].")(fn)
+
+
+def show_progress(quiet: bool) -> None:
+    """Progress bars on stderr, when it is a terminal, until the current command ends (none with ``quiet``)."""
+    from .progress import reporting
+
+    click.get_current_context().with_resource(reporting(enabled=not quiet))
 
 
 #: Options of :func:`replay_options` that only ``--scheduler disagg`` uses (None when not given).
@@ -225,9 +241,17 @@ def parse_tolerances(text: str | None) -> dict[str, float]:
 @click.option("--token-times/--no-token-times", default=False, show_default=True,
               help="Record every predicted token time (pred_token_times_s).")
 @click.option("--chrome-trace", type=click.Path(dir_okay=False), default=None,
-              help="Write the simulated timeline as a Chrome/Perfetto trace (JSON; open in ui.perfetto.dev).")
+              help="Write the simulated timeline as a Chrome/Perfetto trace (JSON, gzipped when it ends in .gz; "
+                   "open in ui.perfetto.dev).")
+@click.option("--chrome-trace-window", default=None, metavar="START:END",
+              help="--chrome-trace: only the steps and requests within these seconds of simulated time "
+                   "(e.g. 100:160; 100: or :60).")
+@click.option("--chrome-trace-max-requests", type=click.IntRange(min=0), default=20_000, show_default=True,
+              help="--chrome-trace: the first N requests of the window; the window ends where the next one "
+                   "arrives (0: no limit).")
 @click.option("--report", type=click.Path(dir_okay=False), default=None,
-              help="Write a measured-vs-predicted report (.md or .html) with PNG figures beside it.")
+              help="Write a measured-vs-predicted report: .html (one self-contained file, figures embedded) "
+                   "or .md (figures in the folder <name>_files beside it).")
 @click.option("--measured-timeseries", type=click.Path(dir_okay=False), default=None,
               help="Measured 1 s time series (CSV: t, running, waiting, ...; vLLM's timeseries.csv) "
                    "to plot against the simulated counts in --report.")
@@ -249,9 +273,11 @@ def parse_tolerances(text: str | None) -> dict[str, float]:
                    "pip install 'servecal[ray]' here and servecal on the cluster.")
 @click.option("--sweep-out", type=click.Path(dir_okay=False), default=None,
               help="--sweep: also write the table (.parquet or .csv; seconds, requests/s).")
+@output_options
 @_errors
-def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times, chrome_trace, report,
-         measured_timeseries, tolerance, compare_schedulers, sweep, jobs, ray_address, sweep_out, vllm_log,
+def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times, chrome_trace, chrome_trace_window,
+         chrome_trace_max_requests, report, measured_timeseries, tolerance, compare_schedulers, sweep, jobs,
+         ray_address, sweep_out, vllm_log, wide, quiet,
          **kwargs):
     """Replay TRACE through the simulated engine; compare with measured latencies.
 
@@ -265,6 +291,7 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     """
     from traces.io import read_trace
 
+    show_progress(quiet)
     tolerances = parse_tolerances(tolerance)
     names = None
     sweeps = check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers,
@@ -277,6 +304,7 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
         if clash:
             raise ConfigError(f"--compare-schedulers prints one table of predictions; it cannot be combined "
                               f"with {', '.join(clash)}")
+    trace_window = chrome_trace_options(chrome_trace, chrome_trace_window, chrome_trace_max_requests)
     if measured_timeseries and not report:
         raise click.UsageError("--measured-timeseries is drawn in the report: give --report too")
     if report:
@@ -288,24 +316,25 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     model_spec = get_model(model) if model else None
     kwargs.update(tp=tp, dp=dp)
     for line in fill_engine_options(kwargs, engine_sources(vllm_log, cal, calibration_path)):
-        click.echo(line, err=True)
+        click.echo(wrap(line), err=True)
     tp, dp = kwargs.pop("tp"), kwargs.pop("dp")
     cost_model = calibrated_cost_model(calibration_path, cal, model_spec, tp, dp)
     if model_spec is not None and model_spec.name != cal.model.name:
-        click.echo(f"note: the calibration was fitted on {cal.model.name}; its efficiencies are carried over to "
-                   f"{model_spec.name} on the same GPU (an extrapolation: check against a measured run)", err=True)
+        click.echo(wrap(f"note: the calibration was fitted on {cal.model.name}; its efficiencies are carried over "
+                        f"to {model_spec.name} on the same GPU (an extrapolation: check against a measured run)"),
+                   err=True)
     kind, frame, meta = read_trace(trace)
     if kind != REQUEST_TRACE:
         raise DataError(f"{trace}: is a {kind}; replay needs a request trace ({REQUEST_TRACE})")
     warning = check_limits(str(trace), frame, kwargs["max_num_seqs"], cost_model.dp)
     if warning:
-        click.echo(warning, err=True)
+        click.echo(wrap(warning), err=True)
     if names is not None:
-        compare_schedulers_run(frame, meta, cost_model, replay_config(kwargs, one_scheduler=False), names)
+        compare_schedulers_run(frame, meta, cost_model, replay_config(kwargs, one_scheduler=False), names, wide)
         return
     if sweeps is not None:
         sweep_run(frame, meta, cost_model, replay_config(kwargs, one_scheduler="scheduler" not in sweeps), sweeps,
-                  jobs, ray_address, sweep_out)
+                  jobs, ray_address, sweep_out, wide, quiet)
         return
     cfg = replay_config(kwargs, record_token_times=token_times, record_steps=steps_out is not None or bool(report),
                         record_step_requests=chrome_trace is not None)
@@ -316,17 +345,17 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
              f"{hardware(cost_model, cfg)}, scheduler {cfg.scheduler}")
     loop = "" if cfg.concurrency is None else \
         f", closed loop: {cfg.concurrency} clients, think time {cfg.think_time_s:g} s"
-    click.echo(f"replaying {len(frame)} requests: model {m.name}, {where}, max_num_seqs={cfg.max_num_seqs}, "
-               f"max_num_batched_tokens={cfg.max_num_batched_tokens}{loop}")
+    click.echo(wrap(f"replaying {len(frame)} requests: model {m.name}, {where}, max_num_seqs={cfg.max_num_seqs}, "
+                    f"max_num_batched_tokens={cfg.max_num_batched_tokens}{loop}"))
     result, engine = replay_frame(frame, cost_model, cfg, meta)
     n_ok = int((result["pred_status"] == "ok").sum())
     rejected = result["pred_status"].str.startswith("rejected").sum()
     kv = f"{engine.replicas[0].kv.num_gpu_blocks} blocks"
     if isinstance(engine, DisaggEngine):
         kv = f"prefill {kv}, decode {engine.replicas[engine.num_prefill_replicas].kv.num_gpu_blocks} blocks"
-    click.echo(f"simulated {engine.num_steps} steps; {n_ok} completed, {rejected} rejected, "
-               f"{int(result['pred_num_preemptions'].sum())} preemptions; "
-               f"KV cache {kv} x {cfg.block_size} tokens")
+    click.echo(wrap(f"simulated {engine.num_steps} steps; {n_ok} completed, {rejected} rejected, "
+                    f"{int(result['pred_num_preemptions'].sum())} preemptions; "
+                    f"KV cache {kv} x {cfg.block_size} tokens"))
     skipped = ~result["pred_status"].isin(["ok"]) & ~result["pred_status"].str.startswith("rejected")
     for reason, count in result.loc[~(result["pred_status"] == "ok"), "pred_status"].value_counts().items():
         click.echo(f"  {count} {reason}")
@@ -360,21 +389,54 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     if chrome_trace:
         from .chrome_trace import write_chrome_trace
 
-        write_chrome_trace(chrome_trace, engine, on_send_times(result))  # closed loop: the simulated sends
+        # closed loop: the simulated sends
+        written = write_chrome_trace(chrome_trace, engine, on_send_times(result), trace_window,
+                                     chrome_trace_max_requests)
+        if written.cut:
+            click.echo(wrap(f"warning: --chrome-trace-max-requests {chrome_trace_max_requests}: {chrome_trace} holds the "
+                            f"first {written.num_requests} of {written.num_in_window} requests (simulated time up to "
+                            f"{written.end_s:.1f} s); raise it (0: no limit) or choose a --chrome-trace-window"),
+                       err=True)
         click.echo(f"wrote {chrome_trace}")
     table = compare(result)
-    click.echo(format_table(table))
+    click.echo(format_table(table, wide=wide))
     if report:
         from .report import write_report
 
-        written = write_report(on_send_times(result), report, timeseries, steps_frame(engine))
-        click.echo(f"wrote {', '.join(str(p) for p in written)}")
+        from .report import report_context
+
+        written = write_report(on_send_times(result), report, timeseries, steps_frame(engine),
+                               report_context(trace, calibration_path, cost_model, cfg, engine), tolerances)
+        click.echo(wrap(f"wrote {', '.join(str(p) for p in written)}"))
     if tolerances:
         broken = broken_tolerances(table, tolerances)
         for b in broken:
-            click.echo(f"tolerance broken: {b}", err=True)
+            click.echo(wrap(f"tolerance broken: {b}"), err=True)
         if broken:
             raise SystemExit(3)
+
+
+def chrome_trace_options(chrome_trace, window: str | None, max_requests: int):
+    """The parsed ``--chrome-trace-window`` (None when not given).
+
+    Raises
+    ------
+    click.UsageError
+        ``--chrome-trace-window`` or a non-default ``--chrome-trace-max-requests`` without
+        ``--chrome-trace``; a bad window.
+    """
+    from .chrome_trace import parse_window
+
+    ctx = click.get_current_context()
+    given = [opt for opt, name in (("--chrome-trace-window", "chrome_trace_window"),
+                                   ("--chrome-trace-max-requests", "chrome_trace_max_requests"))
+             if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+    if given and not chrome_trace:
+        raise click.UsageError(f"{', '.join(given)}: give --chrome-trace too")
+    try:
+        return parse_window(window)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def engine_sources(vllm_log: str | None, cal: Calibration | None = None, cal_path=None) -> list:
@@ -424,7 +486,7 @@ def parse_scheduler_list(text: str) -> list[str]:
     return names
 
 
-def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, names: list[str]) -> None:
+def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, names: list[str], wide: bool = False) -> None:
     """Replay ``frame`` under each scheduler of ``names`` (``cfg`` otherwise) and print one table.
 
     Colocated schedulers run on ``cfg.replicas`` replicas, ``disagg`` on its prefill and decode
@@ -433,18 +495,19 @@ def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, names: li
     from dataclasses import replace
 
     m = cost_model.model
-    click.echo(f"comparing {len(names)} schedulers on {len(frame)} requests: model {m.name}, "
-               f"{hardware(cost_model, cfg)}, max_num_seqs={cfg.max_num_seqs}, "
-               f"max_num_batched_tokens={cfg.max_num_batched_tokens}")
+    click.echo(wrap(f"comparing {len(names)} schedulers on {len(frame)} requests: model {m.name}, "
+                    f"{hardware(cost_model, cfg)}, max_num_seqs={cfg.max_num_seqs}, "
+                    f"max_num_batched_tokens={cfg.max_num_batched_tokens}"))
     if "disagg" in names:
-        click.echo(f"  disagg: {describe_config(cost_model, cfg)}")
+        click.echo(wrap(f"  disagg: {describe_config(cost_model, cfg)}"))
     results = {}
     for name in names:
         results[name], _ = replay_frame(frame, cost_model, replace(cfg, scheduler=name), meta)
-    click.echo(format_scheduler_table(scheduler_table(results, cfg.slo_ttft_s, cfg.slo_tpot_s)))
+    click.echo(format_scheduler_table(scheduler_table(results, cfg.slo_ttft_s, cfg.slo_tpot_s), wide=wide))
     slo = [f"{k} <= {v} s" for k, v in (("ttft", cfg.slo_ttft_s), ("tpot", cfg.slo_tpot_s)) if v is not None]
-    click.echo("(predicted, ms over completed requests; goodput_rps: completed requests/s"
-               + (f" meeting {' and '.join(slo)})" if slo else "; no --slo-ttft-s/--slo-tpot-s given)"))
+    click.echo(wrap("(predicted, ms over completed requests; goodput: completed requests/s"
+                    + (f" meeting {' and '.join(slo)}" if slo else "; no --slo-ttft-s/--slo-tpot-s given")
+                    + ("" if wide else "; --wide: every column") + ")"))
 
 
 def hardware(cost_model, cfg: ReplayConfig) -> str:
@@ -563,7 +626,7 @@ def check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers,
 
 
 def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: int | None, ray_address: str | None,
-              sweep_out: str | None) -> None:
+              sweep_out: str | None, wide: bool = False, quiet: bool = False) -> None:
     """Replay ``frame`` at every point of ``sweeps`` (``cfg`` otherwise), print the table, write ``sweep_out``."""
     import os
     import time
@@ -573,20 +636,22 @@ def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: in
     n = len(sweep_points(sweeps))
     m = cost_model.model
     loop = "" if cfg.concurrency is None else f", closed loop: {cfg.concurrency} clients"
-    click.echo(f"sweeping {n} points ({' x '.join(f'{len(v)} {k}' for k, v in sweeps.items())}) on {len(frame)} "
-               f"requests: model {m.name}, {hardware(cost_model, cfg)}, scheduler {cfg.scheduler}, "
-               f"max_num_seqs={cfg.max_num_seqs}, max_num_batched_tokens={cfg.max_num_batched_tokens}{loop} "
-               "(swept options override these)")
+    click.echo(wrap(f"sweeping {n} points ({' x '.join(f'{len(v)} {k}' for k, v in sweeps.items())}) on "
+                    f"{len(frame)} requests: model {m.name}, {hardware(cost_model, cfg)}, scheduler {cfg.scheduler}, "
+                    f"max_num_seqs={cfg.max_num_seqs}, max_num_batched_tokens={cfg.max_num_batched_tokens}{loop} "
+                    "(swept options override these)"))
     start = time.perf_counter()
     table = run_sweep(SweepContext(frame, meta or {}, cost_model, cfg), sweeps, jobs, ray_address)
     where = (f"on Ray ({ray_address})" if ray_address else
              f"on {min(jobs or os.cpu_count() or 1, n)} local process(es)")
-    click.echo(format_sweep_table(table, list(sweeps)))
+    click.echo(format_sweep_table(table, list(sweeps), wide=wide))
     slo = [f"{k} <= {v} s" for k, v in (("ttft", cfg.slo_ttft_s), ("tpot", cfg.slo_tpot_s)) if v is not None]
-    click.echo("(predicted, ms over completed requests; throughput_rps: completed requests/s"
-               + (f"; goodput_rps: those meeting {' and '.join(slo)})" if slo else
-                  "; give --slo-ttft-s/--slo-tpot-s for goodput)"))
-    click.echo(f"{n} points in {time.perf_counter() - start:.1f} s {where}", err=True)
+    click.echo(wrap("(predicted, ms over completed requests; throughput: completed requests/s"
+                    + (f"; goodput: those meeting {' and '.join(slo)}" if slo else
+                       "; give --slo-ttft-s/--slo-tpot-s for goodput")
+                    + ("" if wide else "; --wide: every column") + ")"))
+    if not quiet:
+        click.echo(f"{n} points in {time.perf_counter() - start:.1f} s {where}", err=True)
     if sweep_out:
         write_sweep_table(table, sweep_out)
         click.echo(f"wrote {sweep_out}")

@@ -24,6 +24,10 @@ METRIC_LABELS = tuple(label for _, _, label in METRICS) + ("itl",)
 #: Measured values below this many seconds are left out of the MAPE (1 ms).
 MAPE_MIN_MEAS_S = 1e-3
 
+#: A percentile's error is relative only where the measured value is at least this many
+#: seconds (1 ms); below it (a queue wait of 0) it is the absolute error, in ms.
+REL_ERR_FLOOR_S = MAPE_MIN_MEAS_S
+
 
 def compared_rows(result: pd.DataFrame) -> pd.Series:
     """Rows present on both sides: measured ok (or no status) and simulated ok.
@@ -98,8 +102,9 @@ def compare(result: pd.DataFrame, percentiles=PERCENTILES) -> pd.DataFrame:
     """One row per metric present on both sides, seconds.
 
     Columns: ``metric``, ``n`` (measured values: requests, or gaps for ``itl``),
-    ``meas_mean_s``, ``pred_mean_s``, ``meas_pXX``, ``pred_pXX``, ``rel_err_pXX`` (signed,
-    (pred - meas) / meas), ``mape``, ``n_mape``, ``bias_s`` (mean pred - mean meas), ``ks``
+    ``meas_mean_s``, ``pred_mean_s``, ``meas_pXX``, ``pred_pXX``, ``abs_err_pXX`` (signed,
+    pred - meas, seconds), ``rel_err_pXX`` (signed, (pred - meas) / meas; NaN where the
+    measured value is below :data:`REL_ERR_FLOOR_S`, 1 ms), ``mape``, ``n_mape``, ``bias_s`` (mean pred - mean meas), ``ks``
     (two-sample Kolmogorov-Smirnov statistic) and ``wasserstein_s`` (scipy.stats).
 
     Rows: ``queue_wait``, ``ttft``, ``tpot``, ``e2e`` from the per-request columns, and
@@ -134,7 +139,8 @@ def compare(result: pd.DataFrame, percentiles=PERCENTILES) -> pd.DataFrame:
             mq, pq = percentile(m, q), percentile(p, q)
             row[f"meas_p{q}"] = mq
             row[f"pred_p{q}"] = pq
-            row[f"rel_err_p{q}"] = (pq - mq) / mq if mq != 0 else np.nan
+            row[f"abs_err_p{q}"] = pq - mq
+            row[f"rel_err_p{q}"] = (pq - mq) / mq if mq >= REL_ERR_FLOOR_S else np.nan
         big = m >= MAPE_MIN_MEAS_S if paired else np.zeros(m.size, bool)
         row["mape"] = float(np.mean(np.abs(p[big] - m[big]) / m[big])) if big.any() else np.nan
         row["n_mape"] = int(big.sum())
@@ -146,10 +152,30 @@ def compare(result: pd.DataFrame, percentiles=PERCENTILES) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def table_cells(table: pd.DataFrame, percentiles=PERCENTILES) -> tuple[list[str], list[list[str]]]:
-    """Header and formatted cells of a :func:`compare` table: milliseconds for times, percent for errors.
+def err_cell(meas_s: float, pred_s: float) -> str:
+    """The error of one statistic as printed: ``"-7.4%"`` (relative) where the measured value
+    is at least :data:`REL_ERR_FLOOR_S` (1 ms), else the absolute error ``"+740.3 ms"``;
+    ``"-"`` when either is missing."""
+    if not (np.isfinite(meas_s) and np.isfinite(pred_s)):
+        return "-"
+    if meas_s >= REL_ERR_FLOOR_S:
+        return f"{(pred_s - meas_s) / meas_s:+.1%}"
+    return f"{(pred_s - meas_s) * 1e3:+.1f} ms"
 
-    The one formatting of the comparison, shared by :func:`format_table` and the report.
+
+def ms_cell(x_s: float) -> str:
+    """Seconds as milliseconds for a narrow column: one decimal below 1 s, none above."""
+    if not np.isfinite(x_s):
+        return "-"
+    ms = x_s * 1e3
+    return f"{ms:.1f}" if abs(ms) < 1000 else f"{ms:.0f}"
+
+
+def table_cells(table: pd.DataFrame, percentiles=PERCENTILES) -> tuple[list[str], list[list[str]]]:
+    """Header and formatted cells of a :func:`compare` table, every column: milliseconds for
+    times, errors as :func:`err_cell` (percent, or ms below the 1 ms floor).
+
+    The one formatting of the comparison, shared by ``format_table(wide=True)`` and the report.
     """
     head = ["metric", "n", "meas_mean_ms", "pred_mean_ms"]
     for q in percentiles:
@@ -159,47 +185,109 @@ def table_cells(table: pd.DataFrame, percentiles=PERCENTILES) -> tuple[list[str]
     for _, r in table.iterrows():
         cells = [r["metric"], str(r["n"]), f"{r['meas_mean_s'] * 1e3:.1f}", f"{r['pred_mean_s'] * 1e3:.1f}"]
         for q in percentiles:
-            cells += [f"{r[f'meas_p{q}'] * 1e3:.1f}", f"{r[f'pred_p{q}'] * 1e3:.1f}", f"{r[f'rel_err_p{q}']:+.1%}"]
-        cells += [f"{r['mape']:.1%}", f"{r['bias_s'] * 1e3:+.1f}", f"{r['ks']:.3f}", f"{r['wasserstein_s'] * 1e3:.1f}"]
+            cells += [f"{r[f'meas_p{q}'] * 1e3:.1f}", f"{r[f'pred_p{q}'] * 1e3:.1f}",
+                      err_cell(r[f"meas_p{q}"], r[f"pred_p{q}"])]
+        cells += ["-" if not np.isfinite(r["mape"]) else f"{r['mape']:.1%}", f"{r['bias_s'] * 1e3:+.1f}",
+                  f"{r['ks']:.3f}", f"{r['wasserstein_s'] * 1e3:.1f}"]
         lines.append(cells)
     return head, lines
 
 
-def format_table(table: pd.DataFrame, percentiles=PERCENTILES) -> str:
-    """The comparison as text: milliseconds for times, percent for errors."""
+#: Percentiles of the default (narrow) comparison table.
+NARROW_PERCENTILES = (50, 90)
+
+
+def narrow_cells(table: pd.DataFrame, percentiles=NARROW_PERCENTILES) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of the default comparison: metric, n, measured / predicted / error at
+    each of ``percentiles`` (ms), bias (ms) and the KS distance."""
+    head = ["metric", "n"]
+    for q in percentiles:
+        head += [f"meas_p{q}", f"pred_p{q}", f"err_p{q}"]
+    head += ["bias", "ks"]
+    lines = []
+    for _, r in table.iterrows():
+        cells = [str(r["metric"]), str(r["n"])]
+        for q in percentiles:
+            m, p = r.get(f"meas_p{q}", np.nan), r.get(f"pred_p{q}", np.nan)
+            cells += [ms_cell(m), ms_cell(p), err_cell(m, p)]
+        bias = r["bias_s"] * 1e3
+        cells += [f"{bias:+.1f}" if abs(bias) < 1000 else f"{bias:+.0f}", f"{r['ks']:.2f}"]
+        lines.append(cells)
+    return head, lines
+
+
+def format_table(table: pd.DataFrame, percentiles=PERCENTILES, wide: bool = False) -> str:
+    """The comparison as text: milliseconds for times, percent for errors.
+
+    By default (``wide=False``) the columns a person reads first, within
+    :data:`replay.text.WIDTH` (100) characters a line: p50 and p90 measured, predicted and
+    their error, the bias and the KS distance. ``wide=True`` prints every column of
+    :func:`table_cells` (means, every percentile, MAPE, Wasserstein).
+
+    An error is relative, (pred - meas) / meas, where the measured value is at least
+    :data:`REL_ERR_FLOOR_S` (1 ms), else the absolute error in ms (a measured queue wait of
+    0 is not an infinite relative error).
+    """
+    from .text import WIDTH, render_table, wrap
+
     if table.empty:
         return "(no measured latencies to compare)"
-    head, lines = table_cells(table, percentiles)
-    widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
-    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
-    text = "\n".join([fmt.format(*head)] + [fmt.format(*c) for c in lines])
-    text += ("\n(err_pXX: (pred - meas) / meas of the percentile; mape: mean |pred - meas| / meas over requests "
-             "measured >= 1 ms; bias_ms: mean(pred) - mean(meas); ks: Kolmogorov-Smirnov distance of the two "
-             "distributions, 0 same to 1 disjoint; wass_ms: Wasserstein (earth mover's) distance)")
+    floor = f"{REL_ERR_FLOOR_S * 1e3:g} ms"
+    if wide:
+        head, lines = table_cells(table, percentiles)
+        text = render_table(head, lines)
+        legend = (f"(err_pXX: (pred - meas) / meas of the percentile, or pred - meas in ms where meas < {floor}; "
+                  f"mape: mean |pred - meas| / meas over requests measured >= {floor}; bias_ms: mean(pred) - "
+                  "mean(meas); ks: Kolmogorov-Smirnov distance of the two distributions, 0 same to 1 disjoint; "
+                  "wass_ms: Wasserstein (earth mover's) distance)")
+    else:
+        narrow = tuple(q for q in NARROW_PERCENTILES if q in percentiles) or tuple(percentiles)[:2]
+        head, lines = narrow_cells(table, narrow)
+        text = render_table(head, lines, WIDTH, drop_order=("ks", "bias"))
+        legend = (f"(times in ms; err: (pred - meas) / meas, or pred - meas in ms where meas < {floor}; "
+                  "bias: mean(pred) - mean(meas); ks: Kolmogorov-Smirnov distance, 0 same to 1 disjoint; "
+                  "--wide: means, p99, mape, Wasserstein)")
+    text += "\n" + wrap(legend, WIDTH)
     if {"tpot", "itl"} <= set(table["metric"]):
-        text += "\n(mean TPOT: tpot row, each request once; mean ITL: itl row, each token gap once)"
+        text += ("\n(mean TPOT: tpot row, each request once; mean ITL: itl row, each token gap once)" if wide else
+                 "\n(tpot row: each request once; itl row: each token gap once)")
     return text
 
 
 def broken_tolerances(table: pd.DataFrame, tolerances: dict[str, float]) -> list[str]:
     """Messages for every ``metric_pXX`` (or ``metric_mape``) whose |error| exceeds its bound.
 
-    ``tolerances`` maps e.g. ``"ttft_p50"`` to 0.1 (10 %).
+    ``tolerances`` maps e.g. ``"ttft_p50"`` to 0.1 (10 %). A percentile's error is relative
+    to the measured value, or to :data:`REL_ERR_FLOOR_S` (1 ms) where the measured value is
+    below it: a measured queue wait of 0 allows ``bound`` x 1 ms, not nothing and not anything.
     """
     broken = []
     by_metric = {r["metric"]: r for _, r in table.iterrows()}
+    floor_ms = REL_ERR_FLOOR_S * 1e3
     for key, bound in tolerances.items():
         metric, _, stat = key.rpartition("_")
         if metric not in by_metric:
             broken.append(f"{key}: metric '{metric}' has no measured values")
             continue
-        col = "mape" if stat == "mape" else f"rel_err_{stat}"
-        if col not in by_metric[metric]:
+        r = by_metric[metric]
+        if stat != "mape" and f"meas_{stat}" not in r:
             broken.append(f"{key}: unknown statistic '{stat}' (use p50, p90, p99 or mape)")
             continue
-        err = by_metric[metric][col]
-        if not np.isfinite(err) or abs(err) > bound:
-            broken.append(f"{key}: |{err:+.1%}| > {bound:.1%}")
+        if stat == "mape":
+            err = r["mape"]
+            if not np.isfinite(err) or abs(err) > bound:
+                broken.append(f"{key}: |{err:+.1%}| > {bound:.1%}")
+            continue
+        meas, pred = r[f"meas_{stat}"], r[f"pred_{stat}"]
+        if not (np.isfinite(meas) and np.isfinite(pred)):
+            broken.append(f"{key}: no value to compare")
+        elif meas >= REL_ERR_FLOOR_S:
+            err = (pred - meas) / meas
+            if abs(err) > bound:
+                broken.append(f"{key}: |{err:+.1%}| > {bound:.1%}")
+        elif abs(pred - meas) > bound * REL_ERR_FLOOR_S:
+            broken.append(f"{key}: |{(pred - meas) * 1e3:+.1f} ms| > {bound:.1%} of the {floor_ms:g} ms floor "
+                          f"(measured {meas * 1e3:.2f} ms)")
     return broken
 
 
@@ -246,18 +334,31 @@ def scheduler_table(results: dict, slo_ttft_s: float | None = None, slo_tpot_s: 
     return pd.DataFrame(rows)
 
 
-def format_scheduler_table(table: pd.DataFrame, percentiles=PERCENTILES) -> str:
-    """A :func:`scheduler_table` as text: milliseconds for times, requests/s for goodput."""
+def format_scheduler_table(table: pd.DataFrame, percentiles=PERCENTILES, wide: bool = False) -> str:
+    """A :func:`scheduler_table` as text: milliseconds for times, requests/s for goodput.
+
+    By default p50 and p90 of TTFT, TPOT and E2E and the goodput, within
+    :data:`replay.text.WIDTH` (100) characters (the p90 columns go first when the scheduler
+    names are long); ``wide=True`` prints every column, ``_ms`` in the names.
+    """
+    from .text import WIDTH, render_table
+
     if table.empty:
         return "(no schedulers)"
-    head = ["scheduler", "n_ok"] + [f"{label}_p{q}_ms" for label in SCHEDULER_TABLE_METRICS for q in percentiles]
-    head.append("goodput_rps")
+    if wide:
+        cols = [(label, q) for label in SCHEDULER_TABLE_METRICS for q in percentiles]
+        head = ["scheduler", "n_ok"] + [f"{label}_p{q}_ms" for label, q in cols] + ["goodput_rps"]
+    else:
+        qs = [q for q in NARROW_PERCENTILES if q in percentiles] or list(percentiles)[:2]
+        cols = [(label, q) for label in ("ttft", "tpot", "e2e") for q in qs]
+        head = ["scheduler", "n_ok"] + [f"{label}_p{q}" for label, q in cols] + ["goodput"]
     lines = []
     for _, r in table.iterrows():
         cells = [str(r["scheduler"]), str(r["n_ok"])]
-        cells += [f"{r[f'{label}_p{q}_s'] * 1e3:.1f}" for label in SCHEDULER_TABLE_METRICS for q in percentiles]
+        cells += [f"{r[f'{label}_p{q}_s'] * 1e3:.1f}" if wide else ms_cell(r[f"{label}_p{q}_s"]) for label, q in cols]
         cells.append(f"{r['goodput_rps']:.3f}")
         lines.append(cells)
-    widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
-    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
-    return "\n".join([fmt.format(*head)] + [fmt.format(*c) for c in lines])
+    if wide:
+        return render_table(head, lines)
+    drop = tuple(f"{label}_p{q}" for label in ("e2e", "tpot", "ttft") for q in reversed(qs[1:]))
+    return render_table(head, lines, WIDTH, drop_order=drop)

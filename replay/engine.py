@@ -30,6 +30,7 @@ import numpy as np
 from .cost_model import StepCostModel
 from .errors import ConfigError
 from .kv_cache import make_kv_cache
+from .progress import bar as progress_bar
 from .request import Request
 from .schedulers.base import Batch, LazyDecodes, ReplicaState, Scheduler, SchedulerConfig
 
@@ -229,21 +230,32 @@ class Engine:
         self._decode_runs_priced = [not self.config.exact_steps and getattr(cm, "supports_arrays", False)
                                     for cm in self.cost_models]
         heap, heappop = self._heap, heapq.heappop
-        end_step, start_step, arrive_next = self._end_step, self._start_step, self._arrive_next
         self._next_list_arrival_s = arrivals[0].arrival_time_s if arrivals else math.inf
-        while self._next_list_arrival_s < math.inf or heap:
-            if not heap or self._next_list_arrival_s <= heap[0][0]:
-                arrive_next()
-                continue
-            now, kind, _, rid = heappop(heap)
-            if kind == _STEP_END:
-                end_step(rid, now)
-                if self.on_step_end is not None:
-                    self.on_step_end(rid, now)
-            elif kind == _CALL or kind == _LATE_CALL:
-                rid(now)  # the payload of a call_at event is its callback
-                continue
-            start_step(rid, now)
+        # a bar over arrivals and completions (None unless the CLI shows progress); the
+        # counting wrappers shadow the two methods for this run only
+        progress = progress_bar("replaying", 2 * len(arrivals))
+        if progress is not None:
+            self._arrive_next = _counted(self._arrive_next, progress)
+            self._finish = _counted_finish(self._finish, progress)
+        end_step, start_step, arrive_next = self._end_step, self._start_step, self._arrive_next
+        try:
+            while self._next_list_arrival_s < math.inf or heap:
+                if not heap or self._next_list_arrival_s <= heap[0][0]:
+                    arrive_next()
+                    continue
+                now, kind, _, rid = heappop(heap)
+                if kind == _STEP_END:
+                    end_step(rid, now)
+                    if self.on_step_end is not None:
+                        self.on_step_end(rid, now)
+                elif kind == _CALL or kind == _LATE_CALL:
+                    rid(now)  # the payload of a call_at event is its callback
+                    continue
+                start_step(rid, now)
+        finally:
+            if progress is not None:
+                progress.close()
+                del self._arrive_next, self._finish
         self._arrivals = []  # the engine outlives the run: hold no request
         return requests
 
@@ -502,3 +514,25 @@ class Engine:
             self._finish(state, done, now)
         if lazy is not None and lazy.count < len(state.running):
             lazy.admit_decoders(state)
+
+
+def _counted(arrive_next, progress, every: int = 1024):
+    """``arrive_next`` that advances ``progress`` by ``every`` arrivals at a time."""
+    count = 0
+
+    def counted() -> None:
+        nonlocal count
+        arrive_next()
+        count += 1
+        if count == every:
+            progress.update(count)
+            count = 0
+    return counted
+
+
+def _counted_finish(finish, progress):
+    """``Engine._finish`` that advances ``progress`` by the requests completed."""
+    def counted(state, done, now) -> None:
+        finish(state, done, now)
+        progress.update(len(done))
+    return counted

@@ -1,9 +1,16 @@
-"""The replay report: measured vs predicted as Markdown or HTML, with PNG figures beside it.
+"""The replay report: measured vs predicted as one self-contained HTML file, or Markdown.
 
-``write_report(result, "run.md")`` writes ``run.md`` and ``run_scatter.png``,
-``run_cdf.png`` (and ``run_timeseries.png``, ``run_steps.png`` when a measured time series
-or the simulated steps are given). The report opens with the comparison table of
-:func:`replay.compare.compare`; nothing in it is computed twice.
+``write_report(result, "run.html")`` writes ONE file, its figures embedded as base64 PNG
+(``data:`` URIs), so it can be attached to a pull request or mailed as it is.
+``write_report(result, "run.md")`` writes ``run.md`` and its figures in the folder
+``run_files/`` (``scatter.png``, ``cdf.png``, and ``timeseries.png``, ``steps.png`` when a
+measured time series or the simulated steps are given), named after the report so that
+reports of other names never overwrite each other's figures.
+
+The report opens with what was run (trace, model, GPU, TP, engine settings, calibration,
+servecal version: :func:`report_context`), then the verdict against the tolerances when
+some were given, then the comparison table of :func:`replay.compare.compare`; nothing in
+it is computed twice. Wide tables scroll sideways in HTML instead of being cut.
 
 Every file is written atomically (temporary file in the same folder, then rename), so no
 file is ever partial and no temporary is left behind. The figures are all drawn before any
@@ -12,9 +19,10 @@ earlier report of the same name) untouched, and a report never refers to a missi
 """
 from __future__ import annotations
 
+import base64
 import contextlib
-
 import html
+import io
 import os
 from pathlib import Path
 
@@ -23,7 +31,8 @@ import pandas as pd
 
 from schemas.tables import atomic_output, write_text_atomic
 
-from .compare import MAPE_MIN_MEAS_S, compare, compared_rows, format_table, metric_values, table_cells
+from .compare import (MAPE_MIN_MEAS_S, REL_ERR_FLOOR_S, broken_tolerances, compare, compared_rows, err_cell,
+                      format_table, metric_values, table_cells)
 from .errors import ConfigError, ReplayError
 
 #: Report formats by file suffix.
@@ -164,8 +173,8 @@ def errors_over_time(result: pd.DataFrame, num_windows: int = NUM_TIME_WINDOWS) 
 # -- figures --------------------------------------------------------------------------------------
 
 def _panels(k: int):
-    """A figure of ``k`` panels, at most 3 per row; unused cells hidden. Returns (figure, k axes)."""
-    ncols = min(k, 3)
+    """A figure of ``k`` panels: one row up to 4, else 3 per row; unused cells hidden. Returns (figure, k axes)."""
+    ncols = k if k <= 4 else 3
     fig, axes = _figure(ncols, -(-k // ncols))
     for ax in axes[k:]:
         ax.set_visible(False)
@@ -203,14 +212,27 @@ def _scatter_figure(result: pd.DataFrame, metrics: list[str]):
         ax.scatter(m[shown], p[shown], s=6, alpha=0.5)
         lo, hi = min(m.min(), p.min()), max(m.max(), p.max())
         ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="y = x")
-        if lo > 0:
-            ax.set_xscale("log")
-            ax.set_yscale("log")
+        if lo > 0 and hi / lo > LOG_SCALE_MIN_RATIO:
+            _log_axes(ax)
         ax.set_xlabel(f"measured {label} (ms)")
         ax.set_ylabel(f"predicted {label} (ms)")
         ax.set_title(f"{label} (n = {m.size}" + (f", {MAX_SCATTER_POINTS} shown)" if m.size > MAX_SCATTER_POINTS else ")"))
         ax.legend(loc="upper left")
     return fig
+
+
+#: A scatter panel gets log axes when its values span more than this ratio (1.5 decades).
+LOG_SCALE_MIN_RATIO = 30.0
+
+
+def _log_axes(ax) -> None:
+    """Log scale on both axes, ticks labelled as plain numbers (100, 1000, not 10^2)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    for axis, scale in ((ax.xaxis, ax.set_xscale), (ax.yaxis, ax.set_yscale)):
+        scale("log")
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
 
 
 def _ecdf(values_ms: np.ndarray, max_points: int = 2000) -> tuple[np.ndarray, np.ndarray]:
@@ -280,11 +302,37 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 def _html_table(head: list[str], rows: list[list[str]]) -> str:
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>\n" for r in rows)
-    return f"<table>\n<thead><tr>{th}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>"
+    # a wide table scrolls sideways in its own box instead of being cut or widening the page
+    return f"<div class=\"scroll\"><table>\n<thead><tr>{th}</tr></thead>\n<tbody>\n{body}</tbody>\n</table></div>"
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:#222;
+     max-width:84em;margin:1.5em auto;padding:0 1.2em;line-height:1.45}
+h1{font-size:1.5em;margin:0 0 .4em}
+h2{font-size:1.15em;margin:1.8em 0 .5em;padding-bottom:.2em;border-bottom:1px solid #ddd}
+p{max-width:60em}
+.scroll{overflow-x:auto;max-width:100%;margin:.5em 0}
+table{border-collapse:collapse;font-size:.9em;font-variant-numeric:tabular-nums}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}
+th{background:#f2f4f7}
+td:first-child,th:first-child{text-align:left}
+dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:.15em 1.2em;margin:.5em 0 1em;font-size:.92em}
+dl.meta dt{font-weight:600;color:#444}
+dl.meta dd{margin:0;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;overflow-wrap:anywhere}
+.verdict{padding:.55em 1em;border-radius:4px;font-weight:600;margin:1em 0}
+.pass{background:#e7f5ec;color:#1d6b36;border:1px solid #9fd4b0}
+.fail{background:#fdecea;color:#a0251b;border:1px solid #efaaa2}
+.none{background:#f3f3f3;color:#555;border:1px solid #ddd;font-weight:normal}
+figure{margin:.8em 0}
+figure img{max-width:100%;height:auto;display:block}
+"""
 
 
 def _render(blocks: list[tuple], fmt: str, title: str) -> str:
-    """Markdown or HTML from blocks ``("h2", text)``, ``("p", text)``, ``("table", head, rows)``, ``("img", alt, file)``."""
+    """Markdown or HTML from blocks ``("h2", text)``, ``("p", text)``, ``("table", head, rows)``,
+    ``("meta", [(label, value), ...])``, ``("verdict", "pass" | "fail" | "none", text)`` and
+    ``("img", alt, file, png_bytes)`` (Markdown links ``file``; HTML embeds the bytes)."""
     if fmt == "markdown":
         out = [f"# {title}"]
         for b in blocks:
@@ -294,13 +342,17 @@ def _render(blocks: list[tuple], fmt: str, title: str) -> str:
                 out.append(b[1])
             elif b[0] == "table":
                 out.append(_md_table(b[1], b[2]))
+            elif b[0] == "meta":
+                out.append(_md_table(["", ""], [[f"**{k}**", v.replace("|", "\\|")] for k, v in b[1]]))
+            elif b[0] == "verdict":
+                out.append(f"**{b[2]}**" if b[1] != "none" else b[2])
             else:
                 out.append(f"![{b[1]}]({b[2]})")
         return "\n\n".join(out) + "\n"
-    out = ["<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\">", f"<title>{html.escape(title)}</title>",
-           "<style>body{font-family:sans-serif;max-width:80em;margin:auto}table{border-collapse:collapse}"
-           "td,th{border:1px solid #bbb;padding:2px 6px;text-align:right}img{max-width:100%}</style>",
-           "</head><body>", f"<h1>{html.escape(title)}</h1>"]
+    out = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
+           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
+           f"<title>{html.escape(title)}</title>", f"<style>{_CSS}</style>", "</head><body>",
+           f"<h1>{html.escape(title)}</h1>"]
     for b in blocks:
         if b[0] == "h2":
             out.append(f"<h2>{html.escape(b[1])}</h2>")
@@ -308,8 +360,14 @@ def _render(blocks: list[tuple], fmt: str, title: str) -> str:
             out.append(f"<p>{html.escape(b[1])}</p>")
         elif b[0] == "table":
             out.append(_html_table(b[1], b[2]))
+        elif b[0] == "meta":
+            out.append("<dl class=\"meta\">" + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>"
+                                                        for k, v in b[1]) + "</dl>")
+        elif b[0] == "verdict":
+            out.append(f"<p class=\"verdict {b[1]}\">{html.escape(b[2])}</p>")
         else:
-            out.append(f"<img alt=\"{html.escape(b[1])}\" src=\"{html.escape(b[2])}\">")
+            data = base64.b64encode(b[3]).decode("ascii")
+            out.append(f"<figure><img alt=\"{html.escape(b[1])}\" src=\"data:image/png;base64,{data}\"></figure>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
@@ -322,8 +380,103 @@ def _pct(x: float) -> str:
     return "-" if not np.isfinite(x) else f"{x:+.1%}"
 
 
+def servecal_version() -> str:
+    """The installed servecal's version ("unknown" when it is not installed as a distribution)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("servecal")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def report_context(trace=None, calibration=None, cost_model=None, cfg=None, engine=None,
+                   extra: dict | None = None) -> list[tuple[str, str]]:
+    """What a report says was run: ``(label, value)`` pairs for its header.
+
+    Parameters
+    ----------
+    trace, calibration : path, optional
+        The replayed request trace and the calibration file.
+    cost_model : replay.cost_model.RooflineCostModel, optional
+        Gives the model, the GPU and the TP degree.
+    cfg : replay.simulate.ReplayConfig, optional
+        Gives the scheduler and the engine settings.
+    engine : replay.engine.Engine, optional
+        The engine that ran: the KV blocks actually used (``--num-gpu-blocks`` or sized
+        from GPU memory).
+    extra : dict, optional
+        More ``label: value`` lines, appended.
+
+    Returns
+    -------
+    list of (str, str)
+        ``trace``, ``calibration``, ``model``, ``GPU``, ``TP``, ``scheduler``, ``engine``,
+        ``servecal`` (those known), then ``extra``.
+    """
+    items = []
+    if trace is not None:
+        items.append(("trace", str(trace)))
+    if calibration is not None:
+        items.append(("calibration", str(calibration)))
+    if cost_model is not None:
+        items += [("model", cost_model.model.name), ("GPU", cost_model.gpu.name), ("TP", str(cost_model.tp))]
+    if cfg is not None:
+        sched = cfg.scheduler
+        if cfg.scheduler == "disagg" and cost_model is not None:
+            from .disagg import describe_config
+
+            sched += f": {describe_config(cost_model, cfg)}"
+        elif cfg.replicas != 1:
+            sched += f" on {cfg.replicas} replicas, router {cfg.router}"
+        items.append(("scheduler", sched))
+        settings = [f"max_num_seqs={cfg.max_num_seqs}", f"max_num_batched_tokens={cfg.max_num_batched_tokens}"]
+        blocks = cfg.num_gpu_blocks
+        if engine is not None and getattr(engine, "replicas", None):
+            blocks = engine.replicas[0].kv.num_gpu_blocks
+        if blocks is not None:
+            settings.append(f"num_gpu_blocks={blocks}")
+        settings += [f"block_size={cfg.block_size}",
+                     f"enable_prefix_caching={cfg.enable_prefix_caching}", f"preemption_mode={cfg.preemption_mode}"]
+        if cfg.max_model_len is not None:
+            settings.append(f"max_model_len={cfg.max_model_len}")
+        if cfg.concurrency is not None:
+            settings.append(f"closed loop: concurrency={cfg.concurrency}, think_time_s={cfg.think_time_s:g}")
+        items.append(("engine", ", ".join(settings)))
+    items.append(("servecal", servecal_version()))
+    items += [(str(k), str(v)) for k, v in (extra or {}).items()]
+    return items
+
+
+def tolerance_verdict(table: pd.DataFrame, tolerances: dict[str, float] | None):
+    """The report's verdict: ``(kind, line, rows)`` with ``kind`` ``"pass"``, ``"fail"`` or
+    ``"none"`` (no tolerance given), one line saying so, and a row per tolerance
+    (check, bound, error, result) as :func:`replay.compare.broken_tolerances` judges it."""
+    if not tolerances:
+        return "none", "No --tolerance given: no pass/fail verdict.", []
+    rows, failed = [], []
+    by_metric = {r["metric"]: r for _, r in table.iterrows()}
+    for key, bound in tolerances.items():
+        broken = broken_tolerances(table, {key: bound})
+        metric, _, stat = key.rpartition("_")
+        r = by_metric.get(metric)
+        if r is None:
+            err = "-"
+        elif stat == "mape":
+            err = _pct(r["mape"]).lstrip("+")
+        else:
+            err = err_cell(r.get(f"meas_{stat}", np.nan), r.get(f"pred_{stat}", np.nan))
+        rows.append([key, f"{bound:.1%}", err, "FAIL" if broken else "pass"])
+        if broken:
+            failed.append(key)
+    if failed:
+        return "fail", f"FAIL: {len(failed)} of {len(tolerances)} tolerances broken ({', '.join(failed)}).", rows
+    return "pass", f"PASS: all {len(tolerances)} errors within their tolerances.", rows
+
+
 def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_timeseries=None,
-                 simulated_steps: pd.DataFrame | None = None) -> list[Path]:
+                 simulated_steps: pd.DataFrame | None = None, context: list[tuple[str, str]] | None = None,
+                 tolerances: dict[str, float] | None = None) -> list[Path]:
     """Write the measured-vs-predicted report of a replay and its figures.
 
     Parameters
@@ -332,7 +485,8 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
         A replay result (``replay_result/1`` columns: the trace's measured latencies and the
         ``pred_*`` columns, seconds).
     path : path
-        ``.md`` (Markdown) or ``.html``; figures go beside it as ``<stem>_<name>.png``.
+        ``.html`` (one self-contained file, figures embedded) or ``.md`` (Markdown; figures
+        in the folder ``<stem>_files/`` beside it).
     measured_timeseries : path or pandas.DataFrame, optional
         The measured 1-second time series (``t``, ``running``, ``waiting``; see
         :func:`read_timeseries`), with ``t`` on the trace's clock (seconds since its first
@@ -340,11 +494,16 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
     simulated_steps : pandas.DataFrame, optional
         The simulated step trace (:func:`replay.simulate.steps_frame`). Adds step durations
         and tokens per step over time.
+    context : list of (str, str), optional
+        What was run, for the header (:func:`report_context`); default: the servecal version.
+    tolerances : dict, optional
+        ``{"ttft_p50": 0.1, ...}`` (``replay --tolerance``): adds the PASS/FAIL line and a
+        table of every check.
 
     Returns
     -------
     list of pathlib.Path
-        The report, then the PNG files written.
+        The report, then the PNG files written (none for HTML).
 
     Raises
     ------
@@ -356,9 +515,10 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
     Notes
     -----
     The key table is :func:`replay.compare.compare`'s, formatted by
-    :func:`replay.compare.table_cells` (milliseconds, signed percent errors). Figures are
-    drawn on matplotlib's Agg canvas. All PNGs are saved to temporary files first and
-    renamed, then the text is written with :func:`schemas.tables.write_text_atomic`.
+    :func:`replay.compare.table_cells` (milliseconds, signed percent errors, or ms where
+    the measured value is below 1 ms). Figures are drawn on matplotlib's Agg canvas. PNGs
+    are saved to temporary files first and renamed, then the text is written with
+    :func:`schemas.tables.write_text_atomic`.
     """
     path = Path(path)
     fmt = report_format(path)
@@ -369,35 +529,49 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
             raise ReplayError(f"simulated steps: missing column(s) {', '.join(missing)}")
     table = compare(result_df)
     metrics = list(table["metric"]) if not table.empty else []
-    stem = path.stem
-    blocks: list[tuple] = []
-    figures: list[tuple[str, object]] = []
+    folder = f"{path.stem}_files"  # Markdown's figures, named after the report
+    blocks: list[tuple] = [("meta", list(context) if context else report_context())]
+    figures: list[tuple[str, object]] = []  # (file name in the folder, figure)
+
+    def figure(title: str, alt: str, name: str, fig) -> None:
+        png = _png(fig)
+        blocks.extend([("h2", title), ("img", alt, f"{folder}/{name}", png)] if title else
+                      [("img", alt, f"{folder}/{name}", png)])
+        figures.append((name, png))
+
+    kind, line, checks = tolerance_verdict(table, tolerances)
+    blocks.append(("verdict", kind, line))
 
     n_compared = int(compared_rows(result_df).sum())
     counts = (f"Requests: {len(result_df)} in the result, {n_compared} compared (completed on both sides), "
               f"{len(result_df) - n_compared} excluded (failed in the measured run or not completed by the simulator).")
+    blocks.append(("h2", "Measured vs predicted"))
     if table.empty:
         blocks += [("p", format_table(table)), ("p", counts)]
     else:
         blocks += [("table", *table_cells(table)),
-                   ("p", "Times in ms. err_pXX = (predicted - measured) / measured at that percentile; mape over "
-                         f"measured values >= {MAPE_MIN_MEAS_S * 1e3:g} ms; bias = mean predicted - mean measured; ks = Kolmogorov-Smirnov "
-                         "statistic; wass = Wasserstein-1 distance. Mean TPOT (tpot row) weighs each request once, "
-                         "mean ITL (itl row, when token times exist on both sides) each token gap once. " + counts)]
+                   ("p", "Times in ms. err_pXX = (predicted - measured) / measured at that percentile, or "
+                         f"predicted - measured in ms where the measured value is below {REL_ERR_FLOOR_S * 1e3:g} ms; "
+                         f"mape over measured values >= {MAPE_MIN_MEAS_S * 1e3:g} ms; bias = mean predicted - mean "
+                         "measured; ks = Kolmogorov-Smirnov statistic; wass = Wasserstein-1 distance. Mean TPOT (tpot "
+                         "row) weighs each request once, mean ITL (itl row, when token times exist on both sides) each "
+                         "token gap once. " + counts)]
+    if checks:
+        blocks += [("h2", "Tolerances"), ("table", ["check", "bound", "error", "result"], checks),
+                   ("p", f"A percentile below {REL_ERR_FLOOR_S * 1e3:g} ms measured is judged against "
+                         f"{REL_ERR_FLOOR_S * 1e3:g} ms: its bound allows that fraction of {REL_ERR_FLOOR_S * 1e3:g} ms.")]
 
     fig = _scatter_figure(result_df, metrics)
     if fig is not None:
-        blocks += [("h2", "Per request: predicted vs measured"), ("img", "scatter", f"{stem}_scatter.png")]
-        figures.append((f"{stem}_scatter.png", fig))
+        figure("Per request: predicted vs measured", "scatter of predicted vs measured per request", "scatter.png", fig)
     fig = _cdf_figure(result_df, metrics)
     if fig is not None:
-        blocks += [("h2", "Distributions: measured and predicted CDFs"), ("img", "cdf", f"{stem}_cdf.png")]
-        figures.append((f"{stem}_cdf.png", fig))
+        figure("Distributions: measured and predicted CDFs", "CDFs of measured and predicted", "cdf.png", fig)
 
     if "ttft" in metrics:
         win = errors_over_time(result_df)
         rows = [[f"{i + 1}", f"{r.start_s:.1f}-{r.end_s:.1f}", str(r.n), _ms(r.meas_p50), _ms(r.pred_p50),
-                 _pct(r.rel_err_p50)] for i, r in enumerate(win.itertuples())]
+                 err_cell(r.meas_p50, r.pred_p50)] for i, r in enumerate(win.itertuples())]
         blocks += [("h2", "Errors over time"),
                    ("p", f"TTFT p50 in {NUM_TIME_WINDOWS} equal windows of arrival time (compared requests only)."),
                    ("table", ["window", "arrivals (s)", "n", "meas_p50_ms", "pred_p50_ms", "err_p50"], rows)]
@@ -411,27 +585,54 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
                          f"{np.mean(np.abs(sim - meas)):.1f}"])
         blocks += [("h2", "Running and waiting requests over time"),
                    ("p", f"Measured: the {len(ts)} ticks of the time series. Simulated at the same ticks: waiting = "
-                         "arrived and not yet scheduled, running = scheduled and not yet completed."),
-                   ("img", "running and waiting", f"{stem}_timeseries.png"),
-                   ("table", ["requests", "meas_mean", "sim_mean", "meas_max", "sim_max", "mean_abs_diff"], rows)]
-        figures.append((f"{stem}_timeseries.png", _timeseries_figure(ts, running, waiting)))
+                         "arrived and not yet scheduled, running = scheduled and not yet completed.")]
+        figure("", "running and waiting requests, measured and simulated", "timeseries.png",
+               _timeseries_figure(ts, running, waiting))
+        blocks.append(("table", ["requests", "meas_mean", "sim_mean", "meas_max", "sim_max", "mean_abs_diff"], rows))
 
     if simulated_steps is not None and len(simulated_steps):
         d = simulated_steps["step_duration_s"].to_numpy(float)
         blocks += [("h2", "Simulated steps"),
                    ("p", f"{d.size} steps; duration mean {_ms(d.mean())} ms, p50 {_ms(np.percentile(d, 50))} ms, "
-                         f"p99 {_ms(np.percentile(d, 99))} ms, max {_ms(d.max())} ms."),
-                   ("img", "steps", f"{stem}_steps.png")]
-        figures.append((f"{stem}_steps.png", _steps_figure(simulated_steps)))
+                         f"p99 {_ms(np.percentile(d, 99))} ms, max {_ms(d.max())} ms.")]
+        figure("", "simulated step durations and tokens per step", "steps.png", _steps_figure(simulated_steps))
 
     text = _render(blocks, fmt, "servecal replay report")
-    _save_atomically(figures, path.parent)
+    if fmt == "html":
+        write_text_atomic(text, path)
+        return [path]
+    written = _save_atomically(figures, path.parent / folder)
     write_text_atomic(text, path)
-    return [path] + [path.parent / name for name, _ in figures]
+    return [path] + written
 
 
-def _save_atomically(figures: list[tuple[str, object]], folder: Path) -> None:
-    """Save every figure as PNG to a temporary file, then rename them all; on error remove the temporaries."""
-    with contextlib.ExitStack() as stack:
-        for name, fig in figures:
-            fig.savefig(stack.enter_context(atomic_output(folder / name)), format="png", dpi=100)
+def _png(fig) -> bytes:
+    """A figure as PNG bytes (100 dpi)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return buf.getvalue()
+
+
+def _save_atomically(figures: list[tuple[str, bytes]], folder: Path) -> list[Path]:
+    """Write every PNG to a temporary file in ``folder``, then rename them all; on error remove
+    the temporaries (and ``folder`` when this call made it). Returns the paths written."""
+    from schemas.errors import OutputError
+
+    if not figures:
+        return []
+    made = not folder.exists()
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{folder}: cannot create the folder for the report's figures ({exc.strerror})") from None
+    try:
+        with contextlib.ExitStack() as stack:
+            for name, png in figures:
+                with open(stack.enter_context(atomic_output(folder / name)), "wb") as fh:
+                    fh.write(png)
+    except BaseException:
+        if made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+    return [folder / name for name, _ in figures]

@@ -22,6 +22,7 @@ from .closed_loop import check_closed_loop, on_send_times
 from .compare import scheduler_table
 from .errors import ConfigError
 from .metrics import PERCENTILES, goodput_rps
+from .progress import optional_bar
 from .schedulers import check_scheduler_names
 from .simulate import ReplayConfig, replay_frame
 
@@ -244,12 +245,12 @@ def check_ray() -> None:
     _import_ray()
 
 
-def map_on_ray(fn, shared, items: list, address: str) -> list:
+def map_on_ray(fn, shared, items: list, address: str, on_done=None) -> list:
     """``[fn(shared, item) for item in items]`` as tasks of the Ray cluster at ``address``.
 
     ``shared`` (the trace and settings) goes to the object store once, not once per item;
     results come back in ``items`` order. Ray is started here unless it already runs, and
-    stopped again.
+    stopped again. ``on_done(k)``, when given, is called as ``k`` more tasks finish.
 
     Raises
     ------
@@ -263,7 +264,14 @@ def map_on_ray(fn, shared, items: list, address: str) -> list:
     try:
         ref = ray.put(shared)
         task = ray.remote(fn)
-        return ray.get([task.remote(ref, item) for item in items])
+        refs = [task.remote(ref, item) for item in items]
+        if on_done is not None:
+            pending = refs
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+                if ready:
+                    on_done(len(ready))
+        return ray.get(refs)
     finally:
         if started:
             ray.shutdown()
@@ -304,17 +312,27 @@ def run_sweep(ctx: SweepContext, sweeps: dict[str, list], jobs: int | None = Non
         jobs = os.cpu_count() or 1
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, not {jobs}")
-    if ray_address is not None:
-        rows = map_on_ray(evaluate_point, ctx, points, ray_address)
-    elif min(jobs, len(points)) <= 1:
-        rows = [evaluate_point(ctx, p) for p in points]
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+    with optional_bar("sweep points", len(points)) as bar:  # None unless the CLI shows progress
+        done = bar.update if bar is not None else None
+        if ray_address is not None:
+            rows = map_on_ray(evaluate_point, ctx, points, ray_address, done)
+        elif min(jobs, len(points)) <= 1:
+            rows = []
+            for p in points:
+                rows.append(evaluate_point(ctx, p))
+                if done:
+                    done(1)
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(min(jobs, len(points)), mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_init_worker, initargs=(ctx,)) as pool:
-            rows = list(pool.map(_evaluate_in_worker, points))
+            with ProcessPoolExecutor(min(jobs, len(points)), mp_context=multiprocessing.get_context("spawn"),
+                                     initializer=_init_worker, initargs=(ctx,)) as pool:
+                futures = [pool.submit(_evaluate_in_worker, p) for p in points]
+                if done:
+                    for _ in as_completed(futures):
+                        done(1)
+                rows = [f.result() for f in futures]  # in grid order, whatever order they finished in
     table = pd.DataFrame(rows)
     if ctx.cfg.slo_ttft_s is None and ctx.cfg.slo_tpot_s is None:
         table = table.drop(columns="goodput_rps")
@@ -323,29 +341,43 @@ def run_sweep(ctx: SweepContext, sweeps: dict[str, list], jobs: int | None = Non
 
 # -- output ----------------------------------------------------------------------------------------
 
-def format_sweep_table(table: pd.DataFrame, swept: list[str], percentiles=PERCENTILES) -> str:
+def format_sweep_table(table: pd.DataFrame, swept: list[str], percentiles=PERCENTILES, wide: bool = False) -> str:
     """A :func:`run_sweep` table as text: the swept values, then milliseconds and requests/s.
 
     Parameters
     ----------
     swept : list[str]
         The swept options (keys of :data:`PARAMS`), in column order.
+    wide : bool
+        Every column (p50, p90, p99 of each metric, ``_ms`` and ``_rps`` in the names).
+        By default p50 and p90 of each metric, goodput and throughput, within
+        :data:`replay.text.WIDTH` (100) characters a line (when many options are swept,
+        E2E p90, n_ok, E2E p50, TPOT p90 and TTFT p90 are left out, in that order, until
+        the table fits).
     """
+    from .compare import NARROW_PERCENTILES, ms_cell
+    from .text import WIDTH, render_table
+
     if table.empty:
         return "(no points)"
     cols = [column(n) for n in swept]
-    head = cols + ["n_ok"] + [f"{m}_p{q}_ms" for m in TABLE_METRICS for q in percentiles]
+    qs = list(percentiles) if wide else ([q for q in NARROW_PERCENTILES if q in percentiles] or list(percentiles)[:2])
+    stats = [(m, q) for m in TABLE_METRICS for q in qs]
     rates = [c for c in ("goodput_rps", "throughput_rps") if c in table]
-    head += rates
+    if wide:
+        head = cols + ["n_ok"] + [f"{m}_p{q}_ms" for m, q in stats] + rates
+    else:
+        head = cols + ["n_ok"] + [f"{m}_p{q}" for m, q in stats] + [c.removesuffix("_rps") for c in rates]
     lines = []
     for r in table.to_dict("records"):  # keeps each column's type (iterrows would make ints floats)
         cells = [f"{r[c]:g}" if isinstance(r[c], float) else str(r[c]) for c in cols] + [str(r["n_ok"])]
-        cells += [f"{r[f'{m}_p{q}_s'] * 1e3:.1f}" for m in TABLE_METRICS for q in percentiles]
+        cells += [f"{r[f'{m}_p{q}_s'] * 1e3:.1f}" if wide else ms_cell(r[f"{m}_p{q}_s"]) for m, q in stats]
         cells += [f"{r[c]:.3f}" for c in rates]
         lines.append(cells)
-    widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
-    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
-    return "\n".join([fmt.format(*head)] + [fmt.format(*c) for c in lines])
+    if wide:
+        return render_table(head, lines)
+    drop = ("e2e_p90", "n_ok", "e2e_p50", "tpot_p90", "ttft_p90")
+    return render_table(head, lines, WIDTH, drop_order=drop)
 
 
 def check_output_path(path: str) -> None:

@@ -137,8 +137,9 @@ def test_mean_tpot_and_mean_itl_are_reported_apart():
     mean_tpot, mean_itl = mean_tpot_and_itl([a, b])
     assert row(t, "tpot")["meas_mean_s"] == pytest.approx(mean_tpot) == pytest.approx(0.055)
     assert row(t, "itl")["meas_mean_s"] == pytest.approx(mean_itl) == pytest.approx(0.028)
-    text = format_table(t)
+    text = format_table(t, wide=True)
     assert "mean TPOT" in text and "mean ITL" in text
+    assert "tpot row: each request once" in format_table(t)
 
 
 def test_no_itl_row_without_token_times_on_both_sides():

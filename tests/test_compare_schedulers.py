@@ -28,10 +28,25 @@ def test_scheduler_table_percentiles_and_goodput():
     assert a["queue_wait_p50_s"] == pytest.approx(0.1) and a["e2e_p99_s"] == pytest.approx(0.299)
     # goodput: 1 request meets ttft <= 0.2 s over the span from the first arrival to the last completion (1.3 s)
     assert a["goodput_rps"] == pytest.approx(1 / 1.3) == goodput_rps(res, 0.2, None)
-    text = format_scheduler_table(table).splitlines()
+    text = format_scheduler_table(table, wide=True).splitlines()
     assert text[0].split() == (["scheduler", "n_ok"] + [f"{m}_p{q}_ms" for m in SCHEDULER_TABLE_METRICS
                                                         for q in (50, 90, 99)] + ["goodput_rps"])
     assert text[1].split()[:4] == ["a", "2", "200.0", "280.0"] and text[2].split()[0] == "b"
+    # by default: p50 and p90 of TTFT, TPOT and E2E, and the goodput
+    text = format_scheduler_table(table).splitlines()
+    assert text[0].split() == ["scheduler", "n_ok", "ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90", "e2e_p50",
+                               "e2e_p90", "goodput"]
+    assert text[1].split() == ["a", "2", "200.0", "280.0", "50.0", "50.0", "250.0", "290.0", "0.769"]
+
+
+def test_scheduler_table_fits_100_columns_with_long_names():
+    res = pd.DataFrame({"arrival_time_s": [0.0, 1.0], "num_output_tokens": [3, 2], "pred_status": ["ok", "ok"],
+                        "pred_queue_wait_s": [0.0, 2000.0], "pred_ttft_s": [0.1, 3000.0],
+                        "pred_tpot_s": [0.05, 0.07], "pred_e2e_s": [0.2, 9000.5]})
+    names = ["chunked", "my_policies:ShortestOutputFirst", "some.very.long.package.module:AnotherSchedulerClass"]
+    text = format_scheduler_table(scheduler_table({n: res for n in names}))
+    assert max(map(len, text.splitlines())) <= 100, text
+    assert "ttft_p50" in text and "goodput" in text
 
 
 @pytest.fixture
@@ -54,7 +69,12 @@ def trace_and_calibration(tmp_path):
 def invoke(trace, cal, *args):
     from replay.cli import main
 
-    return CliRunner().invoke(main, [str(trace), "--calibration", str(cal), *map(str, args)])
+    return CliRunner().invoke(main, [str(trace), "--calibration", str(cal), "--wide", *map(str, args)])
+
+
+def flat(output: str) -> str:
+    """The output with its lines joined (long lines are folded at 100 columns)."""
+    return " ".join(output.split())
 
 
 def table_rows(output):
@@ -81,7 +101,7 @@ def test_compare_schedulers_cli_one_row_per_policy(trace_and_calibration):
     assert list(rows) == ALL
     assert all(r["n_ok"] == str(len(df)) for r in rows.values())
     assert "disagg: 1 prefill x 1 x h100-80gb + 1 decode x 1 x h100-80gb" in res.output
-    assert "meeting ttft <= 0.2 s and tpot <= 0.02 s" in res.output
+    assert "meeting ttft <= 0.2 s and tpot <= 0.02 s" in flat(res.output)
     # each row is the replay of that scheduler with the same options
     cost = cost_model_from_calibration(Calibration.read(cal))
     for name in ("chunked", "disagg"):
@@ -102,9 +122,9 @@ def test_compare_schedulers_with_defaults_and_disagg_options(trace_and_calibrati
                  "--tp-prefill", 2, "--link", "400gbe")
     assert res.exit_code == 0, res.output
     assert list(table_rows(res.output)) == ["chunked", "disagg"]
-    assert "2 replicas of 1 x h100-80gb (TP=1), 2 GPUs" in res.output
-    assert "1 prefill x 2 x h100-80gb + 2 decode x 1 x h100-80gb (4 GPUs; prefill TP=2, decode TP=1)" in res.output
-    assert "no --slo-ttft-s/--slo-tpot-s given" in res.output
+    assert "2 replicas of 1 x h100-80gb (TP=1), 2 GPUs" in flat(res.output)
+    assert "1 prefill x 2 x h100-80gb + 2 decode x 1 x h100-80gb (4 GPUs; prefill TP=2, decode TP=1)" in flat(res.output)
+    assert "no --slo-ttft-s/--slo-tpot-s given" in flat(res.output)
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -50,36 +50,71 @@ def assert_png(path):
     assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
 
 
-def test_markdown_report_opens_with_the_compare_table(tmp_path):
+def test_markdown_report_opens_with_the_context_then_the_compare_table(tmp_path):
     res = synthetic_result()
-    written = write_report(res, tmp_path / "run.md", simulated_steps=steps())
+    written = write_report(res, tmp_path / "run.md", simulated_steps=steps(),
+                           context=[("trace", "t.parquet"), ("model", "llama-3.1-8b")])
     text = (tmp_path / "run.md").read_text()
     lines = text.splitlines()
     assert lines[0] == "# servecal replay report"
+    assert "| **trace** | t.parquet |" in lines and "| **model** | llama-3.1-8b |" in lines
+    assert "No --tolerance given" in text
     head, rows = table_cells(compare(res))
-    # the very first block is the key table, cell for cell the formatting of replay.compare.compare
-    assert lines[2] == "| " + " | ".join(head) + " |"
-    assert lines[4:4 + len(rows)] == ["| " + " | ".join(r) + " |" for r in rows]
+    # the first table after the header is the key table, cell for cell the formatting of replay.compare.compare
+    i = lines.index("## Measured vs predicted")
+    assert lines[i + 2] == "| " + " | ".join(head) + " |"
+    assert lines[i + 4:i + 4 + len(rows)] == ["| " + " | ".join(r) + " |" for r in rows]
     assert [r[0] for r in rows] == ["queue_wait", "ttft", "tpot", "e2e", "itl"]
-    assert [p.name for p in written] == ["run.md", "run_scatter.png", "run_cdf.png", "run_steps.png"]
+    # the figures go to a folder named after the report
+    assert [str(p.relative_to(tmp_path)) for p in written] == ["run.md", "run_files/scatter.png", "run_files/cdf.png",
+                                                               "run_files/steps.png"]
     for p in written[1:]:
-        assert f"]({p.name})" in text
+        assert f"](run_files/{p.name})" in text
         assert_png(p)
     assert "## Errors over time" in text
-    assert sorted(q.name for q in tmp_path.iterdir()) == sorted(p.name for p in written)  # no temporaries left
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["run.md", "run_files"]  # no temporaries left
+    assert sorted(q.name for q in (tmp_path / "run_files").iterdir()) == ["cdf.png", "scatter.png", "steps.png"]
 
 
-def test_html_report(tmp_path):
+def test_html_report_is_one_file_with_its_figures_embedded(tmp_path):
+    import base64
+    import re
+
     ts = pd.DataFrame({"t": np.arange(1.0, 30.0), "running": 1, "waiting": 0})
-    written = write_report(synthetic_result(), tmp_path / "run.html", measured_timeseries=ts)
+    (tmp_path / "run.md").write_text("an earlier markdown report\n")
+    written = write_report(synthetic_result(), tmp_path / "run.html", measured_timeseries=ts,
+                           context=[("trace", "t.parquet"), ("calibration", "cal.json")])
     text = (tmp_path / "run.html").read_text()
     assert text.startswith("<!DOCTYPE html>")
-    assert text.index("<table>") < text.index("<h2>") < text.index("<img")
+    assert written == [tmp_path / "run.html"]
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["run.html", "run.md"]  # nothing beside it
+    assert "<dt>trace</dt><dd>t.parquet</dd>" in text and "<dt>calibration</dt><dd>cal.json</dd>" in text
+    assert text.index("<dt>trace</dt>") < text.index("<table>") < text.index("<img")
     assert "<th>meas_p99_ms</th>" in text and "<td>ttft</td>" in text
-    assert [p.name for p in written] == ["run.html", "run_scatter.png", "run_cdf.png", "run_timeseries.png"]
-    for p in written[1:]:
-        assert f'src="{p.name}"' in text
-        assert_png(p)
+    assert text.count('<div class="scroll"><table>') == text.count("<table>")  # every table scrolls, none is cut
+    assert "overflow-x:auto" in text
+    images = re.findall(r'<img alt="[^"]+" src="data:image/png;base64,([A-Za-z0-9+/=]+)">', text)
+    assert len(images) == 3 and text.count("<img") == 3  # scatter, CDF, time series: all embedded
+    for data in images:
+        assert base64.b64decode(data)[:8] == PNG_MAGIC
+    assert "src=\"run_" not in text and ".png\"" not in text
+
+
+def test_report_verdict_against_tolerances(tmp_path):
+    from replay.report import report_context, tolerance_verdict
+
+    res = synthetic_result()
+    table = compare(res)
+    kind, line, rows = tolerance_verdict(table, {"ttft_p50": 0.5, "e2e_p50": 0.5})
+    assert kind == "pass" and line.startswith("PASS") and [r[3] for r in rows] == ["pass", "pass"]
+    kind, line, rows = tolerance_verdict(table, {"ttft_p50": 0.5, "tpot_p90": 0.0})
+    assert kind == "fail" and "1 of 2" in line and "tpot_p90" in line and rows[1][3] == "FAIL"
+    write_report(res, tmp_path / "r.html", tolerances={"ttft_p50": 0.5, "tpot_p90": 0.0})
+    text = (tmp_path / "r.html").read_text()
+    assert '<p class="verdict fail">FAIL: 1 of 2 tolerances broken (tpot_p90).</p>' in text
+    assert "<h2>Tolerances</h2>" in text
+    ctx = dict(report_context(trace="t.parquet"))
+    assert ctx["trace"] == "t.parquet" and ctx["servecal"]
 
 
 def test_unknown_suffix_writes_nothing(tmp_path):
@@ -89,26 +124,37 @@ def test_unknown_suffix_writes_nothing(tmp_path):
 
 
 def test_no_partial_files_when_a_figure_fails(tmp_path, monkeypatch):
+    import schemas.tables
+    from schemas.errors import OutputError
+
+    (tmp_path / "run.md").write_text("previous report\n")
+    real, calls = schemas.tables.os.replace, []
+
+    def failing_replace(src, dst):
+        calls.append(dst)
+        if str(dst).endswith("cdf.png"):  # the scatter PNG is on disk (as a temporary) when the second fails
+            raise OSError(28, "disk full")
+        return real(src, dst)
+
+    monkeypatch.setattr(schemas.tables.os, "replace", failing_replace)
+    with pytest.raises(OutputError, match="cdf.png: cannot write \\(disk full\\)"):
+        write_report(synthetic_result(), tmp_path / "run.md")
+    assert [p.name for p in tmp_path.iterdir()] == ["run.md"]  # no PNG, no temporary, no folder
+    assert (tmp_path / "run.md").read_text() == "previous report\n"
+
+
+def test_no_files_when_a_figure_cannot_be_drawn(tmp_path, monkeypatch):
     from matplotlib.figure import Figure
 
     (tmp_path / "run.md").write_text("previous report\n")
-    real_savefig, calls = Figure.savefig, []
 
     def failing_savefig(self, fname, **kw):
-        calls.append(fname)
-        if len(calls) == 2:  # the first PNG is already on disk (as a temporary) when the second fails
-            with open(fname, "wb") as fh:
-                fh.write(b"\x89PNG half")
-            raise OSError("disk full")
-        return real_savefig(self, fname, **kw)
+        raise RuntimeError("cannot draw")
 
     monkeypatch.setattr(Figure, "savefig", failing_savefig)
-    from schemas.errors import OutputError
-
-    with pytest.raises(OutputError, match="run_cdf.png: cannot write \\(disk full\\)"):
+    with pytest.raises(RuntimeError):
         write_report(synthetic_result(), tmp_path / "run.md")
-    assert len(calls) == 2
-    assert [p.name for p in tmp_path.iterdir()] == ["run.md"]  # no PNG, no temporary
+    assert [p.name for p in tmp_path.iterdir()] == ["run.md"]
     assert (tmp_path / "run.md").read_text() == "previous report\n"
 
 
@@ -167,9 +213,12 @@ def test_cli_report_and_timeseries(tmp_path):
                                     "--measured-timeseries", str(ts), "--tolerance", "e2e_p50=0.01"])
     assert res.exit_code == 3, res.output  # the report is written before the tolerance verdict
     text = report.read_text()
-    assert text.splitlines()[2].startswith("| metric | n |")
-    for name in ("rep_scatter.png", "rep_cdf.png", "rep_timeseries.png", "rep_steps.png"):
-        assert_png(report.parent / name)
+    assert any(line.startswith("| metric | n |") for line in text.splitlines())
+    assert f"| **trace** | {trace} |" in text and f"| **calibration** | {cal} |" in text
+    assert "| **model** |" in text and "| **engine** | max_num_seqs=" in text and "| **servecal** |" in text
+    assert "**FAIL: 1 of 1 tolerances broken (e2e_p50).**" in text
+    for name in ("scatter.png", "cdf.png", "timeseries.png", "steps.png"):
+        assert_png(report.parent / "rep_files" / name)
 
 
 def test_cli_report_usage_errors(tmp_path):

@@ -168,7 +168,7 @@ def test_without_ray_the_error_says_how_to_install_it(monkeypatch):
 def test_format_sweep_table():
     table = run_sweep(SweepContext(TRACE, {}, COST, ReplayConfig(slo_ttft_s=0.2)),
                       parse_sweeps(["rate-scale=0.5,1", "max-num-seqs=4"]), jobs=1)
-    lines = format_sweep_table(table, ["rate-scale", "max-num-seqs"]).splitlines()
+    lines = format_sweep_table(table, ["rate-scale", "max-num-seqs"], wide=True).splitlines()
     assert lines[0].split() == ["rate_scale", "max_num_seqs", "n_ok", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms",
                                 "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p90_ms",
                                 "e2e_p99_ms", "goodput_rps", "throughput_rps"]
@@ -202,7 +202,7 @@ def test_cli_sweep_prints_and_writes_the_table(tmp_path, suffix):
                                     "--sweep-out", str(out)])
     assert res.exit_code == 0, res.output
     assert "sweeping 4 points (2 rate-scale x 2 scheduler) on 120 requests" in res.output
-    assert "goodput_rps" in res.output and f"wrote {out}" in res.output
+    assert "goodput" in res.output and f"wrote {out}" in res.output
     written = pd.read_csv(out) if suffix == ".csv" else pd.read_parquet(out)
     expected = run_sweep(SweepContext(TRACE, {}, COST, ReplayConfig(slo_ttft_s=0.3)),
                          parse_sweeps(["rate-scale=1,2", "scheduler=fcfs,chunked"]), jobs=1)
