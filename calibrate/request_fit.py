@@ -17,7 +17,7 @@ import pandas as pd
 
 from replay.cost_model import RooflineCostModel
 from replay.simulate import ReplayConfig, replay_frame
-from replay.sweep import map_on_ray
+from replay.sweep import map_on_ray, ray_session
 from schemas.cost_params import PARAMS, CostParams
 
 from .errors import FitError
@@ -109,7 +109,8 @@ def start_runner(jobs: int | None, ray_address: str | None, n_starts: int):
     one pool of ``jobs`` processes (spawn; default the CPU count) kept for every variant, on a
     Ray cluster, or here (None) with one job."""
     if ray_address is not None:
-        yield lambda fn, shared, items: map_on_ray(fn, shared, items, ray_address)
+        with ray_session(ray_address):
+            yield lambda fn, shared, items: map_on_ray(fn, shared, items, ray_address)
         return
     workers = min((os.cpu_count() or 1) if jobs is None else jobs, n_starts)
     if workers <= 1:

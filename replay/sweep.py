@@ -10,6 +10,8 @@ the points ran.
 """
 from __future__ import annotations
 
+import contextlib
+
 import itertools
 import os
 from dataclasses import dataclass, replace
@@ -238,6 +240,21 @@ def _import_ray():
     except ImportError:
         raise ConfigError("--ray-address needs Ray, which is not installed: pip install 'servecal[ray]'") from None
     return ray
+
+
+@contextlib.contextmanager
+def ray_session(address: str):
+    """Ray connected to ``address`` for the body (started here unless it already runs, then
+    stopped again), so that several :func:`map_on_ray` calls share one connection."""
+    ray = _import_ray()
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        if started:
+            ray.shutdown()
 
 
 def check_ray() -> None:

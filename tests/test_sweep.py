@@ -276,7 +276,9 @@ def test_request_fit_on_ray_equals_serial(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", fake)
     trace, cfg = _measured_request_log()
     _same_fit(_fit(trace, cfg, jobs=1), _fit(trace, cfg, ray_address="ray://head:10001"))
-    assert fake.calls == [("init", "ray://head:10001"), ("put",), ("shutdown",)]  # the trace goes once
+    calls = fake.calls  # one connection for the whole fit; each variant's problem goes to the store once
+    assert calls[0] == ("init", "ray://head:10001") and calls[-1] == ("shutdown",)
+    assert set(calls[1:-1]) == {("put",)}
 
 
 def test_calibrate_fit_ray_address_errors(tmp_path, monkeypatch):
