@@ -32,10 +32,11 @@ REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
 
 def cost_model():
     from replay.cost_model import RooflineCostModel
-from schemas.cost_params import CostParams
+    from schemas.cost_params import CostParams
     from schemas.specs import get_gpu, get_model
 
-    return RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), CostParams(0.6, 0.85, 3e-4))
+    return RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"),
+                             CostParams(eta_compute=0.6, eta_mem=0.85, t_step_s=3e-4))
 
 
 def workload(kind: str, n: int, rate: float):
@@ -153,7 +154,7 @@ def run_sched_sim(args):
                                             "num_heads", "num_kv_heads", "head_dim", "dtype_bytes")},
         "fp16_tflops": cm.gpu.peak_flops / 1e12, "tensor_core_efficiency": cm.params.eta_compute,
         "memory_bandwidth_gb_s": cm.params.eta_mem * cm.gpu.mem_bandwidth_bytes_per_s / 1e9,
-        "kernel_launch_overhead_ms": cm.params.t_launch_s * 1e3})
+        "kernel_launch_overhead_ms": cm.params.t_step_s * 1e3})
     arr = df["arrival_time_s"].to_numpy().tolist()
     prompt, out = df["num_prompt_tokens"].to_numpy().tolist(), df["num_output_tokens"].to_numpy().tolist()
     reqs = [Request(request_id=str(i), arrived_at=a, prompt_tokens=pr, output_tokens=o)
@@ -173,7 +174,7 @@ def run_sched_sim(args):
 
 
 #: The known parameters the calibration jobs must recover.
-CAL_TRUTH = {"eta_compute": 0.6, "eta_mem": 0.85, "t_launch_s": 1e-3}
+CAL_TRUTH = {"eta_compute": 0.6, "eta_mem": 0.85, "t_step_s": 1e-3}
 
 
 def run_step_fit(rows: int):
@@ -328,7 +329,7 @@ def calibration_cases(args, cap: float) -> None:
             ("calibrate fit (step trace)", f"{rows} rows", f"{s_wall:.2f}", f"{s_rss:.0f}", "", s_fit),
             ("request-log fit (jobs=1)", f"{n} requests", f"{r_wall:.2f}", f"{r_rss:.0f}", replays, r_fit)):
         print(f"{job:>26} {size:>16} {wall:>8} {rss:>7} {rep:>7} {v['eta_compute']:>11.4f} {v['eta_mem']:>8.4f} "
-              f"{v['t_launch_s'] * 1e3:>11.3f}")
+              f"{v['t_step_s'] * 1e3:>11.3f}")
 
 
 def main():
