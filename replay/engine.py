@@ -20,7 +20,7 @@ tests check the fast path against it):
   the heap (:meth:`Engine._start_step`).
 
 Speculative decoding (``SchedulerConfig.num_speculative_tokens`` K > 0): a decode verifies up
-to ``K + 1`` positions and emits ``1 +`` the accepted drafts (:meth:`Engine.accept_drafts`),
+to ``K + 1`` positions and emits ``1 +`` the accepted drafts (:attr:`Engine.accept_drafts`),
 all at the step's end. The implicit decoders and the closed-form decode runs assume one token
 per decode and step, so both are off then (every step goes through the policy, as with
 ``--exact-steps``); the in-place step ends stay.

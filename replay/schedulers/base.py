@@ -250,8 +250,7 @@ def schedule_running(state: ReplicaState, batch: Batch, budget) -> tuple:
             if i == len(running):
                 return budget, False
     preempted = False
-    cfg = state.config
-    threshold, spec = cfg.long_prefill_token_threshold, cfg.num_speculative_tokens
+    spec = state.config.num_speculative_tokens
     # Hot path: a decoding request on a plain paged cache feeds one token and takes a block
     # only when it crosses a block boundary; its bookkeeping is inlined (same result as the
     # general path below, which handles prefills, prefix caches, speculative decodes and preemption).
@@ -281,8 +280,8 @@ def schedule_running(state: ReplicaState, batch: Batch, budget) -> tuple:
         n = req.num_uncomputed_tokens
         if spec and n == 1 and req.num_generated_tokens:  # a decode: its next token and up to K drafts
             n = min(spec + 1, req.num_output_tokens - req.num_generated_tokens)
-        elif 0 < threshold < n:  # a partial prefill, capped before the budget (NC-05)
-            n = threshold
+        elif n > 1 and 0 < (threshold := state.config.long_prefill_token_threshold) < n:
+            n = threshold  # a partial prefill, capped before the budget (NC-05)
         if n > budget:
             n = budget
         while not kv.can_allocate(req, n):
