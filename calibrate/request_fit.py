@@ -222,5 +222,5 @@ def engine_settings(cfg: ReplayConfig) -> dict:
     to reuse: limits, cache and scheduler, not output switches."""
     keep = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks",
             "gpu_memory_utilization", "max_model_len", "enable_prefix_caching", "preemption_mode", "replicas",
-            "router", "long_prefill_token_threshold", "speculative_tokens")
+            "router", "long_prefill_token_threshold", "speculative_tokens", "spec_acceptance_rate", "seed")
     return {k: getattr(cfg, k) for k in keep if hasattr(cfg, k)}

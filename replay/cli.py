@@ -79,6 +79,18 @@ def replay_options(fn):
                           "are ignored [default: open loop, arrivals as traced]."),
         click.option("--think-time-s", type=click.FloatRange(min=0, max=float("inf"), max_open=True), default=0.0,
                      show_default=True, help="Closed loop: a client's pause between a completion and its next send, seconds."),
+        click.option("--long-prefill-token-threshold", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="vLLM's per-request cap on the prompt tokens of one step, applied before the token "
+                          "budget to new and partially prefilled requests alike (chunked, sjf, edf, disagg "
+                          "prefill; fcfs and static admit whole prompts); 0: none, >= the budget: no effect."),
+        click.option("--speculative-tokens", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Speculative decoding: draft tokens K per decode and step (vLLM's "
+                          "num_speculative_tokens). Each decode verifies K+1 positions (token budget and cost "
+                          "model count them) and emits 1 + the accepted drafts; 0: off."),
+        click.option("--spec-acceptance-rate", type=click.FloatRange(0, 1), default=None,
+                     help="Speculative decoding: probability A that a draft token is accepted given the ones "
+                          "before it were (a prefix is accepted); vLLM's mean acceptance length is "
+                          "(1 - A^(K+1)) / (1 - A). Required with --speculative-tokens."),
         click.option("--exact-steps", is_flag=True, default=False,
                      help="Simulate every step and request one by one, through the event heap: the reference "
                           "the fast path is tested against (same results, slower)."),
@@ -189,7 +201,8 @@ def replay_config(kwargs: dict, one_scheduler: bool = True, **extra) -> ReplayCo
     """
     keys = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "gpu_memory_utilization",
             "block_size", "max_model_len", "replicas", "router", "enable_prefix_caching", "hash_block_size",
-            "preemption_mode", "slo_ttft_s", "slo_tpot_s", "concurrency", "think_time_s", "exact_steps")
+            "preemption_mode", "slo_ttft_s", "slo_tpot_s", "concurrency", "think_time_s", "exact_steps",
+            "long_prefill_token_threshold", "speculative_tokens", "spec_acceptance_rate")
     keys = tuple(k for k in keys if k in kwargs)
     given = {k: kwargs[k] for k in DISAGG_OPTIONS if kwargs.get(k) is not None}
     if one_scheduler and kwargs["scheduler"] != "disagg" and given:
@@ -273,12 +286,13 @@ def parse_tolerances(text: str | None) -> dict[str, float]:
                    "pip install 'servecal[ray]' here and servecal on the cluster.")
 @click.option("--sweep-out", type=click.Path(dir_okay=False), default=None,
               help="--sweep: also write the table (.parquet or .csv; seconds, requests/s).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the simulation's random draws (accepted draft tokens of --speculative-tokens).")
 @output_options
 @_errors
 def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times, chrome_trace, chrome_trace_window,
          chrome_trace_max_requests, report, measured_timeseries, tolerance, compare_schedulers, sweep, jobs,
-         ray_address, sweep_out, vllm_log, wide, quiet,
-         **kwargs):
+         ray_address, sweep_out, vllm_log, wide, quiet, seed, **kwargs):
     """Replay TRACE through the simulated engine; compare with measured latencies.
 
     \b
@@ -330,14 +344,15 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     if warning:
         click.echo(wrap(warning), err=True)
     if names is not None:
-        compare_schedulers_run(frame, meta, cost_model, replay_config(kwargs, one_scheduler=False), names, wide)
+        compare_schedulers_run(frame, meta, cost_model, replay_config(kwargs, one_scheduler=False, seed=seed), names,
+                               wide)
         return
     if sweeps is not None:
-        sweep_run(frame, meta, cost_model, replay_config(kwargs, one_scheduler="scheduler" not in sweeps), sweeps,
-                  jobs, ray_address, sweep_out, wide, quiet)
+        sweep_run(frame, meta, cost_model, replay_config(kwargs, one_scheduler="scheduler" not in sweeps, seed=seed),
+                  sweeps, jobs, ray_address, sweep_out, wide, quiet)
         return
     cfg = replay_config(kwargs, record_token_times=token_times, record_steps=steps_out is not None or bool(report),
-                        record_step_requests=chrome_trace is not None)
+                        record_step_requests=chrome_trace is not None, seed=seed)
     if cfg.scheduler != "disagg":
         get_scheduler_factory(cfg.scheduler)  # a bad --scheduler fails before anything is printed
     m = cost_model.model
@@ -345,6 +360,10 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
              f"{hardware(cost_model, cfg)}, scheduler {cfg.scheduler}")
     loop = "" if cfg.concurrency is None else \
         f", closed loop: {cfg.concurrency} clients, think time {cfg.think_time_s:g} s"
+    if cfg.long_prefill_token_threshold:
+        loop += f", long_prefill_token_threshold={cfg.long_prefill_token_threshold}"
+    if cfg.speculative_tokens:
+        loop += f", speculative decoding: K={cfg.speculative_tokens}, acceptance {cfg.spec_acceptance_rate:g}"
     click.echo(wrap(f"replaying {len(frame)} requests: model {m.name}, {where}, max_num_seqs={cfg.max_num_seqs}, "
                     f"max_num_batched_tokens={cfg.max_num_batched_tokens}{loop}"))
     result, engine = replay_frame(frame, cost_model, cfg, meta)
@@ -361,6 +380,13 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
         click.echo(f"  {count} {reason}")
     if skipped.all() or n_ok == 0:
         click.echo("warning: no request completed in the simulation; nothing to compare", err=True)
+    if cfg.speculative_tokens:
+        from .simulate import spec_decode_stats
+
+        st = spec_decode_stats(engine)
+        click.echo(f"speculative decoding: {st['num_accepted_tokens']} of {st['num_draft_tokens']} draft tokens "
+                   f"accepted ({st['acceptance_rate']:.1%}), mean acceptance length {st['acceptance_length']:.2f} "
+                   f"tokens per verify step over {st['num_drafts']} verify steps")
     if cfg.enable_prefix_caching:
         hit, total = int(result["pred_num_cached_tokens"].sum()), int(frame["num_prompt_tokens"].sum())
         click.echo(f"prefix cache: {hit} of {total} prompt tokens hit ({hit / total:.1%})"

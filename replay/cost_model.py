@@ -26,11 +26,22 @@ class StepCostModel(Protocol):
     deterministic, accepts numpy arrays and is non-decreasing in the decode context; the
     engine then prices runs of identical decode steps in one call (closed form).
     Stochastic or scalar-only models are called per step.
+
+    Under speculative decoding the engine passes ``num_decode_tokens``, the positions the
+    decodes feed (their next tokens plus the draft tokens they verify, ``K + 1`` per decode
+    unless the budget or the request's end cuts it); ``num_decode_seqs`` still counts
+    sequences (per-sequence CPU work). Without it the engine never passes the argument, so
+    a cost model that does not take it works everywhere else; with it, it is refused.
     """
 
     def step_time_s(self, num_prefill_tokens: int, num_decode_seqs: int, decode_context_tokens: int,
-                    prefill_context_tokens: int = 0, num_prefill_seqs: int | None = None) -> float:
-        """Duration in seconds of one step with these aggregates (0 tokens -> 0 s)."""
+                    prefill_context_tokens: int = 0, num_prefill_seqs: int | None = None,
+                    num_decode_tokens: int | None = None) -> float:
+        """Duration in seconds of one step with these aggregates (0 tokens -> 0 s).
+
+        ``num_decode_tokens`` (>= ``num_decode_seqs``; None: equal to it) counts the decode
+        positions fed, draft tokens included.
+        """
         ...
 
 
@@ -80,6 +91,13 @@ class RooflineCostModel:
         step_s = fixed + per_seq (S + D) + max(c, m) + overlap min(c, m) + comm + comm_per_token N
         c      = compute_per_token N + compute + compute_per_pair A
         m      = memory + memory_per_context_token C + memory_expert (1 - expert_miss^N)
+
+    Speculative decoding: the ``D`` decodes feed ``Q = num_decode_tokens`` positions (their
+    next tokens and the drafts they verify); ``N = P + Q``, the decode pairs
+    ``(Q / D) C_d + Q (Q / D - 1) / 2`` (each of ``Q / D`` positions of a sequence attends to
+    its context and the positions before it: exact for equal verify lengths, as the prefill
+    pairs are for equal chunks), ``C = C_d + C_p + Q - D`` (the drafts' KV is read too);
+    ``S + D`` still counts sequences. With ``Q = D`` this is the model above, bit for bit.
 
     With the seed's terms and ``overlap`` 0 this is the seed's ``T_prefill(N)`` for a
     prefill-only step and ``T_decode(B, L_total)`` for a decode-only one, never below its
@@ -169,13 +187,18 @@ class RooflineCostModel:
         return self.params["t_stream_per_token_s"]
 
     def step_time_s(self, num_prefill_tokens, num_decode_seqs, decode_context_tokens,
-                    prefill_context_tokens=0, num_prefill_seqs=None):
+                    prefill_context_tokens=0, num_prefill_seqs=None, num_decode_tokens=None):
         """Duration of one step, seconds (scalars, or numpy arrays of equal shape).
 
-        ``num_prefill_seqs`` None counts one chunk when there are prefill tokens. A step
-        with no tokens takes 0 s.
+        ``num_prefill_seqs`` None counts one chunk when there are prefill tokens.
+        ``num_decode_tokens`` (speculative decoding) counts the positions the
+        ``num_decode_seqs`` decodes feed, draft tokens included (>= ``num_decode_seqs``, 0
+        without decodes); None: one per decode. A step with no tokens takes 0 s.
         """
         tokens = num_prefill_tokens + num_decode_seqs
+        if num_decode_tokens is not None:  # speculative decoding: the drafts are tokens too
+            return self._spec_step_time_s(num_prefill_tokens, num_decode_seqs, decode_context_tokens,
+                                          prefill_context_tokens, num_prefill_seqs, num_decode_tokens)
         if tokens.__class__ is int or not isinstance(tokens, np.ndarray):  # scalars: plain floats, same IEEE ops
             if tokens <= 0:
                 return 0.0
@@ -204,6 +227,53 @@ class RooflineCostModel:
             m = m + m_exp * (1.0 - np.array([miss ** int(n) for n in n_unique])[inverse.reshape(tokens.shape)])
         body = np.maximum(c, m) + ov * np.minimum(c, m)
         t = fixed + per_seq * (s + np.asarray(num_decode_seqs)) + body + (k_0 + k_tok * tokens)
+        return np.where(tokens > 0, t, 0.0)
+
+    def _spec_step_time_s(self, num_prefill_tokens, num_decode_seqs, decode_context_tokens, prefill_context_tokens,
+                          num_prefill_seqs, num_decode_tokens):
+        """:meth:`step_time_s` with ``Q = num_decode_tokens`` decode positions (class Notes).
+
+        The same IEEE operations as :meth:`step_time_s` on the features it derives (tokens
+        ``P + Q``, decode pairs, context ``C_d + C_p + Q - D``), scalar or array alike; with
+        ``Q = D`` the decode pairs are ``C_d`` itself, so the result is :meth:`step_time_s`'s.
+        """
+        p, d, cd, cp, q = num_prefill_tokens, num_decode_seqs, decode_context_tokens, prefill_context_tokens, \
+            num_decode_tokens
+        tokens = p + q
+        if tokens.__class__ is int or not isinstance(tokens, np.ndarray):
+            if q < d or (q and not d):
+                raise ValueError(f"num_decode_tokens={q} must be >= num_decode_seqs={d} (and 0 without decodes)")
+            if tokens <= 0:
+                return 0.0
+            fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_exp, miss, ov, k_0, k_tok = self._coef
+            s = num_prefill_seqs if num_prefill_seqs is not None else (1 if p > 0 else 0)
+            dpairs = cd if q == d else q / d * cd + (q - d) * q / (2 * d)
+            pairs = dpairs + (p * cp + p * p / 2) / (s if s > 1 else 1)
+            c = c_tok * tokens + c_0 + c_pair * pairs
+            m = m_0 + m_ctx * (cd + cp + (q - d))
+            if m_exp:
+                m = m + m_exp * (1.0 - miss ** tokens)
+            if c > m:
+                body = c + ov * m
+            else:
+                body = m + ov * c
+            return fixed + per_seq * (s + d) + body + (k_0 + k_tok * tokens)
+        fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_exp, miss, ov, k_0, k_tok = self._coef
+        p, d, q = np.asarray(p), np.asarray(d), np.asarray(q)
+        tokens, cd, cp = np.asarray(tokens), np.asarray(cd), np.asarray(cp)
+        if np.any(q < d) or np.any((q > 0) & (d == 0)):
+            raise ValueError("num_decode_tokens must be >= num_decode_seqs (and 0 without decodes)")
+        s = (p > 0).astype(np.int64) if num_prefill_seqs is None else np.asarray(num_prefill_seqs)
+        d1 = np.maximum(d, 1)
+        dpairs = np.where(q == d, cd, q / d1 * cd + (q - d) * q / (2 * d1))
+        pairs = dpairs + (p * cp + p * p / 2) / np.maximum(s, 1)
+        c = c_tok * tokens + c_0 + c_pair * pairs
+        m = m_0 + m_ctx * (cd + cp + (q - d))
+        if m_exp:  # Python's pow per distinct token count: the same floats as the scalar path
+            n_unique, inverse = np.unique(tokens, return_inverse=True)
+            m = m + m_exp * (1.0 - np.array([miss ** int(n) for n in n_unique])[inverse.reshape(tokens.shape)])
+        body = np.maximum(c, m) + ov * np.minimum(c, m)
+        t = fixed + per_seq * (s + d) + body + (k_0 + k_tok * tokens)
         return np.where(tokens > 0, t, 0.0)
 
     def prefill_time_s(self, num_tokens: int) -> float:

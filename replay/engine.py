@@ -18,6 +18,12 @@ tests check the fast path against it):
   (:meth:`Engine._start_decode_run`);
 * a step whose end is the next event of the simulation is ended without a trip through
   the heap (:meth:`Engine._start_step`).
+
+Speculative decoding (``SchedulerConfig.num_speculative_tokens`` K > 0): a decode verifies up
+to ``K + 1`` positions and emits ``1 +`` the accepted drafts (:attr:`Engine.accept_drafts`),
+all at the step's end. The implicit decoders and the closed-form decode runs assume one token
+per decode and step, so both are off then (every step goes through the policy, as with
+``--exact-steps``); the in-place step ends stay.
 """
 from __future__ import annotations
 
@@ -76,6 +82,12 @@ class EngineConfig:
         Simulate every step one by one through the event heap, every request explicit: no
         implicit decoders, no closed-form runs, no in-place step ends (the reference the
         fast path is tested against).
+    spec_acceptance_rate : float
+        Speculative decoding: probability in [0, 1] that one draft token is accepted, given
+        that the drafts before it were (see :meth:`Engine.accept_drafts`).
+    seed : int
+        Seed of the engine's random draws (accepted drafts); one ``numpy.random.Generator``
+        per replica, so a run is deterministic.
     """
 
     num_gpu_blocks: int
@@ -89,6 +101,8 @@ class EngineConfig:
     swap_time_per_block_s: float = 0.0
     record_step_requests: bool = False
     exact_steps: bool = False
+    spec_acceptance_rate: float = 0.0
+    seed: int = 0
 
 
 class Engine:
@@ -119,6 +133,13 @@ class Engine:
         Earliest time (seconds) a request not in :meth:`run`'s list could still arrive (one
         a hook will hand to :meth:`arrive`); closed-form decode runs stop there. None: no
         such requests.
+    accept_drafts : callable (rid, drafts) -> list[int]
+        Speculative decoding: the accepted draft tokens of each decode of a step of replica
+        ``rid`` that verified ``drafts[i]`` drafts (default :meth:`sample_accepted_drafts`;
+        a test may put a fixed pattern here).
+    spec_counts : dict[int, list[int]]
+        Speculative decoding, per request (by ``Request.index``): ``[verify steps, draft
+        tokens, accepted tokens]`` over its decodes that verified at least one draft.
     """
 
     def __init__(self, cost_model: StepCostModel, scheduler_factory, scheduler_config: SchedulerConfig,
@@ -152,6 +173,19 @@ class Engine:
         self.steps: list[tuple] = []
         self.step_requests: list[list[str]] = []  # request ids of each recorded step (record_step_requests)
         self.num_steps = 0
+        # speculative decoding (K draft tokens per decode; 0: off)
+        self.spec_tokens = scheduler_config.num_speculative_tokens
+        if self.spec_tokens < 0:
+            raise ConfigError(f"--speculative-tokens must be >= 0, not {self.spec_tokens}")
+        if not 0.0 <= engine_config.spec_acceptance_rate <= 1.0:
+            raise ConfigError(f"--spec-acceptance-rate must be in [0, 1], not {engine_config.spec_acceptance_rate}")
+        if scheduler_config.long_prefill_token_threshold < 0:
+            raise ConfigError("--long-prefill-token-threshold must be >= 0 (0: no cap)")
+        self._rngs = [np.random.default_rng([engine_config.seed, rid]) for rid in range(num_replicas)]
+        self.accept_drafts = self.sample_accepted_drafts
+        self.spec_counts: dict[int, list[int]] = {}
+        #: decode positions of each recorded step (speculative decoding only; parallel to ``steps``)
+        self.step_decode_tokens: list[int] = []
 
     # -- events -------------------------------------------------------------------------------
     def _push(self, time: float, kind: int, payload) -> None:
@@ -219,6 +253,8 @@ class Engine:
         Requests that hooks hand to :meth:`arrive` meanwhile are simulated too (see
         :attr:`arrival_bound`).
         """
+        if self.spec_tokens:
+            self._check_spec_cost_models()
         arrivals = [req for req in requests if self.admit(req)]
         # Arrivals are consumed in order from a list (they are sorted), the heap holds only
         # step ends and wake-ups; an arrival goes first on a tie (priority 0).
@@ -227,8 +263,9 @@ class Engine:
             state.lazy = LazyDecodes(state.kv.block_size) if self._lazy_decodes_ok(rid) else None
         # closed-form decode runs (_start_decode_run) price their steps together: only with a
         # deterministic, vectorised cost model
-        self._decode_runs_priced = [not self.config.exact_steps and getattr(cm, "supports_arrays", False)
-                                    for cm in self.cost_models]
+        # (one token per decode and step: not under speculative decoding)
+        self._decode_runs_priced = [not self.config.exact_steps and not self.spec_tokens
+                                    and getattr(cm, "supports_arrays", False) for cm in self.cost_models]
         heap, heappop = self._heap, heapq.heappop
         self._next_list_arrival_s = arrivals[0].arrival_time_s if arrivals else math.inf
         # a bar over arrivals and completions (None unless the CLI shows progress); the
@@ -288,6 +325,7 @@ class Engine:
         heap, step_time_s = self._heap, self.cost_models[rid].step_time_s
         inline, record = not self.config.exact_steps, self.config.record_steps
         hook = self.on_step_end
+        spec = self.spec_tokens
         batch = None  # the step to start (None: to be scheduled)
         while True:
             swap_s = 0.0
@@ -312,14 +350,21 @@ class Engine:
                         and getattr(self.schedulers[rid], "decode_runs", False)):  # the policy's word, read every step
                     if self._start_decode_run(rid, state, batch, now):
                         return
-            duration = step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs, batch.decode_context_tokens,
-                                   batch.prefill_context_tokens, batch.num_prefill_seqs) + swap_s
+            if spec:  # the decodes feed their drafts too: priced by positions (StepCostModel)
+                duration = step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs, batch.decode_context_tokens,
+                                       batch.prefill_context_tokens, batch.num_prefill_seqs,
+                                       num_decode_tokens=batch.num_decode_seqs + batch.num_spec_tokens) + swap_s
+            else:
+                duration = step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs, batch.decode_context_tokens,
+                                       batch.prefill_context_tokens, batch.num_prefill_seqs) + swap_s
             self._batches[rid] = batch  # the replica stays busy (set by wake() or the step that ends now)
             if record:
                 self.steps.append((rid, now, duration, batch.num_prefill_tokens, batch.num_prefill_seqs,
                                    batch.num_decode_seqs, batch.decode_context_tokens, batch.prefill_context_tokens))
                 if self.config.record_step_requests:
                     self.step_requests.append([r.request_id for r in batch.requests])
+                if spec:
+                    self.step_decode_tokens.append(batch.num_decode_seqs + batch.num_spec_tokens)
             self.num_steps += 1
             end = now + duration
             if inline:
@@ -420,9 +465,10 @@ class Engine:
         Meant for a replica starting a step (its own step end is not pending yet). A pending
         callback or wake-up at ``T`` bounds at ``T``. A replica's pending step end ``X``
         bounds at ``X`` if the step emits some request's last token, else at
-        ``X + s * min_step_s``, ``s`` the fewest output tokens a request it holds (batch,
-        running or waiting) still has to emit after ``X``: a step emits at most one token per
-        request and lasts at least ``min_step_s``. Requests arriving later complete later still.
+        ``X + s * min_step_s``, ``s`` the fewest steps a request it holds (batch, running or
+        waiting) still needs after ``X``: a step emits at most one token per request (``K + 1``
+        under speculative decoding) and lasts at least ``min_step_s``. Requests arriving later
+        complete later still.
 
         Parameters
         ----------
@@ -432,8 +478,12 @@ class Engine:
         bound = math.inf
         for time, kind, _, payload in self._heap:
             if time < bound:
-                bound = time if kind != _STEP_END or min_step_s <= 0 else \
-                    min(bound, time + min_step_s * self._tokens_left_after_step(payload))
+                if kind != _STEP_END or min_step_s <= 0:
+                    bound = time
+                else:
+                    left = self._tokens_left_after_step(payload)
+                    steps = -(-left // (self.spec_tokens + 1)) if self.spec_tokens else left
+                    bound = min(bound, time + min_step_s * steps)
         return bound
 
     def _tokens_left_after_step(self, rid: int) -> int:
@@ -442,6 +492,11 @@ class Engine:
         if batch.run_end_times_s is not None:
             k = len(batch.run_end_times_s)
             left = min(r.num_output_tokens - r.num_generated_tokens - k for r in batch.requests)
+        elif self.spec_tokens:  # a decode feeding n positions emits up to n tokens
+            left = min(r.num_output_tokens - r.num_generated_tokens
+                       - (n if r.num_generated_tokens and r.num_uncomputed_tokens == 1 else
+                          r.num_computed_tokens + n >= r.num_prompt_tokens + r.num_generated_tokens)
+                       for r, n in zip(batch.requests, batch.num_new_tokens))
         else:
             left = min(r.num_output_tokens - r.num_generated_tokens
                        - (r.num_computed_tokens + n >= r.num_prompt_tokens + r.num_generated_tokens)
@@ -457,11 +512,13 @@ class Engine:
         a plain paged cache, recompute preemption, a policy that declares
         ``implicit_decoders = True`` on its own class (it reads running requests only through
         ``schedule_running`` and, with nothing waiting, schedules just that batch), no per-step
-        request lists and no closed-loop hooks."""
+        request lists, no closed-loop hooks and no speculative decoding (a decode then emits a
+        random number of tokens, not one per step)."""
         from .kv_cache import KVCache
 
         cfg = self.config
-        return (not cfg.exact_steps and not cfg.record_step_requests and cfg.preemption_mode == "recompute"
+        return (not cfg.exact_steps and not self.spec_tokens and not cfg.record_step_requests
+                and cfg.preemption_mode == "recompute"
                 and self.arrival_bound is None and self.on_request_done is None
                 and type(self.replicas[rid].kv) is KVCache
                 and type(self.schedulers[rid]).__dict__.get("implicit_decoders", False))
@@ -494,6 +551,8 @@ class Engine:
                     req.status = "ok"
                     kv.free(req)
                     done.append(req)
+        elif batch.requests and self.spec_tokens:
+            self._end_spec_step(rid, batch, kv, now, done)
         elif batch.requests:
             for req, n in zip(batch.requests, batch.num_new_tokens):
                 c = req.num_computed_tokens = req.num_computed_tokens + n
@@ -514,6 +573,94 @@ class Engine:
             self._finish(state, done, now)
         if lazy is not None and lazy.count < len(state.running):
             lazy.admit_decoders(state)
+
+    # -- speculative decoding ---------------------------------------------------------------------
+    def _check_spec_cost_models(self) -> None:
+        """Refuse a cost model that cannot price the draft positions (no ``num_decode_tokens``)."""
+        import inspect
+
+        for model in {id(cm): cm for cm in self.cost_models}.values():
+            try:
+                params = inspect.signature(model.step_time_s).parameters
+            except (TypeError, ValueError):
+                continue
+            if "num_decode_tokens" not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+                raise ConfigError(f"--speculative-tokens: the cost model {type(model).__name__} has no "
+                                  "num_decode_tokens argument, so it cannot price the verified draft tokens")
+
+    def sample_accepted_drafts(self, rid: int, drafts: list) -> list:
+        """Accepted draft tokens of the decodes of one step of replica ``rid``: for the ``i``-th,
+        the leading successes of ``drafts[i]`` Bernoulli(``spec_acceptance_rate``) trials.
+
+        vLLM's rejection sampler accepts a prefix of the drafts: the first rejected draft ends
+        it (its position gets the target model's token instead, the "+ 1"). The count is
+        ``min(G, drafts[i])`` with ``G`` geometric (failures before the first success at
+        rate ``1 - A``), drawn from the replica's seeded generator, one draw per decode.
+
+        Notes
+        -----
+        With per-draft acceptance ``A`` and ``K`` drafts, the mean tokens per verify step
+        (vLLM's "mean acceptance length") is ``(1 - A^(K+1)) / (1 - A)`` and the fraction of
+        drafts accepted (vLLM's "draft acceptance rate") ``A (1 - A^K) / (K (1 - A))``, below ``A``.
+        """
+        a = self.config.spec_acceptance_rate
+        if a >= 1.0:
+            return list(drafts)
+        if a <= 0.0:
+            return [0] * len(drafts)
+        g = self._rngs[rid].geometric(1.0 - a, len(drafts)) - 1
+        return np.minimum(g, drafts).tolist()
+
+    def _end_spec_step(self, rid: int, batch: Batch, kv, now: float, done: list) -> None:
+        """Emit the tokens of a step with speculative decodes (explicit requests only).
+
+        A decode that fed ``n`` positions (its next token and ``n - 1`` drafts) emits ``1 + a``
+        tokens, ``a`` the accepted drafts (:attr:`accept_drafts`), all at ``now``; its KV keeps
+        the accepted positions (the rejected ones' slots are reused later, its blocks kept, as
+        vLLM). A prefill chunk emits the first token (or nothing) as without speculation.
+        """
+        reqs, nnt = batch.requests, batch.num_new_tokens
+        decodes = [i for i, r in enumerate(reqs) if r.num_generated_tokens and r.num_uncomputed_tokens == 1]
+        accepted = [0] * len(reqs)
+        verifying = [i for i in decodes if nnt[i] > 1]
+        if verifying:
+            drafts = [nnt[i] - 1 for i in verifying]
+            got = self.accept_drafts(rid, drafts)
+            counts = self.spec_counts
+            for i, d, a in zip(verifying, drafts, got):
+                if not 0 <= a <= d:
+                    raise AssertionError(f"accept_drafts gave {a} accepted of {d} drafts")
+                accepted[i] = a
+                c = counts.get(reqs[i].index)
+                if c is None:
+                    counts[reqs[i].index] = [1, d, a]
+                else:
+                    c[0] += 1
+                    c[1] += d
+                    c[2] += a
+        is_decode = [False] * len(reqs)
+        for i in decodes:
+            is_decode[i] = True
+        for req, n, dec, a in zip(reqs, nnt, is_decode, accepted):
+            g = req.num_generated_tokens
+            if dec:
+                e = 1 + a
+                req.num_computed_tokens += e
+            else:
+                c = req.num_computed_tokens = req.num_computed_tokens + n
+                if c < req.num_prompt_tokens + g:
+                    continue  # an intermediate prefill chunk emits nothing
+                e = 1
+            g = req.num_generated_tokens = g + e
+            if g == e:
+                req.first_token_time_s = now
+            req.last_token_time_s = now
+            if req.token_times_s is not None:
+                req.token_times_s.extend([now] * e)
+            if g == req.num_output_tokens:
+                req.status = "ok"
+                kv.free(req)
+                done.append(req)
 
 
 def _counted(arrive_next, progress, every: int = 1024):

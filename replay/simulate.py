@@ -86,6 +86,21 @@ class ReplayConfig:
         times are ignored. None: open loop, requests arrive at ``arrival_time_s``.
     think_time_s : float
         Closed loop: a client's pause between a completion and its next send, seconds.
+    long_prefill_token_threshold : int
+        vLLM's per-request cap on the prompt tokens of one step, applied before the token
+        budget to new and partially prefilled requests alike (0: none; v0.11-era rule, see
+        :class:`replay.schedulers.base.SchedulerConfig`). ``fcfs`` and ``static`` admit whole
+        prompts and ignore it.
+    speculative_tokens : int
+        Speculative decoding: draft tokens ``K`` per decode and step (vLLM's
+        ``num_speculative_tokens``); 0: off. Each decode verifies ``K + 1`` positions (token
+        budget and cost model count them all) and emits 1 + the accepted drafts.
+    spec_acceptance_rate : float | None
+        Speculative decoding: probability that a draft token is accepted given that those
+        before it were; the accepted drafts are a prefix, drawn per decode from a generator
+        seeded by ``seed``. Required with ``speculative_tokens`` > 0, refused without.
+    seed : int
+        Seed of the simulation's random draws (the accepted drafts).
     """
 
     scheduler: str = "chunked"
@@ -117,6 +132,10 @@ class ReplayConfig:
     first_token_from: str = "prefill"
     concurrency: int | None = None
     think_time_s: float = 0.0
+    long_prefill_token_threshold: int = 0
+    speculative_tokens: int = 0
+    spec_acceptance_rate: float | None = None
+    seed: int = 0
 
 
 def resolve_num_gpu_blocks(cfg: ReplayConfig, model: ModelSpec, gpu: GpuSpec, tp: int) -> int:
@@ -213,7 +232,8 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
         ``pred_num_cached_tokens`` (prefix-cache hit at first admission, tokens); with
         ``disagg`` the columns of :meth:`replay.disagg.DisaggEngine.result_columns`
         (``pred_queue_wait_s`` is then the prefill queue wait, ``pred_replica_id`` the
-        prefill instance).
+        prefill instance); with speculative decoding ``pred_num_draft_tokens``,
+        ``pred_num_accepted_tokens`` and ``pred_acceptance_length`` (:func:`spec_columns`).
     engine : Engine
 
     Raises
@@ -232,6 +252,7 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
     """
     if cfg.max_num_seqs < 1 or cfg.max_num_batched_tokens < 1:
         raise ConfigError("--max-num-seqs and --max-num-batched-tokens must be >= 1")
+    check_spec_options(cfg)
     check_closed_loop(cfg.concurrency, cfg.think_time_s)
     decode_cost_model = None
     if cfg.scheduler == "disagg":
@@ -255,12 +276,15 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
         # each of the tp GPUs moves its share of the KV over its own host link
         swap_time_per_block_s = (cfg.block_size * cost_model.model.kv_bytes_per_token
                                  / (LINKS[cfg.swap_link].bandwidth_bytes_per_s * cost_model.tp))
-    sched_cfg = SchedulerConfig(cfg.max_num_seqs * dp, cfg.max_num_batched_tokens * dp)
+    sched_cfg = SchedulerConfig(cfg.max_num_seqs * dp, cfg.max_num_batched_tokens * dp,
+                                long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+                                num_speculative_tokens=cfg.speculative_tokens)
     engine_cfg = EngineConfig(blocks, cfg.block_size, max_len, cfg.record_token_times,
                               cfg.record_steps or cfg.record_step_requests,
                               enable_prefix_caching=cfg.enable_prefix_caching, hash_block_size=hash_block_size,
                               preemption_mode=cfg.preemption_mode, swap_time_per_block_s=swap_time_per_block_s,
-                              record_step_requests=cfg.record_step_requests, exact_steps=cfg.exact_steps)
+                              record_step_requests=cfg.record_step_requests, exact_steps=cfg.exact_steps,
+                              spec_acceptance_rate=cfg.spec_acceptance_rate or 0.0, seed=cfg.seed)
     if decode_cost_model is not None:
         m = cost_model.model
         engine = DisaggEngine(
@@ -284,6 +308,9 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
         if isinstance(engine, DisaggEngine):
             for col, values in engine.result_columns(len(df)).items():
                 result[col] = values
+        if cfg.speculative_tokens:
+            for col, values in spec_columns(engine, len(df)).items():
+                result[col] = values
         if cfg.enable_prefix_caching:
             cached = np.zeros(len(df), np.int64)
             for r in reqs:
@@ -291,6 +318,67 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
             result["pred_num_cached_tokens"] = cached
         del reqs  # freed by reference counting before collections resume
     return result, engine
+
+
+def check_spec_options(cfg: ReplayConfig) -> None:
+    """Refuse speculative-decoding and prefill-cap options that cannot be simulated.
+
+    Raises
+    ------
+    ConfigError
+        A negative ``speculative_tokens`` or ``long_prefill_token_threshold``; an
+        acceptance rate outside [0, 1], missing with ``speculative_tokens`` > 0 or given
+        without it.
+    """
+    if cfg.long_prefill_token_threshold < 0:
+        raise ConfigError("--long-prefill-token-threshold must be >= 0 (0: no cap)")
+    if cfg.speculative_tokens < 0:
+        raise ConfigError("--speculative-tokens must be >= 0 (0: no speculative decoding)")
+    a = cfg.spec_acceptance_rate
+    if cfg.speculative_tokens and a is None:
+        raise ConfigError("--speculative-tokens needs --spec-acceptance-rate (the probability that a draft token "
+                          "is accepted given the ones before it were)")
+    if a is not None and not cfg.speculative_tokens:
+        raise ConfigError("--spec-acceptance-rate: only speculative decoding uses it; give --speculative-tokens K")
+    if a is not None and not 0.0 <= a <= 1.0:
+        raise ConfigError(f"--spec-acceptance-rate must be in [0, 1], not {a}")
+
+
+def spec_columns(engine: Engine, num_rows: int) -> dict[str, np.ndarray]:
+    """Per-request speculative-decoding columns of the replay result, by trace row.
+
+    Returns
+    -------
+    dict
+        ``pred_num_draft_tokens`` (int64: draft tokens the request's decodes verified),
+        ``pred_num_accepted_tokens`` (int64: those accepted) and ``pred_acceptance_length``
+        (float64: mean tokens emitted per verify step, ``1 + accepted / verify steps``, as
+        vLLM reports it; NaN for a request that verified no draft).
+    """
+    drafts, accepted = np.zeros(num_rows, np.int64), np.zeros(num_rows, np.int64)
+    length = np.full(num_rows, np.nan)
+    for i, (steps, d, a) in engine.spec_counts.items():
+        drafts[i], accepted[i], length[i] = d, a, 1.0 + a / steps
+    return {"pred_num_draft_tokens": drafts, "pred_num_accepted_tokens": accepted, "pred_acceptance_length": length}
+
+
+def spec_decode_stats(engine: Engine) -> dict:
+    """Speculative decoding over the whole run, as vLLM's spec-decode metrics name them.
+
+    Returns
+    -------
+    dict
+        ``num_drafts`` (verify steps: decodes that verified at least one draft),
+        ``num_draft_tokens``, ``num_accepted_tokens``, ``acceptance_rate`` (accepted /
+        draft tokens, in [0, 1]) and ``acceptance_length`` (``1 + accepted / drafts``: mean
+        tokens per verify step); the last two NaN when nothing was drafted.
+    """
+    steps = sum(c[0] for c in engine.spec_counts.values())
+    drafts = sum(c[1] for c in engine.spec_counts.values())
+    accepted = sum(c[2] for c in engine.spec_counts.values())
+    return {"num_drafts": steps, "num_draft_tokens": drafts, "num_accepted_tokens": accepted,
+            "acceptance_rate": accepted / drafts if drafts else math.nan,
+            "acceptance_length": 1.0 + accepted / steps if steps else math.nan}
 
 
 def frontend_delays(cost_model, df: pd.DataFrame, cfg: ReplayConfig) -> tuple[np.ndarray | None, float]:
@@ -363,4 +451,7 @@ def steps_frame(engine: Engine) -> pd.DataFrame:
     """The simulated step trace (``step_trace/1`` columns) of an engine run with ``record_steps``."""
     cols = ["replica_id", "step_start_time_s", "step_duration_s", "num_prefill_tokens", "num_prefill_seqs",
             "num_decode_seqs", "decode_context_tokens", "prefill_context_tokens"]
-    return pd.DataFrame(engine.steps, columns=cols)
+    frame = pd.DataFrame(engine.steps, columns=cols)
+    if engine.step_decode_tokens and len(engine.step_decode_tokens) == len(frame):  # speculative decoding
+        frame["num_decode_tokens"] = np.asarray(engine.step_decode_tokens, np.int64)
+    return frame

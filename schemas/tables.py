@@ -73,6 +73,10 @@ PREDICTED_COLUMNS: dict[str, tuple[pa.DataType, bool]] = {
     "pred_decode_replica_id": (_i64, False),
     "pred_kv_transfer_s": (_f64, False),
     "pred_decode_queue_wait_s": (_f64, False),
+    # speculative decoding
+    "pred_num_draft_tokens": (_i64, False),
+    "pred_num_accepted_tokens": (_i64, False),
+    "pred_acceptance_length": (_f64, False),
 }
 
 #: Columns of a vLLM stats series: one row per periodic "Engine NNN: Avg prompt throughput: ..."

@@ -9,14 +9,15 @@ from replay.schedulers.base import SchedulerConfig
 
 
 class LinearStepCost:
-    """step time = base_s + per_token_s * tokens in the step (the cases' hand-worked cost)."""
+    """step time = base_s + per_token_s * tokens in the step (the cases' hand-worked cost); the
+    decodes' tokens are their positions (``num_decode_tokens``, speculative decoding) when given."""
 
     def __init__(self, base_s: float, per_token_s: float):
         self.base_s, self.per_token_s = base_s, per_token_s
 
     def step_time_s(self, num_prefill_tokens, num_decode_seqs, decode_context_tokens, prefill_context_tokens=0,
-                    num_prefill_seqs=None):
-        tokens = num_prefill_tokens + num_decode_seqs
+                    num_prefill_seqs=None, num_decode_tokens=None):
+        tokens = num_prefill_tokens + (num_decode_seqs if num_decode_tokens is None else num_decode_tokens)
         return self.base_s + self.per_token_s * tokens if tokens else 0.0
 
 

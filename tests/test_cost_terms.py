@@ -199,3 +199,47 @@ def test_step_time_non_decreasing_in_every_feature(cm, row, which, by):
         bumped[0] = 1
     after = cm.step_time_s(*bumped, _seqs(bumped[0], s))
     assert after >= before or math.isclose(after, before, rel_tol=1e-12)
+
+
+# -- speculative decoding: Q = num_decode_tokens decode positions (D + drafts) --------------------
+
+_spec_features = st.tuples(st.integers(0, 8192), st.integers(0, 512), st.integers(0, 2_000_000),
+                           st.integers(0, 200_000), st.integers(0, 16), st.integers(0, 2048))  # ..., drafts
+
+
+def _positions(d, drafts):
+    return d + drafts if d else 0  # no decode, no draft
+
+
+@settings(max_examples=150, deadline=None)
+@given(_cost_models(), st.lists(_spec_features, min_size=1, max_size=8))
+def test_scalar_and_array_paths_equal_bit_for_bit_with_drafts(cm, rows):
+    p, d, cd, cp, s, e = (np.array(col, np.int64) for col in zip(*rows))
+    s = np.array([_seqs(a, b) for a, b in zip(p, s)], np.int64)
+    cp = np.where(p > 0, cp, 0)
+    q = np.array([_positions(a, b) for a, b in zip(d, e)], np.int64)
+    vec = cm.step_time_s(p, d, cd, cp, s, num_decode_tokens=q)
+    scal = [cm.step_time_s(int(a), int(b), int(c), int(x), int(f), num_decode_tokens=int(g))
+            for a, b, c, x, f, g in zip(p, d, cd, cp, s, q)]
+    assert vec.tolist() == scal
+    # with no draft (Q = D) it is the model without the argument, bit for bit
+    assert cm.step_time_s(p, d, cd, cp, s, num_decode_tokens=d).tolist() == cm.step_time_s(p, d, cd, cp, s).tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(_cost_models(), _spec_features, st.sampled_from([0, 2, 3, 5]), st.integers(1, 1000))
+def test_step_time_non_decreasing_with_drafts(cm, row, which, by):
+    """Non-decreasing in the prefill tokens, both contexts and the draft positions, for fixed
+    decode sequences (like the prefill pairs for fixed chunks, the decode pairs assume equal
+    verify lengths: more sequences sharing the same context and drafts make fewer pairs)."""
+    p, d, cd, cp, s, e = row
+    s = _seqs(p, s)
+    cp = cp if p else 0
+    before = cm.step_time_s(p, d, cd, cp, s, num_decode_tokens=_positions(d, e))
+    bumped = [p, d, cd, cp, s, e]
+    bumped[which] += by
+    if which == 3 and not bumped[0]:
+        bumped[0] = 1
+    p2, d2, cd2, cp2, _, e2 = bumped
+    after = cm.step_time_s(p2, d2, cd2, cp2, _seqs(p2, s), num_decode_tokens=_positions(d2, e2))
+    assert after >= before or math.isclose(after, before, rel_tol=1e-12)

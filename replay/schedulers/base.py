@@ -26,12 +26,14 @@ class Batch:
     Aggregates are kept as requests are added (never re-summed):
     ``num_prefill_tokens``, ``num_prefill_seqs``, ``num_decode_seqs``,
     ``decode_context_tokens`` (sum of the decoding sequences' lengths, the seed's
-    L_total) and ``prefill_context_tokens`` (KV history the prefill chunks attend to).
+    L_total), ``prefill_context_tokens`` (KV history the prefill chunks attend to) and
+    ``num_spec_tokens`` (draft tokens the decodes verify besides their next token under
+    speculative decoding: a decode feeding ``n`` positions adds ``n - 1``; 0 without it).
     """
 
     __slots__ = ("requests", "num_new_tokens", "num_prefill_tokens", "num_prefill_seqs",
                  "num_decode_seqs", "decode_context_tokens", "prefill_context_tokens", "run_end_times_s",
-                 "num_lazy_decodes")
+                 "num_lazy_decodes", "num_spec_tokens")
 
     def __init__(self):
         self.requests: list[Request] = []
@@ -45,15 +47,20 @@ class Batch:
         self.run_end_times_s = None
         #: Decodes of the replica's implicit decoders (:class:`LazyDecodes`), not in ``requests``.
         self.num_lazy_decodes = 0
+        #: Draft positions verified by the decodes beyond their next token (speculative decoding).
+        self.num_spec_tokens = 0
 
     def add(self, req: Request, num_new_tokens: int) -> None:
-        """Add ``req`` feeding ``num_new_tokens`` tokens (1 for a decode)."""
+        """Add ``req`` feeding ``num_new_tokens`` tokens (1 for a decode; ``1 + drafts`` for a
+        decode verifying draft tokens under speculative decoding)."""
         self.requests.append(req)
         self.num_new_tokens.append(num_new_tokens)
         c = req.num_computed_tokens
         if c >= req.num_prompt_tokens + req.num_generated_tokens - 1 and req.num_generated_tokens:  # is_decoding
             self.num_decode_seqs += 1
             self.decode_context_tokens += c + 1
+            if num_new_tokens > 1:
+                self.num_spec_tokens += num_new_tokens - 1
         else:
             self.num_prefill_tokens += num_new_tokens
             self.num_prefill_seqs += 1
@@ -61,8 +68,13 @@ class Batch:
 
     @property
     def num_tokens(self) -> int:
-        """Tokens fed in this step (prefill tokens + one per decode)."""
-        return self.num_prefill_tokens + self.num_decode_seqs
+        """Tokens fed in this step (prefill tokens + one per decode + verified draft tokens)."""
+        return self.num_prefill_tokens + self.num_decode_seqs + self.num_spec_tokens
+
+    @property
+    def num_decode_tokens(self) -> int:
+        """Positions the decodes feed: one each, plus the draft tokens they verify."""
+        return self.num_decode_seqs + self.num_spec_tokens
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -78,10 +90,24 @@ class SchedulerConfig:
         Requests running at once.
     max_num_batched_tokens : int
         Token budget of one step.
+    long_prefill_token_threshold : int
+        Per-request cap on the prompt tokens one step feeds (vLLM v1's
+        ``--long-prefill-token-threshold``), applied before the token budget, to requests
+        admitted from the waiting queue and to partially prefilled running ones alike; 0: none.
+        A cap at or above the budget changes nothing. The vLLM v0.11-era rule: the cap holds
+        even when a single request is eligible (newer vLLM main drops it then; not modelled).
+        Policies that admit whole prompts (``fcfs``, ``static``: vLLM v0 without chunked
+        prefill, where the threshold does not chunk) ignore it.
+    num_speculative_tokens : int
+        Draft tokens ``K`` a decoding request proposes per step (speculative decoding); each
+        decode then feeds (verifies) ``K + 1`` positions, the token budget counting all of
+        them, never more than the request's remaining output tokens. 0: off.
     """
 
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
+    long_prefill_token_threshold: int = 0
+    num_speculative_tokens: int = 0
 
 
 @dataclass
@@ -187,7 +213,11 @@ def schedule_running(state: ReplicaState, batch: Batch, budget) -> tuple:
     """Decode-first pass over ``state.running`` (vLLM v1): the shared loop of token-budget schedulers.
 
     Running requests in admission order each feed what they still need (one token while
-    decoding, the rest of the prompt otherwise), cut to the token ``budget``. When a
+    decoding, the rest of the prompt otherwise), cut to the token ``budget``. A partial
+    prefill is first capped at ``config.long_prefill_token_threshold`` (when positive); under
+    speculative decoding (``config.num_speculative_tokens`` K > 0) a decode feeds
+    ``min(K + 1, remaining output tokens)`` positions, cut to the budget (vLLM v1 truncates
+    the drafts that do not fit). When a
     request's next blocks are not free, the most recently admitted running request is
     preempted (:meth:`ReplicaState.preempt`) until they are; a request that preempts itself
     is skipped.
@@ -220,10 +250,11 @@ def schedule_running(state: ReplicaState, batch: Batch, budget) -> tuple:
             if i == len(running):
                 return budget, False
     preempted = False
+    spec = state.config.num_speculative_tokens
     # Hot path: a decoding request on a plain paged cache feeds one token and takes a block
     # only when it crosses a block boundary; its bookkeeping is inlined (same result as the
-    # general path below, which handles prefills, prefix caches and preemption).
-    plain = type(kv) is KVCache
+    # general path below, which handles prefills, prefix caches, speculative decodes and preemption).
+    plain = type(kv) is KVCache and not spec
     bs = kv.block_size
     reqs, nnt = batch.requests, batch.num_new_tokens
     num_dec = dec_ctx = 0
@@ -246,7 +277,13 @@ def schedule_running(state: ReplicaState, batch: Batch, budget) -> tuple:
                 budget -= 1
                 i += 1
                 continue
-        n = min(req.num_uncomputed_tokens, budget)
+        n = req.num_uncomputed_tokens
+        if spec and n == 1 and req.num_generated_tokens:  # a decode: its next token and up to K drafts
+            n = min(spec + 1, req.num_output_tokens - req.num_generated_tokens)
+        elif n > 1 and 0 < (threshold := state.config.long_prefill_token_threshold) < n:
+            n = threshold  # a partial prefill, capped before the budget (NC-05)
+        if n > budget:
+            n = budget
         while not kv.can_allocate(req, n):
             victim = running[-1]
             state.preempt(victim)
@@ -269,7 +306,9 @@ def admit_waiting(state: ReplicaState, batch: Batch, budget, now: float, whole_p
 
     Stops at the first request whose blocks are not free (head-of-line, as vLLM v1), when
     ``max_num_seqs`` requests run, or when the budget is spent. A request admitted the first
-    time takes its prefix-cache hit (:meth:`KVCache.lookup`) and feeds only the rest.
+    time takes its prefix-cache hit (:meth:`KVCache.lookup`) and feeds only the rest. A chunk
+    is capped at ``config.long_prefill_token_threshold`` (when positive) before the budget,
+    except with ``whole_prompts``.
 
     Parameters
     ----------
@@ -288,6 +327,7 @@ def admit_waiting(state: ReplicaState, batch: Batch, budget, now: float, whole_p
     kv = state.kv
     waiting = state.waiting
     max_num_seqs = state.config.max_num_seqs
+    threshold = state.config.long_prefill_token_threshold
     while waiting and budget > 0 and len(state.running) < max_num_seqs:
         req = waiting[0]
         hit = kv.lookup(req) if kv.enable_prefix_caching else 0
@@ -297,7 +337,9 @@ def admit_waiting(state: ReplicaState, batch: Batch, budget, now: float, whole_p
                 break
             n = need
         else:
-            n = need if need < budget else budget
+            n = threshold if 0 < threshold < need else need  # the per-request cap first (NC-05)
+            if n > budget:
+                n = budget
         take = req.peak_kv_tokens - req.num_computed_tokens - hit if reserve_peak else n
         if not kv.try_allocate(req, take, hit):
             break
