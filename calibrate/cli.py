@@ -1,6 +1,8 @@
 """``calibrate``: fit the roofline cost model to traces; list the model and GPU catalog."""
 from __future__ import annotations
 
+import textwrap
+
 import click
 import numpy as np
 import pandas as pd
@@ -44,7 +46,7 @@ def print_fits(fits, verbose: bool) -> None:
     if verbose:
         click.echo("lmfit report of the best variant (parameters in their fit scale, e.g. t_step_s in ms):")
         click.echo(best.report)
-    click.echo(f"best variant: {best.variant}  ({quality(best)})")
+    click.echo(textwrap.fill(f"best variant: {best.variant} ({quality(best)})", 100, subsequent_indent="  "))
     for line in summary_lines(best):
         click.echo(line)
     if len(fits) > 1:

@@ -89,13 +89,14 @@ def inert_params(cost_model, names) -> dict:
 
 def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, variants, candidates, fixed: dict | None,
                  not_seen: dict, result_of, residuals: tuple, rel_step: float, assess_step: float,
-                 robust: bool = False, starts=(), **kw) -> list[FitResult]:
+                 robust: bool = False, data_cov: np.ndarray | None = None, starts=(), **kw) -> list[FitResult]:
     """Fit ``residual`` once per variant of :data:`VARIANTS`; best (lowest score) first.
 
-    A parameter the data cannot identify (confounded with another, without effect, or poorly
-    constrained; one at a bound of its range is a result, not a failure) is held at its
-    declared value (:data:`schemas.cost_params.PARAMS`) and the others are refitted, so the
-    calibration never carries an arbitrary point of a flat valley; the file says so.
+    A parameter the data cannot tell apart from another one, or that has no effect on them,
+    is held at its declared value (:data:`schemas.cost_params.PARAMS`) and the others are
+    refitted, when that fits the data as well (sum of squares within 5 %): the calibration
+    then carries the declared point of a flat valley, not an arbitrary one; the file says so. One that is only poorly constrained keeps its value and is reported NOT
+    IDENTIFIED with its interval; one at a bound of its range is a result, not a failure.
 
     Parameters
     ----------
@@ -111,7 +112,7 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
     residuals : (count, what they are): the fit needs more residuals than free parameters.
     rel_step, starts, kw : of :func:`least_squares` (``starts``: extra start points of the first
         variant; later ones start from the first one's optimum).
-    assess_step, robust : of :func:`assess`.
+    assess_step, robust, data_cov : of :func:`assess`.
 
     Raises
     ------
@@ -143,22 +144,28 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
             free, previous = previous[0], previous[1:]
         extra = [{**free, **{k: x for k, x in st.items() if k in free}} for st in starts] if not fits else previous
         best, info = least_squares(residual, free, hold, rel_step=rel_step, starts=extra, **kw)
-        params, corr, warns = assess(best, residual, list(free), hold, assess_step, fixed_reason=why, robust=robust)
+        params, corr, warns = assess(best, residual, list(free), hold, assess_step, fixed_reason=why, robust=robust,
+                                     data_cov=data_cov)
         for _ in range(len(free)):  # hold what the data cannot identify at its declared value, refit the rest
-            unknown = [n for n in free if not params[n].identifiable and not params[n].bound.startswith("at its")]
-            if not unknown:
+            unknown = [n for n in free if not params[n].identifiable
+                       and params[n].bound.startswith(("cannot be told apart", "no effect"))]
+            if not unknown or len(unknown) == len(free):
                 break
+            trial_hold, trial_why = {**hold, **{n: start_of[n] for n in unknown}}, dict(why)
             for n in unknown:
-                hold[n] = start_of[n]
-                why[n] = f"NOT IDENTIFIED ({params[n].bound}); held at its declared value"
-                warns = [w for w in warns if not w.startswith(f"{n}:")]
-                warns.append(f"{n}: not identified by these data ({params[n].bound}); held at {fmt(n, start_of[n])}")
-            free = {n: params[n].value for n in free if n not in unknown}
-            best, more = least_squares(residual, free, hold, rel_step=rel_step, **kw)
+                trial_why[n] = f"NOT IDENTIFIED ({params[n].bound}); held at its declared value"
+            trial_free = {n: params[n].value for n in free if n not in unknown}
+            trial, more = least_squares(residual, trial_free, trial_hold, rel_step=rel_step, **kw)
             info = {"n_evals": info["n_evals"] + more["n_evals"]}
-            kept = warns
-            params, corr, warns = assess(best, residual, list(free), hold, assess_step, fixed_reason=why, robust=robust)
-            warns = [w for w in kept if "held at" in w] + warns
+            if trial.chisqr > 1.05 * best.chisqr + 1e-12:
+                break  # the declared values are not in the valley: the data disagree, keep the fitted ones
+            held = [f"{n}: not identified by these data ({params[n].bound}); held at {fmt(n, start_of[n])}"
+                    for n in unknown]
+            kept = [w for w in warns if "held at" in w] + held
+            best, hold, why, free = trial, trial_hold, trial_why, trial_free
+            params, corr, warns = assess(best, residual, list(free), hold, assess_step, fixed_reason=why, robust=robust,
+                                         data_cov=data_cov)
+            warns = kept + warns
         fits.append(result_of(v, params, corr, warns, best, info))
     fits.sort(key=lambda r: r.score)
     return fits
@@ -256,7 +263,7 @@ def polish(problem: _Problem, start: dict):
 
 def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostParams], np.ndarray],
            free: list, fixed: dict, rel_step: float, fixed_reason: dict | None = None,
-           robust: bool = False) -> tuple[dict, dict, list]:
+           robust: bool = False, data_cov: np.ndarray | None = None) -> tuple[dict, dict, list]:
     """Values, standard errors, correlations and identifiability of a least-squares optimum.
 
     Parameters
@@ -267,8 +274,13 @@ def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostPara
     fixed : parameter -> value held fixed; ``fixed_reason`` says why (printed).
     rel_step : finite-difference step of the Jacobian, relative to the fit scale.
     robust : bool
-        Heteroscedasticity-robust (sandwich, HC0) covariance, for many residuals of unequal
+        Heteroscedasticity-robust (sandwich, HC1) covariance, for many residuals of unequal
         variance (weighted step kinds); else the classic ``s^2 (J^T J)^-1``.
+    data_cov : array (n_residuals, n_residuals), optional
+        Covariance of the residuals from the sampling of the data (a bootstrap of measured
+        quantiles): then ``(J^T J)^-1 J^T data_cov J (J^T J)^-1``, the delta method. Use it
+        when the residuals are few and fitted almost exactly, so that their spread says
+        nothing of how much the data could have varied.
 
     Returns
     -------
@@ -299,7 +311,7 @@ def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostPara
     cols = []
     for n in free:
         lo, hi = spec[n].lower / spec[n].fit_scale, spec[n].upper / spec[n].fit_scale
-        h = max(abs(scaled[n]) * rel_step, rel_step * 1e-2, 1e-9)
+        h = rel_step * max(1.0, abs(scaled[n]))  # as scipy's finite differences: relative, at least rel_step
         up, down = min(scaled[n] + h, hi), max(scaled[n] - h, lo)
         fu = f({**scaled, n: up}) if up != scaled[n] else f0
         fd = f({**scaled, n: down}) if down != scaled[n] else f0
@@ -312,7 +324,12 @@ def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostPara
     se, correlations = {n: None for n in free}, {}
     if active:
         inv = np.linalg.inv(ja.T @ ja)
-        cov = inv @ ((ja * (f0 ** 2)[:, None]).T @ ja) @ inv * f0.size / dof if robust else rss / dof * inv
+        if data_cov is not None:
+            cov = inv @ ja.T @ data_cov @ ja @ inv
+        elif robust:
+            cov = inv @ ((ja * (f0 ** 2)[:, None]).T @ ja) @ inv * f0.size / dof
+        else:
+            cov = rss / dof * inv
         d = np.sqrt(np.clip(np.diag(cov), 0, None))
         for i, n in enumerate(active):
             se[n] = float(d[i]) * spec[n].fit_scale
@@ -336,7 +353,7 @@ def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostPara
                 lo, hi = _flat_range(f, scaled, n, f0)
                 why = f"no effect on these data: any value in [{fmt(n, lo)}, {fmt(n, hi)}] fits them equally"
             params[n] = FittedParam(v, None, False, why)
-        elif rss == 0.0:
+        elif rss == 0.0 and data_cov is None:
             params[n] = FittedParam(v, 0.0, True)
             continue
         elif at_lo or at_hi:
@@ -436,6 +453,10 @@ def summary_lines(fit: FitResult) -> list[str]:
     lines, fixed = [], {}
     for n, p in fit.params.items():
         v, ci, state = param_cells(n, p)
+        if state == "fixed" and (p.bound or "").startswith("NOT IDENTIFIED ("):
+            lines.append(f"  {n:24s} {v:>14s} {'':>22s}  NOT IDENTIFIED, held")
+            lines.append(f"      {p.bound[len('NOT IDENTIFIED ('):].split('); held')[0]}"[:100])
+            continue
         if state == "fixed":
             fixed.setdefault(p.bound or "held fixed", []).append(f"{n}={v.replace(' ', '')}")
             continue

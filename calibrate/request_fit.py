@@ -75,6 +75,33 @@ class _QuantileResidual:
         self.meas = [{m: np.percentile(_finite(r.scored_rows(r.trace)[m]), quantiles) for m in metrics
                       if _has(r.scored_rows(r.trace), m)} for r in runs]
 
+    def sampling_cov(self, num_samples: int = 200, seed: int = 0) -> np.ndarray:
+        """Covariance of the residual vector from the sampling of the measured requests: a
+        moving-block bootstrap of each run's measured latencies (blocks of consecutive
+        requests in arrival order, about n^(1/3) long, since the latencies of a busy period
+        move together; Kuensch 1989), each resample's quantiles relative to the measured ones.
+        Runs are resampled independently, so the matrix is block diagonal."""
+        rng = np.random.default_rng(seed)
+        blocks = []
+        for r, meas in zip(self.runs, self.meas):
+            rows = r.scored_rows(r.trace)
+            n = len(rows)
+            size = max(1, int(round(n ** (1 / 3))))
+            starts = rng.integers(0, max(n - size, 0) + 1, (num_samples, -(-n // size)))
+            idx = (starts[:, :, None] + np.arange(size)).reshape(num_samples, -1)[:, :n]
+            draws = []
+            for m, q_meas in meas.items():
+                v = pd.to_numeric(rows[m], errors="coerce").to_numpy(float)
+                q = np.nanpercentile(v[idx], self.quantiles, axis=1).T
+                draws.append((q - q_meas) / np.maximum(q_meas, 1e-3))
+            blocks.append(np.cov(np.hstack(draws), rowvar=False))
+        out = np.zeros((sum(b.shape[0] for b in blocks),) * 2)
+        k = 0
+        for b in blocks:
+            out[k:k + b.shape[0], k:k + b.shape[0]] = b
+            k += b.shape[0]
+        return out
+
     def errors(self, p: CostParams) -> list[dict]:
         """Per run, metric -> relative quantile errors (array)."""
         cm = self.cost_model.with_params(p)
@@ -159,8 +186,9 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
     Residuals: ``(q_pred - q_meas) / max(q_meas, 1 ms)`` for every run, metric and quantile.
     Each start is polished with lmfit's ``least_squares`` (finite differences with a 5 %
     step: the replayed quantiles are piecewise constant below that); the best wins.
-    Uncertainty and identifiability: :func:`calibrate.fitting.assess` (Jacobian at the
-    optimum; it ignores the discreteness of scheduling, so it is indicative).
+    Uncertainty and identifiability: :func:`calibrate.fitting.assess`, the delta method
+    with the Jacobian at the optimum and the sampling covariance of the measured quantiles
+    from a moving-block bootstrap over requests (:meth:`_QuantileResidual.sampling_cov`).
     """
     runs = [_prepared(r, cost_model, metrics) for r in runs]
     residual = _QuantileResidual(runs, cost_model, metrics, quantiles)
@@ -186,7 +214,8 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
     with start_runner(jobs, ray_address, 1 + len(_STARTS)) as runner:
         return fit_variants(residual, cost_model, variants, [n for n in cost_model.free_params if n in free or
                                                              n == "overlap"], fixed, not_seen, result_of,
-                            (n_res, "quantile residuals"), rel_step=0.05, assess_step=0.05, starts=_STARTS,
+                            (n_res, "quantile residuals"), rel_step=0.05, assess_step=0.05,
+                            data_cov=residual.sampling_cov(), starts=_STARTS,
                             max_nfev=max_nfev or 10 * (len(free) + 1), runner=runner)
 
 
