@@ -135,6 +135,21 @@ def main():
     write(table, args.out)
 
 
+#: Errors other simulators publish on the same runs, for the side-by-side (sources inline).
+PUBLISHED = """
+Published by others on the same runs, (sim - vLLM) / vLLM, p50 / p90:
+
+| simulator | run | ttft | tpot | e2e | source |
+|---|---|---|---|---|---|
+| LLMServingSim | Llama-3.1-8B, RTX PRO 6000 | -8.6 / -4.4 % | -0.0 / +0.5 % | -1.2 / -1.8 % | casys-kaist/LLMServingSim@5daddb21, bench/examples/RTXPRO6000/Llama-3.1-8B/validation/summary.txt |
+| LLMServingSim | Qwen3-32B TP2 | +1.7 / +0.9 % | +0.8 / +0.9 % | +0.9 / +0.8 % | same commit, bench/examples/RTXPRO6000/Qwen3-32B/validation/summary.txt |
+| LLMServingSim | Qwen3-30B-A3B DP2+EP | -21.8 / -10.9 % | -1.6 / -0.8 % | -2.0 / -1.8 % | same commit, bench/examples/RTXPRO6000/Qwen3-30B-A3B-Instruct-2507/validation/summary.txt |
+| BLIS (inference-sim) | CodeLlama-34B sweep | not published | | | its headline 6.7 % E2E / 17.6 % TTFT median over 36 other held-out runs (docs/blog/posts/how-blis-learns-latency.md) |
+
+LLMServingSim simulates from a kernel profile of the same GPU and model: in-sample to that profile.
+"""
+
+
 def write(table: pd.DataFrame, out: Path) -> None:
     cols = [c for c in table.columns if c.endswith(("_p50", "_p90"))]
     lines = ["| case | sample | scored on | variant | " + " | ".join(c.replace("_", " ") for c in cols) + " |",
@@ -146,7 +161,7 @@ def write(table: pd.DataFrame, out: Path) -> None:
     out_rows = table[table["sample"] == "out"][cols].abs().to_numpy()
     summary = (f"\nOut of sample: median |error| {np.nanmedian(out_rows):.1%}, p90 {np.nanpercentile(out_rows, 90):.1%}, "
                f"worst {np.nanmax(out_rows):.1%} over {len(out_rows)} scored runs x {len(cols)} statistics.\n")
-    text = "\n".join(lines) + "\n" + summary
+    text = "\n".join(lines) + "\n" + summary + PUBLISHED
     print(text)
     out.write_text("# Fidelity on the real runs (bench/fidelity.py)\n\n"
                    "Errors are (predicted - measured) / measured of each percentile. `in`: scored on the data the "
