@@ -25,6 +25,24 @@ import sys
 
 #: Exit code of a command interrupted by Ctrl-C (the shell's 128 + SIGINT).
 EXIT_INTERRUPTED = 130
+#: Ctrl-C that arrived while this module was being imported by a console script.
+_pending: list = []
+
+
+def _defer(signum, frame):
+    _pending.append(signum)
+
+
+def _started_as_console_script() -> bool:
+    main = sys.modules.get("__main__")
+    name = os.path.basename(getattr(main, "__file__", "") or "")
+    return name.split(".")[0] in ("traces", "replay", "calibrate", "servecal")
+
+
+# From the first line a console script runs, until run() takes over: a Ctrl-C is noted, not
+# raised. (Before this line, the interpreter's own start-up handles it: a death by SIGINT.)
+if _started_as_console_script() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _defer)
 
 #: Start of the messages of numpy's floating-point and NaN-aware warnings (all RuntimeWarning).
 QUIET_RUNTIME_WARNINGS = (
@@ -89,6 +107,10 @@ def _invoke(spec: str) -> int:
 def run(spec: str) -> "None":
     """Run the click command ``module:attr`` as a process and exit with its code."""
     try:
+        if signal.getsignal(signal.SIGINT) is _defer:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if _pending:
+            raise KeyboardInterrupt
         code = _invoke(spec)
     except SystemExit as exc:  # a command's own exit code (e.g. replay's 3 for a broken tolerance)
         code = exc.code

@@ -235,7 +235,7 @@ _TS_RE = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[
 
 def _cell_ok(s: str, typ: pa.DataType) -> bool:
     if pa.types.is_integer(typ):
-        return bool(_INT_RE.match(s))
+        return bool(_INT_RE.match(s)) and len(s) <= 20 and -MAX_INT64 <= int(s) < MAX_INT64
     if pa.types.is_floating(typ):
         try:
             float(s)
@@ -249,7 +249,7 @@ def _cell_ok(s: str, typ: pa.DataType) -> bool:
 
 def _type_words(typ: pa.DataType) -> str:
     if pa.types.is_integer(typ):
-        return "a whole number"
+        return "a whole number (64-bit)"
     if pa.types.is_floating(typ):
         return "a number"
     if pa.types.is_timestamp(typ):
