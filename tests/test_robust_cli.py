@@ -53,12 +53,23 @@ def test_ctrl_c_during_start_up_is_exit_130_without_traceback(trace, delay_s):
         assert err.strip().count(b"\n") == 0 and b"Aborted" in err
 
 
+def _children(pid):
+    try:
+        return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+
+
 def test_ctrl_c_in_sweep_workers(trace):
     out = trace / "sweep.csv"
     p = subprocess.Popen([script("replay"), str(trace / "t.parquet"), "--calibration", str(trace / "cal.json"),
-                          "--sweep", "rate-scale=1:40:1", "--exact-steps", "--jobs", "2", "--sweep-out", str(out)],
+                          "--sweep", "rate-scale=1:400:1", "--sweep", "max-num-seqs=4,8", "--exact-steps",
+                          "--jobs", "2", "--sweep-out", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    time.sleep(6)  # the workers are started and replaying
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None and len(_children(p.pid)) < 2:
+        time.sleep(0.05)
+    time.sleep(2.5)  # the workers have imported and are replaying
     assert p.poll() is None, p.communicate()
     os.killpg(p.pid, signal.SIGINT)  # as a terminal does: the whole process group
     _, err = p.communicate(timeout=60)
