@@ -841,7 +841,7 @@ def available(target: Target) -> bool:
 
 def run_profile(root: Path, real: Path | None, per_target: dict | int, *, seed: int = 0, timeout_s: float = 60,
                 console_every: int = 0, console_timeout_s: float = 120, workers: int = 1,
-                log=None) -> list[dict]:
+                console_targets=None, log=None) -> list[dict]:
     """Run ``per_target`` mutated inputs of every target (plus the unmutated seed, index 0).
 
     ``console_every`` > 0 also runs every n-th input through the console script in a
@@ -867,7 +867,7 @@ def run_profile(root: Path, real: Path | None, per_target: dict | int, *, seed: 
             if i == 0 and r.get("fault") is None and r.get("exit") != 0:
                 r = {**r, "fault": "seed-fails", "detail": r.get("message", "")}
             out.append(r)
-            if console_every and i % console_every == 1:
+            if console_every and i % console_every == 1 and (console_targets is None or t.name in console_targets):
                 c = run_console(job, console_timeout_s)
                 c["target"] = t.name + "@console"
                 out.append(c)

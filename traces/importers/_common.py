@@ -174,26 +174,6 @@ def fail_at_row(path, rule: str, row: int, *, column: str | None = None, expecte
 # Streaming CSV
 # ---------------------------------------------------------------------------
 
-class _CountingFile(io.RawIOBase):
-    """A read-only binary file that reports the bytes read (for a progress bar)."""
-
-    def __init__(self, fh, progress: Progress | None):
-        self._fh, self._progress = fh, progress
-
-    def readable(self):
-        return True
-
-    def readinto(self, b):
-        n = self._fh.readinto(b)
-        if n and self._progress is not None:
-            self._progress(n)
-        return n
-
-    def close(self):
-        self._fh.close()
-        super().close()
-
-
 def _open_binary(path: Path):
     try:
         return open(path, "rb")
@@ -350,15 +330,22 @@ def stream_csv(path: str | os.PathLike, column_types: dict[str, pa.DataType], *,
     """
     path = Path(path)
     raw = raw_column_names(path, column_types)
-    fh = _CountingFile(_open_binary(path), progress)
+    _open_binary(path).close()  # a missing file or a folder: one message
+    try:
+        # Arrow's own file, not a Python one: its I/O threads never call back into Python
+        # (a Python file read from Arrow's threads while the interpreter exits after an error
+        # could abort the process or hang it).
+        fh = pa.OSFile(str(path), "r")
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot open ({exc})") from None
     reader = None
+    read = 0
     try:
         try:
             # The header check strips names; the reader is given the names as written
             # (``raw``) and its columns are renamed back, so both see the same columns.
-            # One thread: the reader never outlives a failed import in a background thread.
             reader = pacsv.open_csv(
-                io.BufferedReader(fh, buffer_size=1 << 20),
+                fh,
                 read_options=pacsv.ReadOptions(block_size=block_size, use_threads=False),
                 parse_options=pacsv.ParseOptions(newlines_in_values=False),
                 convert_options=pacsv.ConvertOptions(
@@ -378,6 +365,10 @@ def stream_csv(path: str | os.PathLike, column_types: dict[str, pa.DataType], *,
                 break
             except _ARROW_ERRORS as exc:
                 _diagnose_csv(path, column_types, str(exc))
+            if progress is not None:
+                pos = fh.tell()
+                progress(pos - read)
+                read = pos
             if batch.schema.names != names:
                 batch = batch.rename_columns(names)
             _check_nulls(path, batch, row0, lines=True, allow=allow_null)
