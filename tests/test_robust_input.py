@@ -282,3 +282,27 @@ def test_every_fixture_import_still_validates(tmp_path):
     _, df, _ = read_trace(tmp_path / "o.parquet")
     tt = [t for t in df["token_times_s"] if t is not None]
     assert tt and all(np.all(np.diff(t) >= 0) for t in tt)
+
+
+@pytest.mark.parametrize("key", ["request_rate", "burstiness"])
+@pytest.mark.parametrize("value", ["9" * 400, "1e400", "NaN", "-1"])
+def test_bench_rate_and_burstiness_out_of_range(tmp_path, key, value):
+    obj = json.loads((DATA / "vllm_bench_small.json").read_text())
+    obj[key] = 12345.5
+    src = tmp_path / "v.json"
+    src.write_text(json.dumps(obj).replace("12345.5", value))
+    res = invoke("traces", "import", "vllm-bench", src, "-o", tmp_path / "o.parquet", "--arrivals", "synth")
+    failed(res, src, key)
+
+
+def test_genai_perf_response_text_with_a_huge_number_is_text(tmp_path):
+    text = (DATA / "genai_perf_profile_export.json").read_text()
+    obj = json.loads(text)
+    resp = obj["experiments"][0]["requests"][0]["response_outputs"][0]
+    resp["response"] = "data: {\"x\": " + "9" * 5000 + "}\n\n"
+    src = tmp_path / "g.json"
+    src.write_text(json.dumps(obj))
+    res = invoke("traces", "import", "genai-perf", src, "-o", tmp_path / "o.parquet", "--prompt-tokens", "128")
+    assert res.exit_code in (0, 1), res.output
+    if res.exit_code == 1:
+        failed(res, src)

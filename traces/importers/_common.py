@@ -794,11 +794,15 @@ def bench_arrays_frame(path, result: dict, *, source_format: str, arrivals: str 
     rate = result.get("request_rate")
     rate_f = math.inf if rate in ("inf", None, float("inf")) else rate
     if not isinstance(rate_f, (int, float)) or isinstance(rate_f, bool) or not rate_f > 0:
-        raise TraceFormatError(path, f"request_rate {rate!r} is not a positive number or 'inf'", line=line,
+        raise TraceFormatError(path, f"request_rate {_short(rate)[:40]} is not a positive number or 'inf'", line=line,
                                column="request_rate")
+    if rate_f != math.inf:
+        rate_f = json_number(path, rate_f, column="request_rate", line=line)  # in range: a float
     burst = result.get("burstiness", 1.0)
     if isinstance(burst, bool) or not isinstance(burst, (int, float)) or not burst > 0:
-        raise TraceFormatError(path, f"burstiness {burst!r} is not a positive number", line=line, column="burstiness")
+        raise TraceFormatError(path, f"burstiness {_short(burst)[:40]} is not a positive number", line=line,
+                               column="burstiness")
+    burst = json_number(path, burst, column="burstiness", line=line)
     choice = arrivals
     if choice == "auto":
         if "start_times" in arrays:
