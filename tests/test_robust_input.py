@@ -324,3 +324,22 @@ def test_a_model_whose_kv_cache_holds_no_block_is_one_message(tmp_path):
     assert res.exit_code in (1, 2) and "Traceback" not in res.output, res.output
     assert sum(line.startswith("Error:") for line in res.output.splitlines()) == 1, res.output
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_a_step_that_would_last_forever_is_one_message(tmp_path):
+    from schemas.calibration import Calibration, FittedParam
+    from schemas.specs import get_gpu, get_model
+
+    params = {k: FittedParam(v) for k, v in (("eta_compute", 0.5), ("eta_mem", 0.8), ("t_launch_s", 1e-4),
+                                             ("t_cpu_s", 0.0))}
+    Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, "max", params).write(tmp_path / "cal.json")
+    d = json.loads((tmp_path / "cal.json").read_text())
+    d["params"]["t_cpu_s"]["value"] = 1e308
+    (tmp_path / "slow.json").write_text(json.dumps(d))
+    p = tmp_path / "t.parquet"
+    write_table(to_table(REQUEST_TRACE, _requests()), p)
+    for extra in ([], ["--exact-steps"]):
+        res = invoke("replay", p, "--calibration", tmp_path / "slow.json", "-o", tmp_path / "o.parquet", *extra)
+        assert res.exit_code in (1, 2) and "Traceback" not in res.output, res.output
+        assert sum(line.startswith("Error:") for line in res.output.splitlines()) == 1, res.output
+        assert not (tmp_path / "o.parquet").exists()
