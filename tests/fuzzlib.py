@@ -859,12 +859,19 @@ def run_profile(root: Path, real: Path | None, per_target: dict | int, *, seed: 
     results = []
     pool = [Worker(timeout_s) for _ in range(workers)]
 
+    skipped = set()
+
     def run_slice(w: Worker, part):
         out = []
         for t, i in part:
+            if t.name in skipped:
+                continue
             job = make_job(t, seed, i, root / "jobs", mutate=i > 0)
             r = w.run(job)
             if i == 0 and r.get("fault") is None and r.get("exit") != 0:
+                if t.optional:  # another branch's importer whose options this harness guessed wrong
+                    skipped.add(t.name)
+                    continue
                 r = {**r, "fault": "seed-fails", "detail": r.get("message", "")}
             out.append(r)
             if console_every and i % console_every == 1 and (console_targets is None or t.name in console_targets):
@@ -877,6 +884,8 @@ def run_profile(root: Path, real: Path | None, per_target: dict | int, *, seed: 
         return out
 
     try:
+        results += run_slice(pool[0], [j for j in jobs if j[1] == 0])  # the seeds first: skips are known
+        jobs = [j for j in jobs if j[1] > 0]
         with cf.ThreadPoolExecutor(workers) as ex:
             futs = [ex.submit(run_slice, pool[k], jobs[k::workers]) for k in range(workers)]
             for f in futs:
