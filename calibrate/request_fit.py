@@ -17,6 +17,7 @@ import pandas as pd
 
 from replay.cost_model import RooflineCostModel
 from replay.simulate import ReplayConfig, replay_frame
+from replay.parallel import worker_pool
 from replay.sweep import map_on_ray, ray_session
 from schemas.cost_params import PARAMS, CostParams
 
@@ -133,8 +134,8 @@ def _has(trace: pd.DataFrame, m: str) -> bool:
 @contextmanager
 def start_runner(jobs: int | None, ray_address: str | None, n_starts: int):
     """The runner of :func:`calibrate.fitting.least_squares` for the whole fit: the starts in
-    one pool of ``jobs`` processes (spawn; default the CPU count) kept for every variant, on a
-    Ray cluster, or here (None) with one job."""
+    one pool of ``jobs`` processes (:func:`replay.parallel.worker_pool`; default the CPU count)
+    kept for every variant, on a Ray cluster, or here (None) with one job."""
     if ray_address is not None:
         with ray_session(ray_address):
             yield lambda fn, shared, items: map_on_ray(fn, shared, items, ray_address)
@@ -143,11 +144,8 @@ def start_runner(jobs: int | None, ray_address: str | None, n_starts: int):
     if workers <= 1:
         yield None
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield lambda fn, shared, items: list(pool.map(partial(fn, shared), items))
+    with worker_pool(workers) as mapper:  # workers that ignore Ctrl-C: the parent reports it (exit 130)
+        yield lambda fn, shared, items: mapper(partial(fn, shared), items)
 
 
 def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max", "sum", "blend"),

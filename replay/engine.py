@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cost_model import StepCostModel
-from .errors import ConfigError
+from .errors import ConfigError, ReplayError
 from .kv_cache import make_kv_cache
 from .progress import bar as progress_bar
 from .request import Request
@@ -367,6 +367,8 @@ class Engine:
                     self.step_decode_tokens.append(batch.num_decode_seqs + batch.num_spec_tokens)
             self.num_steps += 1
             end = now + duration
+            if not end < math.inf:  # inf or NaN: the cost model's parameters are out of any range
+                _not_finite(rid, now, duration)
             if inline:
                 while self._next_list_arrival_s <= end and (not heap or self._next_list_arrival_s <= heap[0][0]):
                     self._arrive_next()  # what the event loop would do next
@@ -431,6 +433,8 @@ class Engine:
         durations = self.cost_models[rid].step_time_s(np.zeros(k, np.int64), np.full(k, b, np.int64), ctx,
                                                       np.zeros(k, np.int64))
         ends = np.cumsum(np.concatenate(([now], durations)))[1:]
+        if not ends[-1] < math.inf:
+            _not_finite(rid, now, float(ends[-1] - now))
         if next_arrival < math.inf:  # the step ending at/after the next arrival is the last
             j = int(np.searchsorted(ends, next_arrival, side="left"))
             if j + 1 < k:
@@ -683,3 +687,8 @@ def _counted_finish(finish, progress):
         finish(state, done, now)
         progress.update(len(done))
     return counted
+
+def _not_finite(rid: int, now: float, duration: float):
+    """Raise for a step whose duration is not a finite number of seconds."""
+    raise ReplayError(f"a step of replica {rid} at t={now:.6g} s would last {duration!r} s: the cost model's "
+                      "parameters are out of range (check the calibration's fitted values)")

@@ -151,9 +151,15 @@ def resolve_num_gpu_blocks(cfg: ReplayConfig, model: ModelSpec, gpu: GpuSpec, tp
             raise ConfigError("--num-gpu-blocks must be >= 1")
         return cfg.num_gpu_blocks
     try:
-        return kv_capacity_blocks(model, gpu, tp, cfg.gpu_memory_utilization, cfg.block_size)
+        blocks = kv_capacity_blocks(model, gpu, tp, cfg.gpu_memory_utilization, cfg.block_size)
     except ValueError as exc:
         raise ConfigError(f"{exc}; raise --tp or --gpu-memory-utilization, or give --num-gpu-blocks") from None
+    except OverflowError:  # a spec with absurd sizes (e.g. a KV of inf bytes per token)
+        blocks = 0
+    if blocks < 1:
+        raise ConfigError(f"the KV cache of {model.name} on {gpu.name} (TP={tp}) holds no block of {cfg.block_size} "
+                          "tokens; check the model spec (layers, KV heads, head size) or give --num-gpu-blocks")
+    return blocks
 
 
 def requests_from_frame(df: pd.DataFrame, record_token_times: bool = False, slo_ttft_s: float | None = None,

@@ -3,8 +3,8 @@
 ``--sweep rate-scale=0.5:3:0.25 --sweep scheduler=fcfs,chunked`` replays the trace at each
 point of the cartesian product of the swept values and tabulates the predicted latency
 percentiles, goodput and throughput, one row per point. Points are independent replays,
-so they run in parallel: local processes by default (:class:`concurrent.futures.ProcessPoolExecutor`,
-spawn start method), or the tasks of a Ray cluster. Every point is evaluated by the same
+so they run in parallel: local processes by default (:func:`replay.parallel.map_in_processes`,
+spawn start method, Ctrl-C handled by the parent alone), or the tasks of a Ray cluster. Every point is evaluated by the same
 function with the same inputs, so the table does not depend on where or in which order
 the points ran.
 """
@@ -340,16 +340,10 @@ def run_sweep(ctx: SweepContext, sweeps: dict[str, list], jobs: int | None = Non
                 if done:
                     done(1)
         else:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor, as_completed
+            from .parallel import map_in_processes
 
-            with ProcessPoolExecutor(min(jobs, len(points)), mp_context=multiprocessing.get_context("spawn"),
-                                     initializer=_init_worker, initargs=(ctx,)) as pool:
-                futures = [pool.submit(_evaluate_in_worker, p) for p in points]
-                if done:
-                    for _ in as_completed(futures):
-                        done(1)
-                rows = [f.result() for f in futures]  # in grid order, whatever order they finished in
+            # spawned workers that ignore Ctrl-C: the parent alone reports it (exit 130)
+            rows = map_in_processes(_evaluate_in_worker, points, min(jobs, len(points)), _init_worker, (ctx,), done)
     table = pd.DataFrame(rows)
     if ctx.cfg.slo_ttft_s is None and ctx.cfg.slo_tpot_s is None:
         table = table.drop(columns="goodput_rps")

@@ -9,6 +9,7 @@ import functools
 import click
 
 from .errors import SchemaError
+from .tables import expect_outputs, release_sigint
 
 
 class DataError(click.ClickException):
@@ -42,12 +43,23 @@ def user_errors(data_errors: tuple = (), usage_errors: tuple = ()):
             outputs = {"--" + name.replace("_", "-") if name != "output" else "-o/--output": kwargs.get(name)
                        for name in OUTPUT_PARAMS}
             check_outputs(inputs, outputs)
+            expect_outputs([p for p in outputs.values() if p])
             try:
                 return fn(*args, **kwargs)
             except usage_errors as exc:
                 raise click.UsageError(str(exc)) from None
             except data_errors as exc:
                 raise DataError(str(exc)) from None
+            except RecursionError:
+                # a structure nested deeper than any reader expects (e.g. a JSON file);
+                # readers name the file themselves, this is the last resort
+                raise DataError(f"{', '.join(str(p) for p in inputs if p) or 'input'}: nested too deeply to read"
+                                ) from None
+            finally:
+                # a Ctrl-C after the last output was renamed into place was held: the work is
+                # complete, so the command ends with its own exit code
+                release_sigint()
+                expect_outputs(None)
 
         return wrapper
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import signal
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -156,8 +160,9 @@ def atomic_output(path: str | os.PathLike):
     """
     path = Path(path)
     check_writable(path)
+    remove_stale_temp_files(path.parent)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=TEMP_SUFFIX, dir=path.parent)
     except OSError as exc:
         raise OutputError(f"{path}: cannot write ({exc.strerror})") from None
     os.close(fd)
@@ -166,13 +171,139 @@ def atomic_output(path: str | os.PathLike):
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        with _sigint_deferred() as pending:
+            os.replace(tmp, path)
+            last = _output_done(path)
+        if pending and not last:
+            raise KeyboardInterrupt
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+#: Suffix of the temporary files of :func:`atomic_output` (``.NAME.PID.XXXXXXXX.tmp``).
+TEMP_SUFFIX = ".tmp"
+_TEMP_RE = re.compile(r"^\..+?\.(?:(?P<pid>\d+)\.)?[a-z0-9_]{8}\.tmp$")
+#: When this process started (its import of this module): older temp files are another run's.
+_RUN_STARTED_S = time.time()
+
+
+def remove_stale_temp_files(folder: str | os.PathLike) -> list[str]:
+    """Remove the temporary files a killed servecal run left in ``folder``; return their names.
+
+    Only files named as :func:`atomic_output` names them (``.NAME.PID.XXXXXXXX.tmp``, or
+    ``.NAME.XXXXXXXX.tmp`` of older versions), last modified before this run started, and
+    whose process is gone (a running servecal process keeps its own). Nothing else is touched;
+    a file that cannot be removed is left as it is.
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for e in entries:
+        m = _TEMP_RE.match(e.name)
+        if m is None:
+            continue
+        try:
+            if not e.is_file(follow_symlinks=False) or e.stat(follow_symlinks=False).st_mtime >= _RUN_STARTED_S:
+                continue
+            pid = m.group("pid")
+            if pid is not None and int(pid) != os.getpid() and _alive(int(pid)):
+                continue
+            os.unlink(e.path)
+            removed.append(e.name)
+        except (OSError, ValueError):
+            continue
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+#: Outputs of the running command that are still to be written (see :func:`expect_outputs`).
+_expected: set[str] | None = None
+
+
+def expect_outputs(paths) -> None:
+    """Declare the outputs the running command will write (None: not tracked).
+
+    Once the last of them is renamed into place, a Ctrl-C no longer aborts the command: its
+    work is done, so the interrupt is deferred until the command returns and the command
+    exits with its own code. Called by :func:`schemas.cli_support.user_errors`.
+    """
+    global _expected
+    _expected = None if paths is None else {os.path.realpath(p) for p in paths}
+
+
+def _output_done(path) -> bool:
+    """Record that ``path`` is in place; True when it was the command's last declared output."""
+    if _expected is None:
+        return False
+    _expected.discard(os.path.realpath(path))
+    if _expected:
+        return False
+    _hold_sigint()
+    return True
+
+
+_held = {"handler": None, "pending": False}
+
+
+def _hold_sigint() -> None:
+    """From now on until :func:`release_sigint`, a Ctrl-C is recorded, not raised."""
+    if _held["handler"] is not None or threading.current_thread() is not threading.main_thread():
+        return
+    def note(signum, frame):
+        _held["pending"] = True
+    try:
+        _held["handler"] = signal.signal(signal.SIGINT, note)
+    except (ValueError, TypeError):
+        _held["handler"] = None
+
+
+def release_sigint() -> bool:
+    """Restore Ctrl-C after :func:`_hold_sigint`; return whether one arrived meanwhile."""
+    h, pending = _held["handler"], _held["pending"]
+    _held["handler"], _held["pending"] = None, False
+    if h is not None:
+        signal.signal(signal.SIGINT, h)
+    return pending
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold Ctrl-C during the rename (yields a list that is non-empty if one arrived)."""
+    pending: list = []
+    if threading.current_thread() is not threading.main_thread():
+        yield pending
+        return
+    def note(signum, frame):
+        pending.append(signum)
+    try:
+        old = signal.signal(signal.SIGINT, note)
+    except (ValueError, TypeError):
+        yield pending
+        return
+    try:
+        yield pending
+    finally:
+        if _held["handler"] is not None:      # the last output: keep holding, remember the original
+            _held["handler"] = old
+            _held["pending"] = _held["pending"] or bool(pending)
+            pending.clear()
+        else:
+            signal.signal(signal.SIGINT, old)
 
 
 def check_writable(path: str | os.PathLike) -> None:
@@ -207,7 +338,7 @@ def table_kind(table: pa.Table) -> str | None:
     """The ``servecal.schema`` value of a table, or None when absent."""
     meta = table.schema.metadata or {}
     v = meta.get(SCHEMA_KEY)
-    return v.decode() if v else None
+    return v.decode("utf-8", "replace") if v else None
 
 
 def table_metadata(table: pa.Table) -> dict[str, str]:
@@ -216,7 +347,7 @@ def table_metadata(table: pa.Table) -> dict[str, str]:
     out = {}
     for k, v in meta.items():
         if k.startswith(b"servecal.") and k != SCHEMA_KEY:
-            out[k.decode()[len("servecal."):]] = v.decode()
+            out[k.decode("utf-8", "replace")[len("servecal."):]] = v.decode("utf-8", "replace")
     return out
 
 
@@ -232,6 +363,53 @@ def read_table(path: str | os.PathLike) -> pa.Table:
     if not path.exists():
         raise SchemaError(f"{path}: no such file")
     try:
-        return pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise SchemaError(f"{path}: not a readable Parquet file ({exc})") from None
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError, TypeError, IndexError, MemoryError) as exc:
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise SchemaError(f"{path}: not a readable Parquet file ({first})") from None
+    return _checked_metadata(table, path)
+
+
+def _checked_metadata(table: pa.Table, path) -> pa.Table:
+    """Refuse ``servecal.*`` metadata that is not UTF-8 text; drop unusable ``pandas`` metadata.
+
+    The ``pandas`` key only tells ``to_pandas`` how to rebuild dtypes and the index; one that
+    is not JSON describing the columns would make reading fail, and the data are complete
+    without it.
+    """
+    try:
+        table.schema.names  # decoded from the file's bytes
+    except UnicodeDecodeError:
+        raise SchemaError(f"{path}: has column names that are not UTF-8 text; expected a file written by "
+                          "servecal (re-import the source with 'traces import')") from None
+    meta = table.schema.metadata or {}
+    for k, v in meta.items():
+        if not k.startswith(b"servecal."):
+            continue
+        try:
+            k.decode("utf-8"), v.decode("utf-8")
+        except UnicodeDecodeError:
+            name = k.decode("utf-8", "replace")
+            raise SchemaError(f"{path}: file metadata key {name!r} is not UTF-8 text; expected a file written by "
+                              "servecal (re-import the source with 'traces import')") from None
+    if b"pandas" in meta and not _usable_pandas_metadata(meta[b"pandas"], table.column_names):
+        table = table.replace_schema_metadata({k: v for k, v in meta.items() if k != b"pandas"})
+    return table
+
+
+def _usable_pandas_metadata(raw: bytes, names: list[str]) -> bool:
+    import json
+
+    try:
+        m = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    if not isinstance(m, dict) or not isinstance(m.get("columns"), list) or not isinstance(m.get("index_columns"), list):
+        return False
+    cols = m["columns"]
+    if not all(isinstance(c, dict) and isinstance(c.get("name", ""), (str, type(None))) for c in cols):
+        return False
+    if not all(isinstance(i, (str, dict)) for i in m["index_columns"]):
+        return False
+    listed = {c.get("field_name", c.get("name")) for c in cols}
+    return all(i in names for i in m["index_columns"] if isinstance(i, str)) and set(names) <= listed

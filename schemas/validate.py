@@ -18,13 +18,20 @@ _MAX_ROWS = 5
 #: whose float64 spacing would swallow step durations (an epoch in us is ~1.7e15).
 MAX_RELATIVE_TIME_S = 1e9
 
+#: Durations (latencies, SLOs, steps) must stay below this too: longer is a unit error or garbage.
+MAX_DURATION_S = 1e9
+#: Token counts of one request or step above this (a billion) are garbage, not a workload.
+MAX_TOKENS = 10 ** 9
+#: Relative slack of the comparisons between measured times (float rounding of clocks).
+_REL_TOL = 1e-9
+
 #: Columns that must be > 0, >= 0, and >= 1 (numbers), by kind.
 _POSITIVE = {STEP_TRACE: ("step_duration_s",)}
 _NONNEG = {
     REQUEST_TRACE: ("arrival_time_s", "queue_wait_s", "ttft_s", "tpot_s", "e2e_s",
-                    "num_cached_tokens", "slo_ttft_s", "slo_tpot_s"),
+                    "num_cached_tokens", "slo_ttft_s", "slo_tpot_s", "replica_id"),
     STEP_TRACE: ("step_start_time_s", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
-                 "decode_context_tokens", "prefill_context_tokens"),
+                 "decode_context_tokens", "prefill_context_tokens", "replica_id"),
 }
 _NONNEG[REPLAY_RESULT] = _NONNEG[REQUEST_TRACE]
 _NONNEG[VLLM_STATS] = ("t_s", "engine", "prompt_throughput_tokens_per_s", "generation_throughput_tokens_per_s",
@@ -154,10 +161,20 @@ def validate(table: pa.Table, path: str, kind: str | None = None) -> pa.Table:
         if v is not None and (bad := np.abs(v) >= MAX_RELATIVE_TIME_S).any():
             problems.append(_problem(f"is {MAX_RELATIVE_TIME_S:.0e} s or more (an absolute timestamp?)", name, bad,
                                      "seconds since the trace start (rebase: subtract the first value)"))
-    for name in ("arrival_time_s", "step_start_time_s", "ttft_s", "e2e_s", "queue_wait_s"):
+    for name in ("arrival_time_s", "step_start_time_s", "ttft_s", "e2e_s", "queue_wait_s", "tpot_s",
+                 "step_duration_s", "slo_ttft_s", "slo_tpot_s"):
         v = num(name)
         if v is not None and (bad := np.isinf(v)).any():
             problems.append(_problem("is infinite", name, bad, "a finite number of seconds"))
+        elif v is not None and name not in ("arrival_time_s", "step_start_time_s") and \
+                (bad := np.abs(np.nan_to_num(v)) >= MAX_DURATION_S).any():
+            problems.append(_problem(f"is {MAX_DURATION_S:.0e} s or more", name, bad,
+                                     "a duration in seconds (not milliseconds or an absolute time)"))
+    for name in ("num_prompt_tokens", "num_output_tokens", "num_cached_tokens", "num_prefill_tokens",
+                 "decode_context_tokens", "prefill_context_tokens", "num_prefill_seqs", "num_decode_seqs"):
+        v = num(name)
+        if v is not None and (bad := np.nan_to_num(v) > MAX_TOKENS).any():
+            problems.append(_problem(f"is above {MAX_TOKENS:.0e}", name, bad, "a plausible count of tokens"))
     if kind in (REQUEST_TRACE, REPLAY_RESULT):
         _request_rules(cols, num, problems)
     if problems:
@@ -209,9 +226,68 @@ def _request_rules(cols, num, problems: list[Problem]) -> None:
         bad = np.concatenate([[False], np.diff(arr) < 0])
         if bad.any():
             problems.append(_problem("is not sorted", "arrival_time_s", bad, "non-decreasing arrival times"))
+    cached, prompt = num("num_cached_tokens"), num("num_prompt_tokens")
+    if cached is not None and prompt is not None:
+        with np.errstate(invalid="ignore"):
+            bad = cached > prompt
+        if bad.any():
+            problems.append(_problem("num_cached_tokens > num_prompt_tokens", "num_cached_tokens", bad,
+                                     "at most the prompt's tokens cached"))
+    for name, ref in (("token_times_s", "e2e_s"), ("pred_token_times_s", "pred_e2e_s")):
+        if name in cols:
+            _token_time_rules(cols[name], name, num(ref), ref, problems)
     ttft, e2e, qw = num("ttft_s"), num("e2e_s"), num("queue_wait_s")
     with np.errstate(invalid="ignore"):
         if ttft is not None and e2e is not None and (bad := ttft > e2e * (1 + 1e-12)).any():
             problems.append(_problem("ttft_s > e2e_s", "ttft_s", bad, "ttft_s <= e2e_s"))
         if qw is not None and ttft is not None and (bad := qw > ttft * (1 + 1e-12)).any():
             problems.append(_problem("queue_wait_s > ttft_s", "queue_wait_s", bad, "queue_wait_s <= ttft_s"))
+
+
+def token_time_limit_s(e2e_s):
+    """The latest a token may come for a request of end-to-end latency ``e2e_s`` (seconds):
+    ``e2e_s`` plus float rounding (1e-9 relative and 1 ns)."""
+    return e2e_s + np.abs(e2e_s) * _REL_TOL + 1e-9
+
+
+def _token_time_rules(col: pa.ChunkedArray, name: str, e2e: np.ndarray | None, e2e_name: str,
+                      problems: list[Problem]) -> None:
+    """Per-token times: finite, >= 0, non-decreasing, and the last at most ``e2e_s``.
+
+    ``col`` is list<float64> (seconds after arrival, one per output token); null rows are
+    fine (times unknown). Checked on the flattened values, without Python lists.
+    """
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if len(arr) == 0:
+        return
+    offsets = arr.offsets.to_numpy()
+    offsets = offsets - offsets[0]
+    values = arr.flatten().to_numpy(zero_copy_only=False).astype(float)
+    lengths = np.diff(offsets)
+    row_of = np.repeat(np.arange(len(arr)), lengths)
+    n = len(arr)
+
+    def rows_where(mask_values):
+        m = np.zeros(n, bool)
+        m[row_of[mask_values]] = True
+        return m
+
+    if (bad := ~np.isfinite(values)).any():
+        problems.append(_problem("has NaN or infinite times", name, rows_where(bad), "finite seconds after arrival"))
+        return
+    if (bad := values < 0).any():
+        problems.append(_problem("has negative times", name, rows_where(bad), "seconds after arrival (>= 0)"))
+    if values.size > 1:
+        dec = np.zeros(values.size, bool)
+        dec[1:] = (np.diff(values) < 0) & (row_of[1:] == row_of[:-1])
+        if dec.any():
+            problems.append(_problem("is decreasing", name, rows_where(dec), "non-decreasing token times"))
+    if e2e is not None:
+        has = lengths > 0
+        last = np.full(n, np.nan)
+        last[has] = values[offsets[1:][has] - 1]
+        with np.errstate(invalid="ignore"):
+            bad = last > token_time_limit_s(e2e)
+        if bad.any():
+            problems.append(_problem(f"last token time > {e2e_name}", name, bad,
+                                     f"every token by {e2e_name} (the last token)"))

@@ -8,6 +8,7 @@ import sys
 import click
 
 from schemas.cli_support import user_errors, version_option
+from schemas.errors import SchemaError
 from schemas.tables import REQUEST_TRACE, STEP_TRACE
 
 from .errors import TraceError
@@ -101,7 +102,7 @@ def import_vllm_request_stats(src, output, arrival_clock):
     from .importers.vllm_request_stats import import_vllm_request_stats as imp
 
     frame, meta = imp(src, arrival_clock)
-    write_trace(frame, REQUEST_TRACE, output, meta)
+    write_trace(frame, REQUEST_TRACE, output, meta, source=str(src))
     click.echo(f"{output}: {len(frame)} requests over {frame['arrival_time_s'].iloc[-1]:.1f} s (request_trace/1)")
 
 
@@ -126,14 +127,19 @@ def import_llmservingsim_profile(sources, output, num_layers, tp):
 
     from .importers.llmservingsim_profile import import_llmservingsim_profile as imp, read_profile_meta
 
+    where = ", ".join(str(s) for s in sources)
     if num_layers is None:
         meta = read_profile_meta(list(sources))
         model_name = meta.get("model")
         if not model_name:
-            raise click.UsageError("meta.yaml names no model: give --num-layers")
-        num_layers = get_model(str(model_name)).num_layers
+            raise click.UsageError(f"{where}: meta.yaml names no model; give --num-layers")
+        try:
+            num_layers = get_model(str(model_name)).num_layers
+        except SchemaError as exc:
+            raise click.UsageError(f"{where}: meta.yaml's model: {exc}; give --num-layers") from None
     frame, meta = imp(list(sources), num_layers=num_layers, tp=tp)
-    write_trace(frame, STEP_TRACE, output, {k: v for k, v in meta.items() if isinstance(v, (str, int, float))})
+    write_trace(frame, STEP_TRACE, output, {k: v for k, v in meta.items() if isinstance(v, (str, int, float))},
+                source=where)
     click.echo(f"{output}: {len(frame)} steps (step_trace/1), {num_layers} layers")
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 import math
 
 from ..request import Request
+from .base import Batch, ReplicaState, admit_waiting, schedule_running
 from .chunked import ChunkedScheduler
+from .keyed_queue import KeyedWaiting
 
 
 def next_token_deadline_s(req: Request) -> float:
@@ -48,6 +50,24 @@ class EdfScheduler(ChunkedScheduler):
     # decode_runs (inherited, True): a waiting request's deadline does not change while it
     # waits, so the queue order, like chunked's, is fixed between arrivals and completions.
 
+    def schedule(self, now: float, state: ReplicaState) -> Batch:
+        """``chunked``'s step with the waiting queue kept in deadline order (:class:`KeyedWaiting`:
+        O(log n) per arrival and admission, the same order as :meth:`waiting_key`)."""
+        batch = Batch()
+        budget, preempted = schedule_running(state, batch, state.config.max_num_batched_tokens)
+        if preempted or not state.waiting or budget <= 0 or len(state.running) >= state.config.max_num_seqs:
+            return batch
+        queue = state.waiting
+        if type(queue) is not KeyedWaiting:
+            queue = state.waiting = KeyedWaiting(_deadline_key, queue)
+        queue.now = now
+        admit_waiting(state, batch, budget, now)
+        return batch
+
     def waiting_key(self, now: float):
-        """Next-token deadline, then arrival."""
+        """Next-token deadline, then arrival (the order :meth:`schedule` admits in)."""
         return lambda req: (next_token_deadline_s(req), req.arrival_time_s, req.index)
+
+
+def _deadline_key(req):
+    return (next_token_deadline_s(req), req.arrival_time_s, req.index)

@@ -1,7 +1,9 @@
 """``sjf``: shortest prompt first, with an aging bound so long prompts never starve."""
 from __future__ import annotations
 
+from .base import Batch, ReplicaState, admit_waiting, schedule_running
 from .chunked import ChunkedScheduler
+from .keyed_queue import KeyedWaiting
 
 
 class SjfScheduler(ChunkedScheduler):
@@ -44,8 +46,25 @@ class SjfScheduler(ChunkedScheduler):
             raise ValueError(f"aging_s must be >= 0 seconds, not {aging_s}")
         self.aging_s = aging_s
 
+    def schedule(self, now: float, state: ReplicaState) -> Batch:
+        """``chunked``'s step with the waiting queue kept in SJF order (:class:`KeyedWaiting`:
+        O(log n) per arrival and admission, the same order as :meth:`waiting_key`)."""
+        batch = Batch()
+        budget, preempted = schedule_running(state, batch, state.config.max_num_batched_tokens)
+        if preempted or not state.waiting or budget <= 0 or len(state.running) >= state.config.max_num_seqs:
+            return batch
+        queue = state.waiting
+        if type(queue) is not KeyedWaiting:
+            queue = state.waiting = KeyedWaiting(_shortest_key, queue, aging_s=self.aging_s)
+        queue.now = now
+        admit_waiting(state, batch, budget, now)
+        return batch
+
     def waiting_key(self, now: float):
-        """Aged requests (waited > ``aging_s``) first by arrival, then shortest remaining prefill."""
+        """Aged requests (waited > ``aging_s``) first by arrival, then shortest remaining prefill.
+
+        The order :meth:`schedule` admits in (documents it; a subclass that overrides it and
+        not ``schedule`` should derive from ``ChunkedScheduler``, which sorts by it)."""
         cutoff = now - self.aging_s
 
         def key(req):
@@ -54,3 +73,8 @@ class SjfScheduler(ChunkedScheduler):
             return (1, req.num_uncomputed_tokens, req.arrival_time_s, req.index)
 
         return key
+
+
+def _shortest_key(req):
+    """Order among requests that have not aged: remaining prefill, then arrival."""
+    return (req.num_uncomputed_tokens, req.arrival_time_s, req.index)

@@ -35,6 +35,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from schemas.validate import token_time_limit_s
+
 from ..errors import TraceFormatError
 
 #: Nanoseconds per unit of the ``--time-unit`` choices.
@@ -43,6 +45,8 @@ UNIT_NS: dict[str, int] = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns
 EPOCH_THRESHOLD_S = 1e8
 #: CSV cells read as missing (the same list for the fast Arrow path and the diagnosis).
 NULL_VALUES = ["", "NA", "N/A", "n/a", "NULL", "null", "None"]
+#: Integers must lie in [-2**63, 2**63) (int64).
+MAX_INT64 = 2 ** 63
 #: What ``--invalid`` may say about rows that break a rule of their format.
 INVALID_POLICIES = ("error", "flag", "drop")
 
@@ -170,26 +174,6 @@ def fail_at_row(path, rule: str, row: int, *, column: str | None = None, expecte
 # Streaming CSV
 # ---------------------------------------------------------------------------
 
-class _CountingFile(io.RawIOBase):
-    """A read-only binary file that reports the bytes read (for a progress bar)."""
-
-    def __init__(self, fh, progress: Progress | None):
-        self._fh, self._progress = fh, progress
-
-    def readable(self):
-        return True
-
-    def readinto(self, b):
-        n = self._fh.readinto(b)
-        if n and self._progress is not None:
-            self._progress(n)
-        return n
-
-    def close(self):
-        self._fh.close()
-        super().close()
-
-
 def _open_binary(path: Path):
     try:
         return open(path, "rb")
@@ -200,13 +184,18 @@ def _open_binary(path: Path):
 
 
 def csv_header(path: str | os.PathLike) -> list[str]:
-    """The header (first record) of a CSV file.
+    """The header (first record) of a CSV file, names stripped of surrounding spaces.
 
     Raises
     ------
     TraceFormatError
         Empty file, not UTF-8 text, or no header line.
     """
+    return [c.strip() for c in _raw_csv_header(path)]
+
+
+def _raw_csv_header(path: str | os.PathLike) -> list[str]:
+    """The header cells as written (spaces kept): the names Arrow's reader sees."""
     path = Path(path)
     with _open_binary(path) as fh:
         head = fh.read(1 << 16)
@@ -217,7 +206,7 @@ def csv_header(path: str | os.PathLike) -> list[str]:
         rec = next(csv.reader(io.StringIO(text)), [])
     except csv.Error as exc:
         raise TraceFormatError(path, f"unreadable header ({exc})", line=1) from None
-    return [c.strip() for c in rec]
+    return rec
 
 
 _INT_RE = re.compile(r"^[+-]?\d+$")
@@ -226,7 +215,7 @@ _TS_RE = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[
 
 def _cell_ok(s: str, typ: pa.DataType) -> bool:
     if pa.types.is_integer(typ):
-        return bool(_INT_RE.match(s))
+        return bool(_INT_RE.match(s)) and len(s) <= 20 and -MAX_INT64 <= int(s) < MAX_INT64
     if pa.types.is_floating(typ):
         try:
             float(s)
@@ -240,7 +229,7 @@ def _cell_ok(s: str, typ: pa.DataType) -> bool:
 
 def _type_words(typ: pa.DataType) -> str:
     if pa.types.is_integer(typ):
-        return "a whole number"
+        return "a whole number (64-bit)"
     if pa.types.is_floating(typ):
         return "a number"
     if pa.types.is_timestamp(typ):
@@ -274,7 +263,40 @@ def _diagnose_csv(path: Path, column_types: dict[str, pa.DataType], arrow_msg: s
         raise TraceFormatError(path, "is not UTF-8 text", expected="a UTF-8 CSV file") from None
     except csv.Error as exc:
         raise TraceFormatError(path, f"unreadable CSV ({exc})") from None
-    raise TraceFormatError(path, f"unreadable CSV ({arrow_msg})")
+    except (KeyError, ValueError, IndexError):
+        pass
+    raise TraceFormatError(path, f"unreadable CSV ({_first_line(arrow_msg)})")
+
+
+#: What Arrow's CSV reader raises for a file it cannot read (all turned into one message).
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowKeyError, pa.ArrowNotImplementedError,
+                 pa.ArrowIndexError, pa.ArrowCapacityError, OverflowError, UnicodeDecodeError)
+
+
+def raw_column_names(path: str | os.PathLike, columns) -> dict[str, str]:
+    """Each wanted column (by its stripped name) -> its name as written in the header.
+
+    Raises
+    ------
+    TraceFormatError
+        A column missing from the header (listing the header), or present twice once
+        surrounding spaces are ignored.
+    """
+    path = Path(path)
+    raw = _raw_csv_header(path)
+    header = [c.strip() for c in raw]
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise TraceFormatError(path, f"has no column {', '.join(repr(c) for c in missing)}", line=1,
+                               expected=f"columns {', '.join(columns)} (the header has: {', '.join(header)})")
+    out = {}
+    for c in columns:
+        idx = [i for i, h in enumerate(header) if h == c]
+        if len(idx) > 1:
+            raise TraceFormatError(path, f"has column {c!r} {len(idx)} times", line=1, column=c,
+                                   expected="each column once in the header")
+        out[c] = raw[idx[0]]
+    return out
 
 
 def stream_csv(path: str | os.PathLike, column_types: dict[str, pa.DataType], *, progress: Progress | None = None,
@@ -307,37 +329,54 @@ def stream_csv(path: str | os.PathLike, column_types: dict[str, pa.DataType], *,
         wrong number of fields or a value of the wrong type (naming row, line and column).
     """
     path = Path(path)
-    header = csv_header(path)
-    missing = [c for c in column_types if c not in header]
-    if missing:
-        raise TraceFormatError(path, f"has no column {', '.join(repr(c) for c in missing)}", line=1,
-                               expected=f"columns {', '.join(column_types)} (the header has: {', '.join(header)})")
-    fh = _CountingFile(_open_binary(path), progress)
+    raw = raw_column_names(path, column_types)
+    _open_binary(path).close()  # a missing file or a folder: one message
+    try:
+        # Arrow's own file, not a Python one: its I/O threads never call back into Python
+        # (a Python file read from Arrow's threads while the interpreter exits after an error
+        # could abort the process or hang it).
+        fh = pa.OSFile(str(path), "r")
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot open ({exc})") from None
+    reader = None
+    read = 0
     try:
         try:
+            # The header check strips names; the reader is given the names as written
+            # (``raw``) and its columns are renamed back, so both see the same columns.
             reader = pacsv.open_csv(
-                io.BufferedReader(fh, buffer_size=1 << 20),
-                read_options=pacsv.ReadOptions(block_size=block_size),
+                fh,
+                read_options=pacsv.ReadOptions(block_size=block_size, use_threads=False),
+                parse_options=pacsv.ParseOptions(newlines_in_values=False),
                 convert_options=pacsv.ConvertOptions(
-                    column_types=column_types, include_columns=list(column_types), null_values=NULL_VALUES,
-                    strings_can_be_null=True, quoted_strings_can_be_null=False),
+                    column_types={raw[c]: t for c, t in column_types.items()}, include_columns=[raw[c] for c in column_types],
+                    null_values=NULL_VALUES, strings_can_be_null=True, quoted_strings_can_be_null=False),
             )
-        except pa.ArrowInvalid as exc:
+        except _ARROW_ERRORS as exc:
             if "Empty CSV" in str(exc):
                 raise TraceFormatError(path, "empty file", expected="a header line, then one row per request") from None
             _diagnose_csv(path, column_types, str(exc))
+        names = list(column_types)
         row0 = 0
         while True:
             try:
                 batch = reader.read_next_batch()
             except StopIteration:
                 break
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            except _ARROW_ERRORS as exc:
                 _diagnose_csv(path, column_types, str(exc))
+            if progress is not None:
+                pos = fh.tell()
+                progress(pos - read)
+                read = pos
+            if batch.schema.names != names:
+                batch = batch.rename_columns(names)
             _check_nulls(path, batch, row0, lines=True, allow=allow_null)
             yield row0, batch
             row0 += batch.num_rows
     finally:
+        if reader is not None:
+            reader.close()
         fh.close()
         # the reader's freed block buffers stay in Arrow's pool unless released: return them
         # to the OS so the arrays built next do not stack on top of them
@@ -392,7 +431,11 @@ def read_json(path: str | os.PathLike):
         raise TraceFormatError(path, f"not valid JSON ({exc.msg})", line=exc.lineno,
                                expected="one complete JSON document") from None
     except RecursionError:
-        raise TraceFormatError(path, "JSON nested too deeply") from None
+        raise TraceFormatError(path, "JSON nested too deeply", expected="a JSON document nested at most a few hundred "
+                                                                        "levels") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise TraceFormatError(path, f"not valid JSON ({_first_line(exc)})",
+                               expected="numbers of ordinary size") from None
 
 
 def iter_jsonl(path: str | os.PathLike, progress: Progress | None = None) -> Iterator[tuple[int, int, dict]]:
@@ -421,15 +464,25 @@ def iter_jsonl(path: str | os.PathLike, progress: Progress | None = None) -> Ite
                 raise TraceFormatError(path, f"not valid JSON ({exc.msg})", row=row, line=lineno,
                                        expected="one complete JSON object per line") from None
             except RecursionError:
-                raise TraceFormatError(path, "JSON nested too deeply", row=row, line=lineno) from None
+                raise TraceFormatError(path, "JSON nested too deeply", row=row, line=lineno,
+                                       expected="one flat JSON object per line") from None
+            except ValueError as exc:  # e.g. an integer of more than 4300 digits
+                raise TraceFormatError(path, f"not valid JSON ({_first_line(exc)})", row=row, line=lineno,
+                                       expected="numbers of ordinary size") from None
             if not isinstance(obj, dict):
                 raise TraceFormatError(path, f"is a JSON {type(obj).__name__}, not an object", row=row, line=lineno)
             yield row, lineno, obj
 
 
+def _short(value) -> str:
+    """A number as text, at most 24 characters (a 400-digit integer is not repeated whole)."""
+    text = repr(value)
+    return text if len(text) <= 24 else f"{text[:10]}...{text[-4:]} ({len(text)} digits)"
+
+
 def json_number(path, value, *, column: str, row: int | None = None, line: int | None = None,
-                integer: bool = False, minimum: float | None = None):
-    """Check one JSON value: a finite number (whole if ``integer``), at least ``minimum``.
+                integer: bool = False, minimum: float | None = None, maximum: float | None = None):
+    """Check one JSON value: a finite number (whole if ``integer``), at least ``minimum``, at most ``maximum``.
 
     Returns the value as int (``integer``) or float.
 
@@ -442,18 +495,28 @@ def json_number(path, value, *, column: str, row: int | None = None, line: int |
         raise TraceFormatError(path, f"value {value!r:.40} is not a number", row=row, line=line, column=column)
     if isinstance(value, float) and not math.isfinite(value):
         raise TraceFormatError(path, f"value {value!r} is not finite", row=row, line=line, column=column)
-    if isinstance(value, int) and not -2 ** 63 <= value < 2 ** 63:
-        raise TraceFormatError(path, f"value {value} is out of range", row=row, line=line, column=column,
+    if isinstance(value, int) and not -MAX_INT64 <= value < MAX_INT64:
+        raise TraceFormatError(path, f"value {_short(value)} is out of range", row=row, line=line, column=column,
                                expected="a 64-bit integer")
     if integer:
         if value != int(value):
             raise TraceFormatError(path, f"value {value!r} is not a whole number", row=row, line=line, column=column)
         value = int(value)
+        if not -MAX_INT64 <= value < MAX_INT64:  # e.g. 1e300 written as a float
+            raise TraceFormatError(path, f"value {_short(value)} is out of range", row=row, line=line, column=column,
+                                   expected="a 64-bit integer")
     else:
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            raise TraceFormatError(path, f"value {_short(value)} is out of range", row=row, line=line, column=column,
+                                   expected="a finite number") from None
     if minimum is not None and value < minimum:
         raise TraceFormatError(path, f"value {value!r} is below {minimum:g}", row=row, line=line, column=column,
                                expected=f">= {minimum:g}")
+    if maximum is not None and value > maximum:
+        raise TraceFormatError(path, f"value {_short(value)} is above {maximum:g}", row=row, line=line, column=column,
+                               expected=f"<= {maximum:g}")
     return value
 
 
@@ -716,7 +779,14 @@ def bench_arrays_frame(path, result: dict, *, source_format: str, arrivals: str 
         else:
             e2e[i] = t + float(gaps.sum())
         if gaps.size + 1 == output[i]:
-            token_times[i] = t + np.concatenate([[0.0], np.cumsum(gaps)])
+            times = t + np.concatenate([[0.0], np.cumsum(gaps)])
+            if times[-1] > token_time_limit_s(e2e[i]):
+                # the client's latency ends before its own last chunk: the row contradicts itself
+                codes[i] = status.code("invalid: ttft + sum(itls) is beyond the latency", "itls",
+                                       "the last token by the request's latency (ttfts + sum(itls) <= latencies)")
+                ttft[i] = e2e[i] = np.nan
+                continue
+            token_times[i] = times
         else:
             chunked += 1
     status.add(codes, 0)
@@ -724,11 +794,15 @@ def bench_arrays_frame(path, result: dict, *, source_format: str, arrivals: str 
     rate = result.get("request_rate")
     rate_f = math.inf if rate in ("inf", None, float("inf")) else rate
     if not isinstance(rate_f, (int, float)) or isinstance(rate_f, bool) or not rate_f > 0:
-        raise TraceFormatError(path, f"request_rate {rate!r} is not a positive number or 'inf'", line=line,
+        raise TraceFormatError(path, f"request_rate {_short(rate)[:40]} is not a positive number or 'inf'", line=line,
                                column="request_rate")
+    if rate_f != math.inf:
+        rate_f = json_number(path, rate_f, column="request_rate", line=line)  # in range: a float
     burst = result.get("burstiness", 1.0)
     if isinstance(burst, bool) or not isinstance(burst, (int, float)) or not burst > 0:
-        raise TraceFormatError(path, f"burstiness {burst!r} is not a positive number", line=line, column="burstiness")
+        raise TraceFormatError(path, f"burstiness {_short(burst)[:40]} is not a positive number", line=line,
+                               column="burstiness")
+    burst = json_number(path, burst, column="burstiness", line=line)
     choice = arrivals
     if choice == "auto":
         if "start_times" in arrays:

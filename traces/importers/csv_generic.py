@@ -47,7 +47,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from ..errors import TraceError, TraceFormatError
-from ._common import (UNIT_NS, Progress, RowStatus, assemble_frame, check_rows, csv_header, fail_at_row,
+from ._common import (_ARROW_ERRORS, UNIT_NS, Progress, raw_column_names, RowStatus, assemble_frame, check_rows, csv_header, fail_at_row,
                       is_epoch_seconds, relative_seconds, stream_csv, time_resolution_s, tpot_s)
 
 __all__ = ["import_csv", "parse_mapping", "MappingError", "FIELDS"]
@@ -137,13 +137,18 @@ def _csv_types(path: Path, mapping: dict[str, str], filters: dict[str, str]) -> 
     time_cols = [mapping[f] for f in (*INSTANTS, *DURATIONS) if f in mapping]
     inferred: dict[str, pa.DataType] = {}
     if time_cols:
+        raw = raw_column_names(path, dict.fromkeys(time_cols))  # the names as written, spaces kept
+        r = None
         try:
-            r = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 20),
-                               convert_options=pacsv.ConvertOptions(include_columns=time_cols))
+            r = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 20, use_threads=False),
+                               convert_options=pacsv.ConvertOptions(include_columns=[raw[c] for c in time_cols]))
             first = r.read_next_batch()
-            inferred = {n: t for n, t in zip(first.schema.names, first.schema.types)}
-        except (pa.ArrowInvalid, StopIteration):
-            inferred = {}
+            inferred = {c: first.schema.field(raw[c]).type for c in time_cols}
+        except (*_ARROW_ERRORS, StopIteration, KeyError):
+            inferred = {}  # the streaming read that follows names the row and column
+        finally:
+            if r is not None:
+                r.close()
     types: dict[str, pa.DataType] = {c: pa.string() for c in filters}
     for fld, col in mapping.items():
         if fld in STRINGS:
@@ -167,9 +172,12 @@ def _batches(path: Path, types_or_cols, parquet: bool, progress, allow_null: tup
     if parquet:
         try:
             pf = pq.ParquetFile(path)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise TraceFormatError(path, f"not a readable Parquet file ({exc})") from None
-        names = pf.schema_arrow.names
+        except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
+            raise TraceFormatError(path, f"not a readable Parquet file ({str(exc)[:200]})") from None
+        try:
+            names = pf.schema_arrow.names
+        except UnicodeDecodeError:
+            raise TraceFormatError(path, "has column names that are not UTF-8 text") from None
         missing = [c for c in types_or_cols if c not in names]
         if missing:
             raise TraceFormatError(path, f"has no column {', '.join(repr(c) for c in sorted(missing))}",
@@ -179,8 +187,8 @@ def _batches(path: Path, types_or_cols, parquet: bool, progress, allow_null: tup
             for batch in pf.iter_batches(batch_size=1 << 20, columns=list(dict.fromkeys(types_or_cols))):
                 yield row0, batch
                 row0 += batch.num_rows
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise TraceFormatError(path, f"not a readable Parquet file ({exc})") from None
+        except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
+            raise TraceFormatError(path, f"not a readable Parquet file ({str(exc)[:200]})") from None
     else:
         yield from stream_csv(path, types_or_cols, progress=progress, allow_null=allow_null)
 

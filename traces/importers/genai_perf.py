@@ -54,7 +54,7 @@ def _response_info(resp) -> tuple[bool, dict | None, str | None]:
             continue
         try:
             data = json.loads(ev)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON (or absurd JSON): text content
             content = True
             continue
         if not isinstance(data, dict):

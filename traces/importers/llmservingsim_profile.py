@@ -317,6 +317,9 @@ def _cell(path: Path, text: str, kind: str, row: int, line: int, column: str):
         if value < 0:
             raise TraceFormatError(path, f"negative value {value}", row=row, line=line,
                                    column=column, expected="a whole number >= 0")
+        if value >= 2 ** 63:
+            raise TraceFormatError(path, f"value {text[:20]}... ({len(text)} characters) is out of range", row=row,
+                                   line=line, column=column, expected="a 64-bit integer")
         return value
     try:
         value = float(text)

@@ -75,7 +75,8 @@ def import_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS,
                 raise TraceFormatError(path, "missing field", row=row, line=line, column=f)
         t = obj["timestamp"]
         any_float |= isinstance(t, float)
-        ts.append(json_number(path, t, column="timestamp", row=row, line=line, minimum=0))
+        # milliseconds; beyond 2**53 a float64 (and the arrival it becomes) loses whole milliseconds
+        ts.append(json_number(path, t, column="timestamp", row=row, line=line, minimum=0, maximum=2.0 ** 53))
         n_in = json_number(path, obj["input_length"], column="input_length", row=row, line=line, integer=True,
                            minimum=1)
         n_out = json_number(path, obj["output_length"], column="output_length", row=row, line=line, integer=True,

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..errors import TraceFormatError
+from ._common import json_number
 
 _FIELDS = ("request_id", "input_toks", "output_toks", "arrival_time", "queued_ts", "scheduled_ts",
            "first_token_ts", "last_token_ts")
@@ -71,6 +71,12 @@ def import_vllm_request_stats(path: str | Path, arrival_clock: str = "engine") -
             except json.JSONDecodeError as exc:
                 raise TraceFormatError(path, f"not valid JSON ({exc.msg})", line=lineno,
                                        expected="one complete JSON object per line") from None
+            except RecursionError:
+                raise TraceFormatError(path, "JSON nested too deeply", line=lineno,
+                                       expected="one flat JSON object per line") from None
+            except ValueError as exc:  # e.g. an integer of more than 4300 digits
+                raise TraceFormatError(path, f"not valid JSON ({str(exc).splitlines()[0][:80]})", line=lineno,
+                                       expected="numbers of ordinary size") from None
             if not isinstance(obj, dict):
                 raise TraceFormatError(path, "not a JSON object", line=lineno)
             rows.append(_row(path, lineno, obj))
@@ -118,12 +124,10 @@ def _row(path: Path, lineno: int, obj: dict) -> tuple:
         if f == "request_id":
             vals.append(str(v))
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise TraceFormatError(path, f"value {v!r} is not a finite number", line=lineno, column=f)
         if f in ("input_toks", "output_toks"):
-            if v != int(v) or v < 1:
-                raise TraceFormatError(path, f"value {v!r} is not a whole number >= 1", line=lineno, column=f)
-            v = int(v)
+            v = json_number(path, v, column=f, line=lineno, integer=True, minimum=1)
+        else:
+            v = json_number(path, v, column=f, line=lineno)
         vals.append(v)
     q, s, ft, lt = obj["queued_ts"], obj["scheduled_ts"], obj["first_token_ts"], obj["last_token_ts"]
     if not q <= s <= ft <= lt:

@@ -1,0 +1,146 @@
+"""The process entry of the console scripts (``traces``, ``replay``, ``calibrate``, ``servecal``).
+
+A console script runs ``from <module> import <func>; sys.exit(<func>())``. Pointing it at the
+click groups directly leaves two gaps: a Ctrl-C during the second or so of start-up imports
+(numpy, pandas, pyarrow, scipy, lmfit) prints a ``KeyboardInterrupt`` traceback, and click
+maps a Ctrl-C to "Aborted!" with exit code 1, the code of invalid data. This module imports
+nothing heavy itself; :func:`run` starts catching interrupts before the command's package is
+imported (by name, so the one-way layering of the packages stays as it is) and maps:
+
+* Ctrl-C at any moment -> one line on stderr, exit code 130 (128 + SIGINT), no traceback;
+  an output not yet renamed into place is never left behind (:func:`schemas.tables.atomic_output`);
+* a Ctrl-C after the command's last output was renamed into place is deferred: the command
+  finishes and exits with its own code (its work is complete; see
+  :func:`schemas.tables.atomic_output` and :func:`schemas.cli_support.user_errors`);
+* numerical RuntimeWarnings of numpy and the fitting libraries (``invalid value encountered
+  in divide``, ``Mean of empty slice``, ...) are not printed: the data rules are checked by
+  validation, which names the file and row; such warnings only repeat an arithmetic detail.
+  The filter is passed on to worker processes through ``PYTHONWARNINGS``.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+#: Exit code of a command interrupted by Ctrl-C (the shell's 128 + SIGINT).
+EXIT_INTERRUPTED = 130
+#: Ctrl-C that arrived while this module was being imported by a console script.
+_pending: list = []
+
+
+def _defer(signum, frame):
+    _pending.append(signum)
+
+
+def _started_as_console_script() -> bool:
+    main = sys.modules.get("__main__")
+    name = os.path.basename(getattr(main, "__file__", "") or "")
+    return name.split(".")[0] in ("traces", "replay", "calibrate", "servecal")
+
+
+# From the first line a console script runs, until run() takes over: a Ctrl-C is noted, not
+# raised. (Before this line, the interpreter's own start-up handles it: a death by SIGINT.)
+if _started_as_console_script() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _defer)
+
+#: Start of the messages of numpy's floating-point and NaN-aware warnings (all RuntimeWarning).
+QUIET_RUNTIME_WARNINGS = (
+    "invalid value encountered", "divide by zero encountered", "overflow encountered", "underflow encountered",
+    "Mean of empty slice", "Degrees of freedom <= 0", "All-NaN slice encountered", "All-NaN axis encountered",
+    "invalid value", "Precision loss occurred", "The iteration is not making good progress",
+    "Covariance of the parameters could not be estimated",
+)
+#: Modules whose RuntimeWarnings are numerical chatter, whatever the message.
+QUIET_MODULES = r"(numpy|scipy|lmfit|pandas|uncertainties|asteval)(\.|$)"
+
+
+def quiet_warnings() -> None:
+    """Hide numerical RuntimeWarnings in this process and in the processes it starts."""
+    import warnings
+
+    for msg in QUIET_RUNTIME_WARNINGS:
+        warnings.filterwarnings("ignore", message=msg, category=RuntimeWarning)
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=QUIET_MODULES)
+    # -W syntax: action:message-prefix:category (spawned workers start from the environment)
+    extra = ",".join(f"ignore:{m}:RuntimeWarning" for m in QUIET_RUNTIME_WARNINGS if "," not in m and ":" not in m)
+    prev = os.environ.get("PYTHONWARNINGS")
+    if not prev or extra not in prev:
+        os.environ["PYTHONWARNINGS"] = f"{prev},{extra}" if prev else extra
+
+
+def _interrupted() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while reporting changes nothing
+    try:
+        sys.stderr.write("\nAborted (interrupted): no partial output was left behind.\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    return EXIT_INTERRUPTED
+
+
+def _invoke(spec: str) -> int:
+    import importlib
+
+    quiet_warnings()
+    module, _, attr = spec.partition(":")
+    cmd = getattr(importlib.import_module(module), attr)
+    import click
+
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    try:
+        rv = cmd.main(args=sys.argv[1:], prog_name=prog, standalone_mode=False)
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt) or isinstance(exc.__context__, KeyboardInterrupt):
+            return _interrupted()
+        click.echo("Aborted!", err=True)
+        return 1
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    # standalone_mode=False returns ctx.exit()'s code, or the command's return value (None)
+    return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+
+
+def run(spec: str) -> "None":
+    """Run the click command ``module:attr`` as a process and exit with its code."""
+    try:
+        if signal.getsignal(signal.SIGINT) is _defer:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if _pending:
+            raise KeyboardInterrupt
+        code = _invoke(spec)
+    except SystemExit as exc:  # a command's own exit code (e.g. replay's 3 for a broken tolerance)
+        code = exc.code
+    except KeyboardInterrupt:
+        code = _interrupted()
+    # a Ctrl-C while the interpreter shuts down (buffers flushed, pools joined) must not print
+    # a traceback either: the command is over and its exit code decided
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    sys.exit(code)
+
+
+def servecal():
+    """``servecal``: every command, nested."""
+    run("calibrate.umbrella:main")
+
+
+def traces():
+    """``traces``."""
+    run("calibrate.umbrella:traces_cli")
+
+
+def replay():
+    """``replay``."""
+    run("replay.cli:main")
+
+
+def calibrate():
+    """``calibrate``."""
+    run("calibrate.cli:main")
