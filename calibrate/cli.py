@@ -18,7 +18,7 @@ from replay.cost_model import RooflineCostModel
 from replay.cost_terms import ALL_TERMS, TERMS
 from replay.errors import ConfigError, ReplayError
 
-from .errors import CalibrationError
+from .errors import CalibrationError, FitError
 from .fitting import VARIANTS, summary_lines, to_calibration
 from .request_fit import DEFAULT_FREE, engine_settings, fit_requests
 from .runs import load_runs, parse_run_spec, score_runs
@@ -214,7 +214,10 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
         if ray_address is not None:
             raise click.UsageError("--ray-address: only a request log is fitted by replays; a step trace fits here")
         names = parse_names(variants or "max,sum,blend", list(VARIANTS), "--variants")
-        fits, dropped = fit_steps(first_frame, cm, names, loss, fixed, balance_kinds)
+        try:
+            fits, dropped = fit_steps(first_frame, cm, names, loss, fixed, balance_kinds)
+        except FitError as exc:
+            raise FitError(f"{traces[0]}: {exc}") from None
         for reason, n in dropped.items():
             click.echo(f"dropped {n} row(s): {reason}")
         boot = None

@@ -251,9 +251,12 @@ def polish(problem: _Problem, start: dict):
 
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore", RuntimeWarning)
-        r = lmfit.Minimizer(fcn, params).minimize(
-            method="least_squares", loss=problem.loss, x_scale="jac", diff_step=problem.rel_step,
-            max_nfev=problem.max_nfev, ftol=problem.tol, xtol=problem.tol, gtol=problem.tol)
+        try:
+            r = lmfit.Minimizer(fcn, params).minimize(
+                method="least_squares", loss=problem.loss, x_scale="jac", diff_step=problem.rel_step,
+                max_nfev=problem.max_nfev, ftol=problem.tol, xtol=problem.tol, gtol=problem.tol)
+        except ValueError as exc:  # scipy: residuals or Jacobian not finite
+            raise FitError(f"the fit failed: {exc}; the data hold values no cost model reaches") from None
     if best[1] is not None and problem.loss == "linear" and best[0] < r.chisqr:
         for name, value in best[1].items():
             r.params[name].value = value

@@ -35,7 +35,7 @@ class StepData:
         With ``balance_kinds``, a kind with more rows than the median kind is down-weighted
         to count as the median one (``sqrt(n_median / n_kind)`` per row; a profiling grid's
         thousands of mixed shapes do not drown the rest), else ones.
-    dropped : dict reason -> rows (``missing``, ``non-positive``, ``empty``)
+    dropped : dict reason -> rows (``missing``, ``non-positive``, below 1 ns, ``empty``)
     """
 
     def __init__(self, steps: pd.DataFrame, balance_kinds: bool = True):
@@ -46,8 +46,9 @@ class StepData:
         self.dropped = {k: v for k, v in {
             "missing": int(np.sum(~np.isfinite(dur))),
             "non-positive": int(np.sum(np.isfinite(dur) & (dur <= 0))),
-            "empty": int(np.sum(np.isfinite(dur) & (dur > 0) & (tokens <= 0)))}.items() if v}
-        keep = np.isfinite(dur) & (dur > 0) & (tokens > 0)
+            "below 1 ns (no forward pass is that short)": int(np.sum(np.isfinite(dur) & (dur > 0) & (dur < 1e-9))),
+            "empty": int(np.sum(np.isfinite(dur) & (dur >= 1e-9) & (tokens <= 0)))}.items() if v}
+        keep = np.isfinite(dur) & (dur >= 1e-9) & (tokens > 0)
         cp = steps["prefill_context_tokens"].fillna(0).to_numpy(np.int64) if "prefill_context_tokens" in steps \
             else np.zeros(len(steps), np.int64)
         seqs = steps["num_prefill_seqs"].fillna(0).to_numpy(np.int64) if "num_prefill_seqs" in steps \

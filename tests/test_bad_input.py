@@ -149,3 +149,15 @@ def test_request_fit_config_errors_and_nothing_simulable(files):
                  "--max-model-len", 50, "--jobs", 1, "-o", files / "c.json")
     assert res.exit_code == 1 and "no request can be simulated" in res.output
     assert not (files / "c.json").exists()
+
+
+def test_calibration_with_a_broken_model_spec_names_the_file(files):
+    d = json.loads((files / "cal.json").read_text())
+    del d["model"]["num_layers"]
+    (files / "bad.json").write_text(json.dumps(d))
+    res = invoke("replay", files / "t.parquet", "--calibration", files / "bad.json")
+    assert res.exit_code == 1 and "bad.json" in res.output and "num_layers" in res.output
+    d = json.loads((files / "cal.json").read_text())
+    (files / "bad.json").write_text(json.dumps(d).replace('"tp": 1', '"tp": ' + "9" * 5000))
+    res = invoke("replay", files / "t.parquet", "--calibration", files / "bad.json")
+    assert res.exit_code == 1 and "bad.json" in res.output and "Traceback" not in res.output

@@ -186,3 +186,13 @@ def test_bootstrap_intervals_cover_truth_and_are_deterministic():
             assert hi - lo < 0.2 * v
     # 95 % intervals: at least 8 of 10 cover (P(fewer) < 1 % for a calibrated interval)
     assert all(c >= 8 for c in covered.values()), covered
+
+
+def test_implausible_durations_are_dropped_with_their_reason_not_fitted():
+    truth = _seed_model(eta_compute=0.5, eta_mem=0.75, t_step_s=5e-5)
+    steps = _steps(truth, np.array([0, 0, 512, 2048, 0, 1024, 0]), np.array([8, 64, 0, 0, 128, 0, 8]),
+                   np.array([8000, 64000, 0, 0, 256000, 0, 8000]))
+    steps.loc[6, "step_duration_s"] = 1e-300
+    fits, dropped = fit_steps(steps, truth, ("max",), fixed=SEED_FIX)
+    assert dropped == {"below 1 ns (no forward pass is that short)": 1}
+    assert fits[0].params["eta_mem"].value == pytest.approx(0.75, rel=1e-4)
