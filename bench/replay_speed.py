@@ -260,9 +260,20 @@ def capacity_rps(n: int = 20000) -> float:
 
 
 def in_process(fn, args, timeout: float | None = None):
-    """``fn(args)`` in a fresh process; past ``timeout`` s it is killed and ``multiprocessing.TimeoutError`` raised."""
-    with mp.get_context("spawn").Pool(1) as pool:
-        return pool.apply_async(fn, (args,)).get(timeout)
+    """``fn(args)`` in a fresh (non-daemonic: it may start workers of its own) process; past
+    ``timeout`` s it is killed and ``multiprocessing.TimeoutError`` raised."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    ex = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
+    try:
+        return ex.submit(fn, args).result(timeout)
+    except FutureTimeout:
+        for proc in list(ex._processes.values()):
+            proc.kill()
+        raise mp.TimeoutError from None
+    finally:
+        ex.shutdown(wait=False, cancel_futures=True)
 
 
 def best_of(k: int, fn, args) -> tuple:
