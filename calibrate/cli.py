@@ -19,7 +19,8 @@ from replay.cost_terms import ALL_TERMS, TERMS
 from replay.errors import ConfigError, ReplayError
 
 from .errors import CalibrationError, FitError
-from .fitting import VARIANTS, summary_lines, to_calibration
+from .fitting import VARIANTS
+from .summary import summary_lines, to_calibration
 from .request_fit import DEFAULT_FREE, engine_settings, fit_requests
 from .runs import load_runs, parse_run_spec, score_runs
 from .step_fit import StepData, bootstrap_ci95, fit_steps, set_ci95

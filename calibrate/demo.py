@@ -21,7 +21,7 @@ from schemas.tables import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE
 from traces.io import write_trace
 from traces.synth import synth_requests
 
-from .fitting import param_cells, to_calibration
+from .summary import param_cells, to_calibration
 from .step_fit import fit_steps
 
 #: The synthetic cluster's true parameters (what calibration should recover).

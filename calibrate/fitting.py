@@ -1,9 +1,11 @@
-"""The fit-result core shared by step fits and request fits.
+"""The fit core shared by step fits and request fits: one least-squares driver over the
+cost parameters (:data:`schemas.cost_params.PARAMS`: names, bounds and scales declared
+once), one result type, one loop over the variants of the model.
 
-One least-squares driver over the cost parameters (:data:`schemas.cost_params.PARAMS`:
-names, bounds and scales declared once), one covariance estimate, one identifiability
-rule, one result type and one printer. :mod:`calibrate.step_fit` and
-:mod:`calibrate.request_fit` only supply the residuals.
+:mod:`calibrate.identify` judges what the data identify (one covariance estimate, one
+identifiability rule); :mod:`calibrate.summary` prints a fit and turns it into a
+calibration. :mod:`calibrate.step_fit` and :mod:`calibrate.request_fit` only supply the
+residuals.
 """
 from __future__ import annotations
 
@@ -15,15 +17,11 @@ from typing import Callable
 import lmfit
 import numpy as np
 
-from schemas.calibration import Calibration, FittedParam
 from schemas.cost_params import PARAMS, CostParams
 
 from .errors import FitError
-
-#: A free parameter is identified when its standard error is at most this fraction of its value.
-MAX_REL_STDERR = 0.5
-#: Correlations above this (in absolute value) are named as the reason a parameter is not identified.
-CORRELATED = 0.95
+from .identify import assess
+from .summary import fmt
 
 
 @dataclass
@@ -262,241 +260,6 @@ def polish(problem: _Problem, start: dict):
             r.params[name].value = value
         r.chisqr = best[0]
     return r, count[0]
-
-
-def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostParams], np.ndarray],
-           free: list, fixed: dict, rel_step: float, fixed_reason: dict | None = None,
-           robust: bool = False, data_cov: np.ndarray | None = None) -> tuple[dict, dict, list]:
-    """Values, standard errors, correlations and identifiability of a least-squares optimum.
-
-    Parameters
-    ----------
-    result : lmfit result of :func:`least_squares`.
-    residual : the same residual function.
-    free : names of the fitted parameters.
-    fixed : parameter -> value held fixed; ``fixed_reason`` says why (printed).
-    rel_step : finite-difference step of the Jacobian, relative to the fit scale.
-    robust : bool
-        Heteroscedasticity-robust (sandwich, HC1) covariance, for many residuals of unequal
-        variance (weighted step kinds); else the classic ``s^2 (J^T J)^-1``.
-    data_cov : array (n_residuals, n_residuals), optional
-        Covariance of the residuals from the sampling of the data (a bootstrap of measured
-        quantiles): then ``(J^T J)^-1 J^T data_cov J (J^T J)^-1``, the delta method. Use it
-        when the residuals are few and fitted almost exactly, so that their spread says
-        nothing of how much the data could have varied.
-
-    Returns
-    -------
-    params : dict[str, FittedParam] (free and fixed)
-    correlations : dict ``"a,b"`` -> r
-    warnings : list[str]
-
-    Notes
-    -----
-    The one identifiability rule: ``cov = s^2 (J^T J)^-1`` from a central-difference
-    Jacobian at the optimum (one-sided at a bound), ``s^2 = RSS / (n - p)``; with
-    ``robust``, ``(J^T J)^-1 J^T diag(r^2) J (J^T J)^-1 n / (n - p)`` (White 1980, HC1). A free
-    parameter is identified when its standard error is finite and at most
-    :data:`MAX_REL_STDERR` of its value, or when the fit is exact (zero residuals: zero
-    uncertainty, shared/cases BR-20). Otherwise it is NOT IDENTIFIED and the reason says
-    which other parameter it cannot be told apart from (|r| > :data:`CORRELATED`), or that
-    it sits at a bound of its range (then the data give only a bound: value + 1.96 se).
-    """
-    scaled = {n: result.params[n].value for n in free}
-    spec = {n: PARAMS[n] for n in free}
-    values = {n: scaled[n] * spec[n].fit_scale for n in free}
-
-    def f(x: dict) -> np.ndarray:
-        return residual(CostParams(**fixed, **{k: v * PARAMS[k].fit_scale for k, v in x.items()}))
-
-    f0 = f(scaled)
-    rss = float(np.sum(f0 ** 2))
-    cols = []
-    for n in free:
-        lo, hi = spec[n].lower / spec[n].fit_scale, spec[n].upper / spec[n].fit_scale
-        h = rel_step * max(1.0, abs(scaled[n]))  # as scipy's finite differences: relative, at least rel_step
-        up, down = min(scaled[n] + h, hi), max(scaled[n] - h, lo)
-        fu = f({**scaled, n: up}) if up != scaled[n] else f0
-        fd = f({**scaled, n: down}) if down != scaled[n] else f0
-        cols.append((fu - fd) / (up - down) if up != down else np.zeros_like(f0))
-    jac = np.column_stack(cols) if cols else np.zeros((f0.size, 0))
-    active, partner_of = _separable(jac, list(free))
-    idx = [free.index(n) for n in active]
-    ja = jac[:, idx]
-    dof = max(f0.size - len(active), 1)
-    se, correlations = {n: None for n in free}, {}
-    if active:
-        inv = np.linalg.inv(ja.T @ ja)
-        if data_cov is not None:
-            cov = inv @ ja.T @ data_cov @ ja @ inv
-        elif robust:
-            cov = inv @ ((ja * (f0 ** 2)[:, None]).T @ ja) @ inv * f0.size / dof
-        else:
-            cov = rss / dof * inv
-        d = np.sqrt(np.clip(np.diag(cov), 0, None))
-        for i, n in enumerate(active):
-            se[n] = float(d[i]) * spec[n].fit_scale
-            for k, m in enumerate(active):
-                if i < k and d[i] * d[k] > 0:
-                    correlations[f"{n},{m}"] = float(cov[i, k] / (d[i] * d[k]))
-    for n, (m, r) in partner_of.items():
-        if m is not None:
-            correlations[",".join(sorted((n, m)))] = r
-    params, warns = {}, []
-    for n in free:
-        v, s = values[n], se[n]
-        width = spec[n].upper - spec[n].lower
-        at_lo, at_hi = v - spec[n].lower <= 1e-6 * width, spec[n].upper - v <= 1e-6 * width
-        v = spec[n].lower if at_lo else spec[n].upper if at_hi else v  # lmfit stops a hair inside
-        if n in partner_of:
-            m, r = partner_of[n]
-            if m is not None:
-                why = f"cannot be told apart from {m} (r={r:+.2f})"
-            else:
-                lo, hi = _flat_range(f, scaled, n, f0)
-                why = f"no effect on these data: any value in [{fmt(n, lo)}, {fmt(n, hi)}] fits them equally"
-            params[n] = FittedParam(v, None, False, why)
-        elif rss == 0.0 and data_cov is None:
-            params[n] = FittedParam(v, 0.0, True)
-            continue
-        elif at_lo or at_hi:
-            bound = (f"<= {fmt(n, v + 1.96 * s)}" if at_lo else f">= {fmt(n, v - 1.96 * s)}") if s else "nothing more"
-            params[n] = FittedParam(v, s, False, f"at its {'lower' if at_lo else 'upper'} bound; the data give {bound}")
-        elif s is None or not math.isfinite(s) or s > MAX_REL_STDERR * abs(v):
-            partner = _most_correlated(n, correlations)
-            why = f"cannot be told apart from {partner[0]} (r={partner[1]:+.2f})" if partner else \
-                f"poorly constrained (stderr {s:.2g})"
-            params[n] = FittedParam(v, s, False, why)
-        else:
-            params[n] = FittedParam(v, s, True)
-            continue
-        warns.append(f"{n}: NOT IDENTIFIED, {params[n].bound}")
-    for n, v in fixed.items():
-        params[n] = FittedParam(v, None, True, (fixed_reason or {}).get(n, "held fixed"), vary=False)
-    return {n: params[n] for n in PARAMS if n in params}, correlations, warns
-
-
-def _most_correlated(name: str, correlations: dict) -> tuple[str, float] | None:
-    """The parameter most correlated with ``name``, if above :data:`CORRELATED`."""
-    best = None
-    for key, r in correlations.items():
-        a, b = key.split(",")
-        if name in (a, b) and abs(r) > CORRELATED and (best is None or abs(r) > abs(best[1])):
-            best = (b if a == name else a, r)
-    return best
-
-
-def _separable(jac: np.ndarray, names: list) -> tuple[list, dict]:
-    """The parameters whose effects on the residuals can be told apart, and for each of the
-    others the one it is confounded with.
-
-    While ``J^T J`` (columns scaled to unit norm) is singular, the eigenvector of its
-    smallest eigenvalue says which parameters move together without changing the residuals:
-    the one with the largest share is set aside, named with the next largest (and the
-    correlation ``-sign`` of their shares, +-1), or with None when it moves alone (no effect).
-
-    Returns
-    -------
-    active : list of names, in order; ``partner_of`` : dict name -> (partner or None, r)
-    """
-    active, partner_of = list(names), {}
-    while active:
-        cols = jac[:, [names.index(n) for n in active]]
-        norms = np.linalg.norm(cols, axis=0)
-        if np.all(norms > 0) and np.all(np.isfinite(cols)):
-            w, v = np.linalg.eigh((cols / norms).T @ (cols / norms))
-            if w[0] > 1e-10 * max(w[-1], 1e-300):
-                break
-            vec = v[:, 0]
-        else:  # a column without effect (or not finite): it moves alone
-            vec = np.where(np.isfinite(norms) & (norms > 0), 0.0, 1.0)
-        order = np.argsort(-np.abs(vec))
-        drop = active[order[0]]
-        second = order[1] if len(order) > 1 and abs(vec[order[1]]) > 0.1 else None
-        partner_of[drop] = (active[second], float(-np.sign(vec[order[0]] * vec[second]))) if second is not None \
-            else (None, 0.0)
-        active.remove(drop)
-    return active, partner_of
-
-
-def _flat_range(f, scaled: dict, name: str, f0: np.ndarray, points: int = 24) -> tuple[float, float]:
-    """The range of ``name`` (natural units) around its value over which the residuals do
-    not change at all: what little the data say of a parameter without effect on them."""
-    spec = PARAMS[name]
-    lo, hi = spec.lower / spec.fit_scale, spec.upper / spec.fit_scale
-    grid = np.unique(np.concatenate([np.linspace(lo, hi, points), [scaled[name]]]))
-    same = [bool(np.array_equal(f({**scaled, name: g}), f0)) if g != scaled[name] else True for g in grid]
-    k = int(np.searchsorted(grid, scaled[name]))
-    a = b = k
-    while a > 0 and same[a - 1]:
-        a -= 1
-    while b < len(grid) - 1 and same[b + 1]:
-        b += 1
-    return grid[a] * spec.fit_scale, grid[b] * spec.fit_scale
-
-
-def param_cells(name: str, p: FittedParam) -> tuple[str, str, str]:
-    """A parameter as printed: value with unit, its 95 % interval (or what bound the data
-    give), and its state (``identified``, ``NOT IDENTIFIED`` or ``fixed``)."""
-    unit, scale = _unit(PARAMS[name].unit, p.value)
-    val = f"{p.value / scale:.4g}{unit}"
-    if not p.vary:
-        return val, "", "fixed"
-    if not p.identifiable:
-        bound = p.bound.split("the data give ")[-1] if p.bound and "the data give " in p.bound else ""
-        return val, bound if bound != "nothing more" else "", "NOT IDENTIFIED"
-    ci = p.ci95 or ((p.value - 1.96 * p.stderr, p.value + 1.96 * p.stderr) if p.stderr is not None else None)
-    return val, f"[{ci[0] / scale:.3g}, {ci[1] / scale:.3g}]" if ci else "", "identified"
-
-
-def summary_lines(fit: FitResult) -> list[str]:
-    """The fit in words: a line per fitted parameter (value, 95 % interval, identified or
-    NOT IDENTIFIED with the reason on the next line), then the fixed ones by reason; no
-    line over 100 characters."""
-    lines, fixed = [], {}
-    for n, p in fit.params.items():
-        v, ci, state = param_cells(n, p)
-        if state == "fixed" and (p.bound or "").startswith("NOT IDENTIFIED ("):
-            lines.append(f"  {n:24s} {v:>14s} {'':>22s}  NOT IDENTIFIED, held")
-            lines.append(f"      {p.bound[len('NOT IDENTIFIED ('):].split('); held')[0]}"[:100])
-            continue
-        if state == "fixed":
-            fixed.setdefault(p.bound or "held fixed", []).append(f"{n}={v.replace(' ', '')}")
-            continue
-        lines.append(f"  {n:24s} {v:>14s} {ci:>22s}  {state}")
-        if state == "NOT IDENTIFIED" and p.bound:
-            lines.append(f"      {p.bound}"[:100])
-    for why, names in fixed.items():
-        lines.append(f"  fixed ({why}): {', '.join(names)}"[:100])
-    return lines
-
-
-def fmt(name: str, value: float) -> str:
-    """``value`` of parameter ``name`` with its unit, 3 significant digits (``0.489 ms``)."""
-    unit, scale = _unit(PARAMS[name].unit, value)
-    return f"{value / scale:.3g}{unit}"
-
-
-def _unit(unit: str, value: float) -> tuple[str, float]:
-    """A printed unit and its scale: seconds as ms or us where that reads better."""
-    if unit != "s":
-        return (f" {unit}" if unit else ""), 1.0
-    if abs(value) >= 0.1 or value == 0:
-        return " s", 1.0
-    return (" ms", 1e-3) if abs(value) >= 1e-4 else (" us", 1e-6)
-
-
-def to_calibration(fit: FitResult, cost_model, method: str, source: dict, engine: dict | None = None,
-                   variants: list | None = None) -> Calibration:
-    """The calibration file contents of ``fit`` for ``cost_model``'s hardware and terms."""
-    stats = dict(fit.stats)
-    stats.update({"method": method, "variant": fit.variant, "score": fit.score,
-                  "correlations": fit.correlations, "warnings": fit.warnings})
-    if variants:
-        stats["variants"] = {v.variant: {"score": v.score, "values": v.values()} for v in variants}
-    return Calibration(model=cost_model.model, gpu=cost_model.gpu, tp=cost_model.tp, params=dict(fit.params),
-                       terms=list(cost_model.terms), dp=cost_model.dp, expert_parallel=cost_model.expert_parallel,
-                       engine=dict(engine or {}), fit=stats, source=source)
 
 
 def require_rows(n_rows: int, n_free: int, what: str) -> None:

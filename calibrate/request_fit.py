@@ -184,7 +184,7 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
     Residuals: ``(q_pred - q_meas) / max(q_meas, 1 ms)`` for every run, metric and quantile.
     Each start is polished with lmfit's ``least_squares`` (finite differences with a 5 %
     step: the replayed quantiles are piecewise constant below that); the best wins.
-    Uncertainty and identifiability: :func:`calibrate.fitting.assess`, the delta method
+    Uncertainty and identifiability: :func:`calibrate.identify.assess`, the delta method
     with the Jacobian at the optimum and the sampling covariance of the measured quantiles
     from a moving-block bootstrap over requests (:meth:`_QuantileResidual.sampling_cov`).
     """

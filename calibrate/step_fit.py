@@ -117,7 +117,7 @@ def fit_steps(steps: pd.DataFrame, cost_model: RooflineCostModel, variants=("max
     Residual of row i: ``w_i log(pred_i / meas_i)``, free of the log's time unit (shared/cases
     BR-18) and unbiased when the noise is multiplicative (a step 3 % slow and one 3 % fast
     weigh the same; ``(pred - meas) / meas`` would pull every time ``1.5 sigma^2`` low). The score is the mean over step kinds of the median |relative
-    residual|. Uncertainty and identifiability: :func:`calibrate.fitting.assess`.
+    residual|. Uncertainty and identifiability: :func:`calibrate.identify.assess`.
     """
     data = data or StepData(steps, balance_kinds)
     if data.duration_s.size == 0:
