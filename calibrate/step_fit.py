@@ -8,7 +8,7 @@ from replay.cost_model import FRONTEND_PARAMS, RooflineCostModel
 from schemas.cost_params import PARAMS, CostParams
 
 from .errors import FitError
-from .fitting import VARIANTS, FitResult, fit_variants, least_squares
+from .fitting import FitResult, fit_variants, least_squares
 
 #: Extra start points of the step fit (the first start is the declared defaults).
 _STARTS = ({"eta_compute": 0.3, "eta_mem": 0.5, "n_half_tokens": 200.0},
@@ -114,7 +114,7 @@ def fit_steps(steps: pd.DataFrame, cost_model: RooflineCostModel, variants=("max
 
     Notes
     -----
-    Residual of row i: ``w_i log(pred_i / meas_i)``, free of the log's time unit (shared/cases
+    Residual of row i: ``w_i log(pred_i / meas_i)``, free of the log's time unit (docs/CASES*.md
     BR-18) and unbiased when the noise is multiplicative (a step 3 % slow and one 3 % fast
     weigh the same; ``(pred - meas) / meas`` would pull every time ``1.5 sigma^2`` low). The score is the mean over step kinds of the median |relative
     residual|. Uncertainty and identifiability: :func:`calibrate.identify.assess`.

@@ -2,7 +2,7 @@
 
 The engine sees a cost model only through :class:`StepCostModel`: the duration of a step
 from the step's aggregates. :class:`RooflineCostModel` is the seed's roofline
-(``shared/seed/theory.md`` section 1) with the parameters calibration fits.
+(``docs/theory.md`` section 1) with the parameters calibration fits.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Per-request latency metrics from token timestamps, and the percentiles used everywhere.
 
-Definitions (DESIGN.md, shared/cases/CASES.md conventions): TTFT = t_1 - t_arrival;
+Definitions (DESIGN.md, docs/CASES.md conventions): TTFT = t_1 - t_arrival;
 E2E = t_N - t_arrival; TPOT = (E2E - TTFT) / (N - 1), undefined (NaN) for N = 1;
 ITL = the N - 1 gaps between consecutive tokens (never includes TTFT).
 """

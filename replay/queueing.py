@@ -1,6 +1,6 @@
 """Queueing theory of one server: the M/G/1 mean wait and the statistics to test a replay against it.
 
-The seed (``shared/seed/theory.md`` section 3) models a serving replica fed by Poisson
+The seed (``docs/theory.md`` section 3) models a serving replica fed by Poisson
 arrivals as an M/G/1 queue. Its mean wait in queue is the Pollaczek-Khinchine formula;
 M/M/1 and M/D/1 are its special cases. A batch-size-1 FCFS replay of Poisson arrivals is
 such a queue, so the engine must reproduce these numbers (``tests/test_queueing.py``).

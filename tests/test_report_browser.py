@@ -43,7 +43,6 @@ def test_report_renders_in_chromium_with_every_figure(tmp_path):
 
 
 def test_screenshot_is_not_blank(tmp_path):
-    import numpy as np
     from matplotlib.image import imread
 
     trace, cal, opts = make_cli_inputs(tmp_path, error=0.05, n=40)

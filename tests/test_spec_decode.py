@@ -1,6 +1,5 @@
 """NC-09: speculative decoding. A decode verifies K + 1 positions (token budget and cost model count
 them all) and advances by 1 + the accepted drafts; every token of a step shares the step's end time."""
-import math
 
 import numpy as np
 import pandas as pd
