@@ -202,7 +202,7 @@ def least_squares(residual: Callable[[CostParams], np.ndarray], free: dict, fixe
     Notes
     -----
     lmfit works on ``value / fit_scale`` (:class:`~schemas.cost_params.ParamSpec`), every
-    free parameter of order 1 (docs/CASES*.md BR-18). Trust region reflective with bounds.
+    free parameter of order 1 (docs/CASES.md BR-18). Trust region reflective with bounds.
     """
     problem = _Problem(residual, free, fixed, rel_step, max_nfev, loss, tol)
     items = [free] + list(starts or [])

@@ -53,7 +53,7 @@ def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostPara
     ``robust``, ``(J^T J)^-1 J^T diag(r^2) J (J^T J)^-1 n / (n - p)`` (White 1980, HC1). A free
     parameter is identified when its standard error is finite and at most
     :data:`MAX_REL_STDERR` of its value, or when the fit is exact (zero residuals: zero
-    uncertainty, docs/CASES*.md BR-20). Otherwise it is NOT IDENTIFIED and the reason says
+    uncertainty, docs/CASES.md BR-20). Otherwise it is NOT IDENTIFIED and the reason says
     which other parameter it cannot be told apart from (|r| > :data:`CORRELATED`), or that
     it sits at a bound of its range (then the data give only a bound: value + 1.96 se).
     """

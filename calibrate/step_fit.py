@@ -114,7 +114,7 @@ def fit_steps(steps: pd.DataFrame, cost_model: RooflineCostModel, variants=("max
 
     Notes
     -----
-    Residual of row i: ``w_i log(pred_i / meas_i)``, free of the log's time unit (docs/CASES*.md
+    Residual of row i: ``w_i log(pred_i / meas_i)``, free of the log's time unit (docs/CASES.md
     BR-18) and unbiased when the noise is multiplicative (a step 3 % slow and one 3 % fast
     weigh the same; ``(pred - meas) / meas`` would pull every time ``1.5 sigma^2`` low). The score is the mean over step kinds of the median |relative
     residual|. Uncertainty and identifiability: :func:`calibrate.identify.assess`.

@@ -111,7 +111,7 @@ def compare(result: pd.DataFrame, percentiles=PERCENTILES) -> pd.DataFrame:
     ``itl`` when per-token times exist on both sides (``token_times_s`` measured,
     ``pred_token_times_s`` predicted, both relative to arrival). Mean TPOT (``tpot`` row:
     each request once) and mean ITL (``itl`` row: each gap once) are different numbers
-    on purpose (docs/CASES*.md conventions); both are reported, each on its own row.
+    on purpose (docs/CASES.md conventions); both are reported, each on its own row.
 
     Notes
     -----

@@ -196,7 +196,7 @@ class KVMemory(CostTerm):
     Notes
     -----
     ``C D_kv_rank / (eta_mem bw dp)``: ``D_kv_rank`` the KV bytes per token on one TP rank
-    (at least one KV head per rank, docs/CASES*.md NC-01), the context spread over the DP
+    (at least one KV head per rank, docs/CASES_2.md NC-01), the context spread over the DP
     ranks (seed section 1: the ``L_total D_kv`` term).
     """
 
@@ -230,7 +230,7 @@ class TensorParallelComm(CostTerm):
     -----
     One all-reduce of ``S = (N / dp) h b`` bytes over ``k = tp`` GPUs takes
     ``2 (k-1) alpha + 2 (k-1)/k S / link_bw`` (Patarasuk & Yuan 2009), twice per layer;
-    nothing at TP 1 (docs/CASES*.md NC-11). ``alpha`` is ``t_allreduce_hop_s``, the link
+    nothing at TP 1 (docs/CASES_2.md NC-11). ``alpha`` is ``t_allreduce_hop_s``, the link
     preset's latency unless fitted (PCIe-only TP shows far more than the preset's 5 us).
     """
 

@@ -235,7 +235,7 @@ def pool_cost_models(cost_model: RooflineCostModel, tp_prefill: int | None,
 
     None keeps ``cost_model.tp``. Weights, KV and FLOPs split over the pool's TP and its
     all-reduces are added (:class:`~replay.cost_model.RooflineCostModel`), so each phase is
-    timed with its own TP (docs/CASES*.md BR-23).
+    timed with its own TP (docs/CASES.md BR-23).
 
     Raises
     ------

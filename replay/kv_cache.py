@@ -154,7 +154,7 @@ class PrefixCachingKVCache(KVCache):
     Notes
     -----
     Semantics of vLLM v1's ``KVCacheManager`` (vllm/v1/core/kv_cache_manager.py,
-    block_pool.py; design doc fixed in vllm PR #14920; docs/CASES*.md BR-14, BR-15):
+    block_pool.py; design doc fixed in vllm PR #14920; docs/CASES.md BR-14, BR-15):
 
     * Only full blocks of the prompt are cached, keyed by the chained hash of everything up
       to and including the block (:func:`prompt_block_keys`); generated tokens have no hash

@@ -38,7 +38,7 @@ class ParamSpec:
         the hardware by the term that reads it (a link's latency).
     fit_scale : float
         The fitters work on ``value / fit_scale`` so every free parameter is of order 1
-        (docs/CASES*.md BR-18: the solver never sees 1e-15 s/FLOP or 1e-6 s).
+        (docs/CASES.md BR-18: the solver never sees 1e-15 s/FLOP or 1e-6 s).
     meaning : str
         What it is and where it comes from (printed by ``calibrate fit``).
     """
