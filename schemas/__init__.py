@@ -1,0 +1,11 @@
+"""The data contract, below everything else (imports nothing of servecal's).
+
+- ``tables``, ``validate``: the Parquet tables (request_trace/1, step_trace/1,
+  replay_result/1, vllm_stats/1), their schemas and the checks that name file, row, column.
+- ``cost_params``: the cost model's parameters, declared once (unit, range, default).
+- ``calibration``: the calibration file (calibration/2) that ``calibrate`` writes.
+- ``spec_types``, ``hf_config``, ``dtypes``, ``spec_catalog`` (re-exported by ``specs``):
+  model, GPU and link specs, Hugging Face configs, the built-in catalog (``catalog/``).
+- ``errors``, ``cli_support``, ``console``: error types, the CLI's error mapping, the
+  console-script entry (exit 130 on Ctrl-C).
+"""
