@@ -12,6 +12,7 @@ import click
 import numpy as np
 
 from replay.compare import compare, format_table
+from replay.text import wrap
 from replay.cost_model import RooflineCostModel, cost_model_from_calibration
 from replay.simulate import ReplayConfig, replay_frame, steps_frame
 from schemas.calibration import sha256_of
@@ -51,10 +52,10 @@ def demo(out_dir, num_requests, rate, noise, seed):
         raise click.UsageError(f"--out-dir {out_dir}: cannot create the folder ({exc.strerror})") from None
     rng = np.random.default_rng(seed)
     model, gpu = get_model("llama-3.1-8b"), get_gpu("h100-80gb")
-    click.echo(f"SYNTHETIC DEMO: {model.name} on 1 x {gpu.name}; the 'cluster' is a roofline with "
+    click.echo(wrap(f"SYNTHETIC DEMO: {model.name} on 1 x {gpu.name}; the 'cluster' is a roofline with "
                f"eta_compute={TRUTH.eta_compute}, n_half_tokens={TRUTH.n_half_tokens:g}, eta_mem={TRUTH.eta_mem}, "
                f"t_step_s={TRUTH.t_step_s}, t_seq_s={TRUTH.t_seq_s} "
-               f"and {noise:.0%} lognormal step noise; nothing here was measured on hardware.")
+               f"and {noise:.0%} lognormal step noise; nothing here was measured on hardware."))
     trace = synth_requests(num_requests, rate, "lognormal:mean=1024,sigma=0.8", "lognormal:mean=256,sigma=0.7",
                            seed=seed)
     cfg = ReplayConfig(scheduler="chunked", max_num_seqs=128, max_num_batched_tokens=2048, record_steps=True)
@@ -66,8 +67,8 @@ def demo(out_dir, num_requests, rate, noise, seed):
     steps = steps_frame(engine)
     write_trace(trace, REQUEST_TRACE, out / "requests.parquet", {"source": "servecal demo (synthetic)"})
     write_trace(steps, STEP_TRACE, out / "steps.parquet", {"source": "servecal demo (synthetic)"})
-    click.echo(f"1. synthetic 'measured' run: {len(trace)} requests, {len(steps)} steps -> {out}/requests.parquet, "
-               f"{out}/steps.parquet")
+    click.echo(wrap(f"1. synthetic 'measured' run: {len(trace)} requests, {len(steps)} steps -> "
+                    f"{out}/requests.parquet, {out}/steps.parquet"))
 
     fits, _ = fit_steps(steps, RooflineCostModel(model, gpu))
     best = fits[0]
@@ -77,7 +78,7 @@ def demo(out_dir, num_requests, rate, noise, seed):
                                                        "max_num_batched_tokens": cfg.max_num_batched_tokens},
                          variants=fits)
     cal.write(out / "calibration.json")
-    click.echo(f"2. calibrate fit (variant {best.variant}, R^2={best.stats['r2']:.4f}) -> {out}/calibration.json")
+    click.echo(wrap(f"2. calibrate fit (variant {best.variant}, R^2={best.stats['r2']:.4f}) -> {out}/calibration.json"))
     click.echo(f"     {'parameter':22s} {'true':>9s} {'fitted':>10s} {'95 % interval':>20s}")
     for name, p in best.params.items():
         if p.vary:
@@ -86,8 +87,8 @@ def demo(out_dir, num_requests, rate, noise, seed):
 
     pred, _ = replay_frame(trace, cost_model_from_calibration(cal), ReplayConfig(**{**vars(cfg), "record_steps": False}))
     write_trace(pred, REPLAY_RESULT, out / "replay.parquet", {"source": "servecal demo (synthetic)"})
-    click.echo(f"3. replay with the calibration (scheduler {cfg.scheduler}, --max-num-seqs {cfg.max_num_seqs} "
-               f"--max-num-batched-tokens {cfg.max_num_batched_tokens}) -> {out}/replay.parquet\n")
+    click.echo(wrap(f"3. replay with the calibration (scheduler {cfg.scheduler}, --max-num-seqs {cfg.max_num_seqs} "
+                    f"--max-num-batched-tokens {cfg.max_num_batched_tokens}) -> {out}/replay.parquet") + "\n")
     click.echo(format_table(compare(pred)))
 
 
