@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from replay.text import wrap
 from schemas.calibration import Calibration, FittedParam
 from schemas.cost_params import PARAMS
 
@@ -34,16 +35,16 @@ def summary_lines(fit: FitResult) -> list[str]:
         v, ci, state = param_cells(n, p)
         if state == "fixed" and (p.bound or "").startswith("NOT IDENTIFIED ("):
             lines.append(f"  {n:24s} {v:>14s} {'':>22s}  NOT IDENTIFIED, held")
-            lines.append(f"      {p.bound[len('NOT IDENTIFIED ('):].split('); held')[0]}"[:100])
+            lines.append(wrap(f"      {p.bound[len('NOT IDENTIFIED ('):].split('); held')[0]}", indent="        "))
             continue
         if state == "fixed":
             fixed.setdefault(p.bound or "held fixed", []).append(f"{n}={v.replace(' ', '')}")
             continue
         lines.append(f"  {n:24s} {v:>14s} {ci:>22s}  {state}")
         if state == "NOT IDENTIFIED" and p.bound:
-            lines.append(f"      {p.bound}"[:100])
+            lines.append(wrap(f"      {p.bound}", indent="        "))
     for why, names in fixed.items():
-        lines.append(f"  fixed ({why}): {', '.join(names)}"[:100])
+        lines.append(wrap(f"  fixed ({why}): {', '.join(names)}", indent="    "))
     return lines
 
 
