@@ -534,13 +534,13 @@ def importer_targets(real: Path | None) -> list[Target]:
     # importers added on other branches: fuzzed when their command exists
     if (real / "guidellm_results_codellama34b_prefill_sweep.json").exists():
         T.append(Target("guidellm", {"g.json": (real / "guidellm_results_codellama34b_prefill_sweep.json").read_bytes()},
-                        imp("guidellm"), ["g.json"], {"g.json": "json"}, optional=True))
+                        imp("guidellm"), ["g.json"], {"g.json": "json"}))
     if (real / "vllm_otlp_spans_codellama34b_prefill_sweep.jsonl").exists():
         T.append(Target("vllm-otlp", {"o.jsonl": _head(real / "vllm_otlp_spans_codellama34b_prefill_sweep.jsonl", 60)},
-                        imp("vllm-otlp"), ["o.jsonl"], {"o.jsonl": "jsonl"}, optional=True))
+                        imp("vllm-otlp"), ["o.jsonl"], {"o.jsonl": "jsonl"}))
     if (real / "blis_eval_codellama34b_prefill_sweep_vllm.log").exists():
         T.append(Target("vllm-log", {"v.log": (real / "blis_eval_codellama34b_prefill_sweep_vllm.log").read_bytes()},
-                        imp("vllm-log"), ["v.log"], {"v.log": "text"}, optional=True))
+                        imp("vllm-log"), ["v.log"], {"v.log": "text"}, output_kind="vllm_stats/1"))
     return T
 
 
@@ -563,7 +563,7 @@ def parquet_targets(base: dict[str, Path]) -> list[Target]:
 
     def fit(d, f, rng):
         return ["calibrate", "fit", str(f["t.parquet"]), "--model", "llama-3.1-8b", "--gpu", "rtx-4090",
-                "-o", str(d / "out.json"), *rng.choice([[], ["--form", "max"], ["--form", "sum"]])]
+                "-o", str(d / "out.json"), *rng.choice([[], ["--variants", "max"], ["--variants", "sum,blend"]])]
 
     def replay_cal(d, f, rng):
         return ["replay", str(base["requests"]), "--calibration", str(f["cal.json"]), "-o", str(d / "out.parquet")]

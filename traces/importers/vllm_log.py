@@ -122,6 +122,13 @@ class VllmLog:
 
 
 def _timestamp(text: str, year_state: list) -> tuple[dt.datetime | None, bool]:
+    """The line's time and whether its year is known; None for a line without a time.
+
+    Raises
+    ------
+    ValueError
+        A time that no calendar has (second 61, month 13, ...).
+    """
     m = _TS_ISO.search(text[:80])
     if m:
         y, mo, d, h, mi, s, frac = m.groups()
@@ -179,9 +186,9 @@ def _parse_stats(path, msg: str, lineno: int) -> dict:
         if not math.isfinite(v) or v < 0:
             raise TraceFormatError(path, f"value {val!r} is not a finite number >= 0", line=lineno, column=key)
         if isinstance(scale, int):
-            if v != int(v):
-                raise TraceFormatError(path, f"value {val!r} is not a whole number of requests", line=lineno,
-                                       column=key)
+            if v != int(v) or v > 1e9:
+                raise TraceFormatError(path, f"value {val!r} is not a whole number of requests up to 1e9",
+                                       line=lineno, column=key)
             out[col] = int(v)
         else:
             out[col] = v * scale
@@ -233,64 +240,70 @@ def read_vllm_log(path: str | Path) -> VllmLog:
                 line = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError:
                 raise TraceFormatError(path, "is not UTF-8 text", line=lineno, expected="a vLLM server log") from None
-            counts["lines"] += 1
-            if "vllm" in line.lower() or "Engine " in line:
-                vllm_seen = True
-            if first_time is None:
-                t, known = _timestamp(line, year_state)
-                if t is not None:
-                    first_time, year_known = t, known
-            if "non-default args: " in line:
-                text = line.split("non-default args: ", 1)[1].strip()
-                try:
-                    val = ast.literal_eval(text)
-                except (ValueError, SyntaxError, MemoryError, RecursionError):
-                    raise TraceFormatError(path, "non-default args is not a Python dict literal (cut off?)",
-                                           line=lineno, column="non-default args",
-                                           expected="{'option': value, ...} as vLLM prints it") from None
-                if not isinstance(val, dict):
-                    raise TraceFormatError(path, f"non-default args is a {type(val).__name__}", line=lineno,
-                                           column="non-default args", expected="a dict")
-                nda.update(val)
-                continue
-            m = _STATS.search(line)
-            if m:
-                t, known = _timestamp(line, year_state)
-                if t is None:
-                    raise TraceFormatError(path, "stats line has no timestamp", line=lineno, column="time",
-                                           expected="'YYYY-MM-DD hh:mm:ss' or vLLM's 'INFO MM-DD hh:mm:ss' prefix")
-                year_known = year_known and known
-                row = _parse_stats(path, line[m.end() - len("Avg prompt throughput: "):], lineno)
-                row.update(time=t, line=lineno, engine=int(m.group(1) or 0))
-                stats.append(row)
-                continue
-            if (m := re.search(r"vLLM API server version (\S+)", line)) and "vllm_version" not in found:
-                found["vllm_version"] = (m.group(1), f"line {lineno}: vLLM API server version")
-            elif m := re.search(r"Initializing a V\d LLM engine \(v([^)]+)\) with config: (.*)", line):
-                found.setdefault("vllm_version", (m.group(1), f"line {lineno}: engine config"))
-                cfg = m.group(2)
-                for key, typ in _CONFIG_KEYS.items():
-                    km = re.search(rf"(?:^|[ ,]){key}=('[^']*'|[^,]*)", cfg)
-                    if km:
-                        name = "enable_chunked_prefill" if key == "chunked_prefill_enabled" else key
-                        found[name] = (_config_value(km.group(1), typ), f"line {lineno}: engine config")
-            elif m := re.search(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)", line):
-                found["max_num_batched_tokens"] = (int(m.group(1)), f"line {lineno}: chunked prefill line")
-                found["enable_chunked_prefill"] = (True, f"line {lineno}: chunked prefill line")
-            elif m := re.search(r"Using max model len (\d+)", line):
-                found["max_model_len"] = (int(m.group(1)), f"line {lineno}: 'Using max model len'")
-            elif m := re.search(r"GPU KV cache size: ([\d,]+) tokens", line):
-                counts["gpu_kv_cache_size_lines"] += 1
-                found.setdefault("gpu_kv_cache_size_tokens",
-                                 (int(m.group(1).replace(",", "")), f"line {lineno}: GPU KV cache size"))
-            elif m := re.search(r"num_gpu_blocks is: (\d+)", line):
-                found.setdefault("num_gpu_blocks", (int(m.group(1)), f"line {lineno}: num_gpu_blocks"))
-            elif m := re.search(r"# (?:GPU|CUDA) blocks: (\d+)", line):   # vLLM V0
-                found.setdefault("num_gpu_blocks", (int(m.group(1)), f"line {lineno}: # GPU blocks"))
-            elif m := re.search(r"Available KV cache memory: ([\d.]+) GiB", line):
-                found.setdefault("available_kv_cache_memory_gib", (float(m.group(1)), f"line {lineno}"))
-            elif m := re.search(r"Model loading took ([\d.]+) ?GiB", line):
-                found.setdefault("model_weights_gib", (float(m.group(1)), f"line {lineno}"))
+            try:
+                counts["lines"] += 1
+                if "vllm" in line.lower() or "Engine " in line:
+                    vllm_seen = True
+                if first_time is None:
+                    t, known = _timestamp(line, year_state)
+                    if t is not None:
+                        first_time, year_known = t, known
+                if "non-default args: " in line:
+                    text = line.split("non-default args: ", 1)[1].strip()
+                    try:
+                        val = ast.literal_eval(text)
+                    except (ValueError, SyntaxError, MemoryError, RecursionError):
+                        raise TraceFormatError(path, "non-default args is not a Python dict literal (cut off?)",
+                                               line=lineno, column="non-default args",
+                                               expected="{'option': value, ...} as vLLM prints it") from None
+                    if not isinstance(val, dict):
+                        raise TraceFormatError(path, f"non-default args is a {type(val).__name__}", line=lineno,
+                                               column="non-default args", expected="a dict")
+                    nda.update(val)
+                    continue
+                m = _STATS.search(line)
+                if m:
+                    t, known = _timestamp(line, year_state)
+                    if t is None:
+                        raise TraceFormatError(path, "stats line has no timestamp", line=lineno, column="time",
+                                               expected="'YYYY-MM-DD hh:mm:ss' or vLLM's 'INFO MM-DD hh:mm:ss' prefix")
+                    year_known = year_known and known
+                    row = _parse_stats(path, line[m.end() - len("Avg prompt throughput: "):], lineno)
+                    row.update(time=t, line=lineno, engine=int(m.group(1) or 0))
+                    stats.append(row)
+                    continue
+                if (m := re.search(r"vLLM API server version (\S+)", line)) and "vllm_version" not in found:
+                    found["vllm_version"] = (m.group(1), f"line {lineno}: vLLM API server version")
+                elif m := re.search(r"Initializing a V\d LLM engine \(v([^)]+)\) with config: (.*)", line):
+                    found.setdefault("vllm_version", (m.group(1), f"line {lineno}: engine config"))
+                    cfg = m.group(2)
+                    for key, typ in _CONFIG_KEYS.items():
+                        km = re.search(rf"(?:^|[ ,]){key}=('[^']*'|[^,]*)", cfg)
+                        if km:
+                            name = "enable_chunked_prefill" if key == "chunked_prefill_enabled" else key
+                            found[name] = (_config_value(km.group(1), typ), f"line {lineno}: engine config")
+                elif m := re.search(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)", line):
+                    found["max_num_batched_tokens"] = (int(m.group(1)), f"line {lineno}: chunked prefill line")
+                    found["enable_chunked_prefill"] = (True, f"line {lineno}: chunked prefill line")
+                elif m := re.search(r"Using max model len (\d+)", line):
+                    found["max_model_len"] = (int(m.group(1)), f"line {lineno}: 'Using max model len'")
+                elif m := re.search(r"GPU KV cache size: ([\d,]+) tokens", line):
+                    counts["gpu_kv_cache_size_lines"] += 1
+                    found.setdefault("gpu_kv_cache_size_tokens",
+                                     (int(m.group(1).replace(",", "")), f"line {lineno}: GPU KV cache size"))
+                elif m := re.search(r"num_gpu_blocks is: (\d+)", line):
+                    found.setdefault("num_gpu_blocks", (int(m.group(1)), f"line {lineno}: num_gpu_blocks"))
+                elif m := re.search(r"# (?:GPU|CUDA) blocks: (\d+)", line):   # vLLM V0
+                    found.setdefault("num_gpu_blocks", (int(m.group(1)), f"line {lineno}: # GPU blocks"))
+                elif m := re.search(r"Available KV cache memory: ([\d.]+) GiB", line):
+                    found.setdefault("available_kv_cache_memory_gib", (float(m.group(1)), f"line {lineno}"))
+                elif m := re.search(r"Model loading took ([\d.]+) ?GiB", line):
+                    found.setdefault("model_weights_gib", (float(m.group(1)), f"line {lineno}"))
+            except TraceFormatError:
+                raise
+            except (ValueError, OverflowError) as exc:  # a time no calendar has, a number beyond any range
+                raise TraceFormatError(path, f"unreadable value ({str(exc)[:80]})", line=lineno,
+                                       expected="a vLLM server log line") from None
     if not vllm_seen:
         raise TraceFormatError(path, "has no vLLM log line", expected="the stdout of 'vllm serve'")
 

@@ -57,24 +57,30 @@ def _value(path, v, *, row, line, column):
         x = v["intValue"]
         if isinstance(x, str):
             try:
-                return int(x)
+                x = int(x)
             except ValueError:
                 raise TraceFormatError(path, f"intValue {x!r:.40} is not an integer", row=row, line=line,
                                        column=column) from None
         if isinstance(x, bool) or not isinstance(x, int):
             raise TraceFormatError(path, f"intValue {x!r:.40} is not an integer", row=row, line=line, column=column)
+        if not -2**63 <= x < 2**63:
+            raise TraceFormatError(path, "intValue beyond a 64-bit integer", row=row, line=line, column=column)
         return x
     if "doubleValue" in v:
         x = v["doubleValue"]
         if isinstance(x, str):  # proto3 JSON: "NaN", "Infinity", or a quoted number
             try:
                 return float(x)
-            except ValueError:
+            except (ValueError, OverflowError):
                 raise TraceFormatError(path, f"doubleValue {x!r:.40} is not a number", row=row, line=line,
                                        column=column) from None
         if isinstance(x, bool) or not isinstance(x, (int, float)):
             raise TraceFormatError(path, f"doubleValue {x!r:.40} is not a number", row=row, line=line, column=column)
-        return float(x)
+        try:
+            return float(x)
+        except OverflowError:
+            raise TraceFormatError(path, "doubleValue beyond a 64-bit float", row=row, line=line,
+                                   column=column) from None
     if "boolValue" in v:
         return v["boolValue"]
     return v  # arrays, kvlists, bytes: not read
@@ -119,7 +125,7 @@ def _nanos(path, v, *, row, line, column) -> int:
 
 def _spans(path, obj, line):
     """Yield ``(json path, span)`` of every span of one OTLP/JSON line."""
-    rss = obj.get("resourceSpans")
+    rss = obj.get("resourceSpans") if isinstance(obj, dict) else None
     if not isinstance(rss, list):
         raise TraceFormatError(path, "no 'resourceSpans' list", line=line, column="resourceSpans",
                                expected="one OTLP/JSON ExportTraceServiceRequest per line (collector file exporter)")
@@ -189,9 +195,11 @@ def import_vllm_otlp(path: str | Path, invalid: str = "error", progress: Progres
     seen: dict[str, int] = {}
     n = 0
     for _, line, obj in iter_jsonl(path, progress):
-        for rs in obj.get("resourceSpans") or []:
+        rss = obj.get("resourceSpans") if isinstance(obj, dict) else None
+        for rs in rss if isinstance(rss, list) else []:
             res = rs.get("resource") if isinstance(rs, dict) else None
-            for a in (res.get("attributes") or []) if isinstance(res, dict) else []:
+            attributes = res.get("attributes") if isinstance(res, dict) else None
+            for a in attributes if isinstance(attributes, list) else []:
                 if isinstance(a, dict) and a.get("key") == "service.name" and isinstance(a.get("value"), dict):
                     services.add(str(a["value"].get("stringValue")))
         for where, sp in _spans(path, obj, line):
@@ -201,6 +209,8 @@ def import_vllm_otlp(path: str | Path, invalid: str = "error", progress: Progres
                 continue
             n += 1
             attrs = {}
+            if not isinstance(sp.get("attributes") or [], list):
+                raise TraceFormatError(path, "attributes is not a list", row=n, line=line, column=f"{where}.attributes")
             for k, a in enumerate(sp.get("attributes") or []):
                 if not isinstance(a, dict) or not isinstance(a.get("key"), str):
                     raise TraceFormatError(path, "attribute without a key", row=n, line=line,
