@@ -154,7 +154,7 @@ class Calibration:
                       tp=d["tp"], params=params, terms=list(d.get("terms", _V1_TERMS)), dp=d.get("dp", 1),
                       expert_parallel=d.get("expert_parallel", False), engine=dict(d.get("engine") or {}),
                       fit=d.get("fit", {}), source=d.get("source", {}))
-        except (KeyError, TypeError, ValueError, AttributeError, SchemaError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError, SchemaError) as exc:
             raise SchemaError(f"{path}: calibration field missing or invalid: {exc}") from None
         problem = cal.problem()
         if problem:

@@ -25,6 +25,8 @@ def check_number(value: Any, field: str, where: str, *, integer: bool = False,
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecError(f"{where}: field '{field}' must be a number, got {value!r}")
+    if isinstance(value, int) and abs(value) > 2 ** 63:
+        raise SpecError(f"{where}: field '{field}' is beyond any plausible size ({len(str(value))} digits)")
     if not math.isfinite(value):
         raise SpecError(f"{where}: field '{field}' must be finite, got {value!r}")
     if integer:

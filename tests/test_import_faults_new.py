@@ -56,3 +56,25 @@ def test_vllm_log_impossible_time_or_count(tmp_path, real_data_dir, old, new):
     p.write_text(text.replace(old, new, 1))
     out = _fails_cleanly(["traces", "import", "vllm-log", p, "-o", tmp_path / "out.parquet"], p, tmp_path)
     assert "line" in out
+
+
+def test_vllm_log_implausible_engine_index(tmp_path, real_data_dir):
+    text = (real_data_dir / LOG).read_text()
+    p = tmp_path / "v.log"
+    p.write_text(text.replace("Engine 000:", "Engine " + "9" * 30 + ":", 1))
+    assert "engine index" in _fails_cleanly(["traces", "import", "vllm-log", p, "-o", tmp_path / "out.parquet"], p,
+                                            tmp_path)
+
+
+def test_calibration_with_a_huge_model_field_names_the_file(tmp_path):
+    from schemas.calibration import Calibration, FittedParam
+    from schemas.errors import SchemaError
+    from schemas.specs import get_gpu, get_model
+
+    Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, {"eta_mem": FittedParam(0.8)}).write(
+        tmp_path / "c.json")
+    d = json.loads((tmp_path / "c.json").read_text())
+    d["model"]["hidden_size"] = 10 ** 400
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(SchemaError, match="bad.json"):
+        Calibration.read(tmp_path / "bad.json")

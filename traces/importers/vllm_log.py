@@ -269,7 +269,11 @@ def read_vllm_log(path: str | Path) -> VllmLog:
                                                expected="'YYYY-MM-DD hh:mm:ss' or vLLM's 'INFO MM-DD hh:mm:ss' prefix")
                     year_known = year_known and known
                     row = _parse_stats(path, line[m.end() - len("Avg prompt throughput: "):], lineno)
-                    row.update(time=t, line=lineno, engine=int(m.group(1) or 0))
+                    engine = int(m.group(1) or 0)
+                    if engine > 1_000_000:
+                        raise TraceFormatError(path, f"engine index {m.group(1)[:20]} is not plausible", line=lineno,
+                                               column="Engine")
+                    row.update(time=t, line=lineno, engine=engine)
                     stats.append(row)
                     continue
                 if (m := re.search(r"vLLM API server version (\S+)", line)) and "vllm_version" not in found:
