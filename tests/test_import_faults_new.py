@@ -61,7 +61,7 @@ def test_vllm_log_impossible_time_or_count(tmp_path, real_data_dir, old, new):
 def test_vllm_log_implausible_engine_index(tmp_path, real_data_dir):
     text = (real_data_dir / LOG).read_text()
     p = tmp_path / "v.log"
-    p.write_text(text.replace("Engine 000:", "Engine " + "9" * 30 + ":", 1))
+    p.write_text(text.replace("Engine 000: Avg prompt", "Engine " + "9" * 30 + ": Avg prompt", 1))
     assert "engine index" in _fails_cleanly(["traces", "import", "vllm-log", p, "-o", tmp_path / "out.parquet"], p,
                                             tmp_path)
 
