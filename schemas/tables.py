@@ -290,6 +290,7 @@ def _sigint_deferred():
         return
     def note(signum, frame):
         pending.append(signum)
+    was_holding = _held["handler"] is not None  # an output written after the last declared one
     try:
         old = signal.signal(signal.SIGINT, note)
     except (ValueError, TypeError):
@@ -298,12 +299,15 @@ def _sigint_deferred():
     try:
         yield pending
     finally:
-        if _held["handler"] is not None:      # the last output: keep holding, remember the original
+        if _held["handler"] is not None and not was_holding:  # the last output: keep holding, remember the original
             _held["handler"] = old
             _held["pending"] = _held["pending"] or bool(pending)
             pending.clear()
         else:
-            signal.signal(signal.SIGINT, old)
+            signal.signal(signal.SIGINT, old)  # the original, or the hold's own handler
+            if was_holding:
+                _held["pending"] = _held["pending"] or bool(pending)
+                pending.clear()
 
 
 def check_writable(path: str | os.PathLike) -> None:

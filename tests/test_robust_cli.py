@@ -138,3 +138,15 @@ def test_numerical_warnings_do_not_reach_the_terminal():
     cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0, cp.stderr
     assert "RuntimeWarning" not in cp.stderr and "kept" in cp.stderr
+
+
+def test_an_output_written_after_the_last_declared_one_does_not_leave_ctrl_c_held(tmp_path):
+    """vllm-log writes its --timeseries-csv after its -o: Ctrl-C is the default again afterwards."""
+    from schemas.tables import expect_outputs, release_sigint, write_text_atomic
+
+    expect_outputs([tmp_path / "a.txt"])
+    write_text_atomic("a", tmp_path / "a.txt")  # the last declared output: Ctrl-C held from here
+    write_text_atomic("b", tmp_path / "b.txt")  # one more, not declared
+    assert release_sigint() is False
+    expect_outputs(None)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
