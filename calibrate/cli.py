@@ -13,7 +13,8 @@ from schemas.cost_params import PARAMS, CostParams, check_value
 from schemas.errors import SpecError
 from schemas.specs import get_gpu, get_model, gpu_from_json, list_gpus, list_models, model_from_hf_config
 from schemas.tables import REQUEST_TRACE, STEP_TRACE
-from replay.cli import check_limits, engine_sources, fill_engine_options, replay_config, replay_options
+from replay.cli.engine_settings import check_limits, engine_sources, fill_engine_options, replay_config
+from replay.cli.options import replay_options
 from replay.cost_model import RooflineCostModel
 from replay.cost_terms import ALL_TERMS, TERMS
 from replay.errors import ConfigError, ReplayError

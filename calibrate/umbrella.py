@@ -2,16 +2,55 @@
 from __future__ import annotations
 
 import click
+from click.utils import make_default_short_help
 
-from replay.cli import add_load_to_describe, main as replay_main
+from replay.cli import main as replay_main
+from replay.cli.describe_load import add_load_to_describe
 from schemas.cli_support import version_option
 from traces.cli import main as traces_main
 
-from .cli import main as calibrate_main
-from .demo import demo
+
+class _LazyGroup(click.Group):
+    """A group whose commands in :attr:`lazy` are imported when one of them is run or asked for
+    its help: ``calibrate`` and ``demo`` pull in numpy, pandas, scipy and lmfit, which
+    ``servecal --help`` does not need. The one-line help of each is given here (a test checks
+    it against the command's own)."""
+
+    #: name -> ("module:attribute", one-line help shown by the group's --help)
+    lazy = {
+        "calibrate": ("calibrate.cli:main", "Fit the simulator's cost model to measured traces."),
+        "demo": ("calibrate.demo:demo", "Run import -> fit -> replay -> compare on a SYNTHETIC cluster and workload."),
+    }
+
+    def list_commands(self, ctx):
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            import importlib
+
+            module, _, attr = self.lazy[cmd_name][0].partition(":")
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx, formatter):
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.lazy and name not in self.commands:
+                rows.append((name, self.lazy[name][1]))
+                continue
+            cmd = super().get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd))
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            rows = [(name, make_default_short_help(text, limit) if isinstance(text, str) else text.get_short_help_str(limit))
+                    for name, text in rows]
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @version_option()
 def main():
     """servecal: does your simulator tell the truth about your cluster?
@@ -30,6 +69,4 @@ traces_cli = traces_main
 add_load_to_describe(traces_cli.commands["describe"])
 
 main.add_command(traces_cli, "traces")
-main.add_command(calibrate_main, "calibrate")
 main.add_command(replay_main, "replay")
-main.add_command(demo, "demo")

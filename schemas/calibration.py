@@ -10,7 +10,6 @@ from pathlib import Path
 from .cost_params import PARAMS, check_value
 from .errors import SchemaError
 from .specs import GpuSpec, ModelSpec
-from .tables import write_text_atomic
 
 CALIBRATION = "calibration/2"
 #: Older versions still read (converted on reading).
@@ -117,6 +116,8 @@ class Calibration:
 
     def write(self, path: str | os.PathLike) -> None:
         """Write the JSON atomically."""
+        from .tables import write_text_atomic  # pyarrow: not for readers of calibrations
+
         write_text_atomic(json.dumps(self.to_dict(), indent=2, default=_json_default) + "\n", path)
 
     @classmethod

@@ -9,7 +9,6 @@ import functools
 import click
 
 from .errors import SchemaError
-from .tables import expect_outputs, release_sigint
 
 
 class DataError(click.ClickException):
@@ -36,6 +35,8 @@ def user_errors(data_errors: tuple = (), usage_errors: tuple = ()):
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
+            from .tables import expect_outputs, release_sigint  # pyarrow: not at --help time
+
             inputs = []
             for name in INPUT_PARAMS:
                 v = kwargs.get(name)

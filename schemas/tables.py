@@ -20,12 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import OutputError, SchemaError
+from .kinds import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE, VLLM_STATS
 
 SCHEMA_KEY = b"servecal.schema"
-REQUEST_TRACE = "request_trace/1"
-STEP_TRACE = "step_trace/1"
-REPLAY_RESULT = "replay_result/1"
-VLLM_STATS = "vllm_stats/1"
 
 _f64, _i64, _str = pa.float64(), pa.int64(), pa.string()
 

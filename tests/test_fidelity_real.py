@@ -88,7 +88,7 @@ def test_moe_dp2_expert_parallel_fitted_on_its_own_log(real_data_dir, tmp_path):
 def test_limits_below_the_measured_concurrency_are_flagged(real_data_dir, tmp_path):
     _ok(["traces", "import", "vllm-otlp", real_data_dir / "vllm_otlp_spans_codellama34b_prefill_sweep.jsonl",
          "-o", tmp_path / "spans.parquet"])
-    from replay.cli import max_running
+    from replay.cli.engine_settings import max_running
 
     assert max_running(pd.read_parquet(tmp_path / "spans.parquet")) <= 32
     res = CliRunner().invoke(servecal, [str(a) for a in (

@@ -67,3 +67,7 @@ class TraceFormatError(TraceError):
         if expected:
             msg += f"; expected {expected}"
         super().__init__(msg)
+
+
+class MappingError(TraceError):
+    """A ``--map`` option of ``traces import csv`` is malformed or names an unknown field (a usage error)."""

@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from ..errors import TraceError, TraceFormatError
+from ..errors import MappingError, TraceFormatError
 from ._common import (_ARROW_ERRORS, UNIT_NS, Progress, raw_column_names, RowStatus, assemble_frame, check_rows, csv_header, fail_at_row,
                       is_epoch_seconds, relative_seconds, stream_csv, time_resolution_s, tpot_s)
 
@@ -60,10 +60,6 @@ STRINGS = ("request_id", "status")
 FIELDS = (*STRINGS, *INTEGERS, *INSTANTS, *DURATIONS)
 #: Instant -> the latency it yields (instant minus send time).
 _LATENCY_OF = {"scheduled_time": "queue_wait_s", "first_token_time": "ttft_s", "end_time": "e2e_s"}
-
-
-class MappingError(TraceError):
-    """A ``--map`` option is malformed or names an unknown field (a usage error)."""
 
 
 def parse_mapping(pairs) -> dict[str, str]:

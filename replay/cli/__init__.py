@@ -1,0 +1,236 @@
+"""``replay``: run a trace through the simulated engine and compare with what was measured.
+
+The command is here; its shared options are in :mod:`.options`, the engine settings'
+sources in :mod:`.engine_settings`, ``--compare-schedulers`` and ``--sweep`` in
+:mod:`.runners`, and ``traces describe --calibration`` in :mod:`.describe_load`. The engine,
+numpy, pandas and pyarrow are imported when a command runs, not for ``--help``.
+"""
+from __future__ import annotations
+
+import click
+
+from schemas.calibration import Calibration
+from schemas.cli_support import DataError, user_errors, version_option
+from schemas.kinds import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE
+from schemas.specs import get_model
+
+from ..errors import ConfigError, ReplayError
+from ..text import wrap
+from .engine_settings import calibrated_cost_model, check_limits, engine_sources, fill_engine_options, replay_config
+from .options import chrome_trace_options, output_options, parse_tolerances, replay_options, show_progress
+from .runners import check_sweep_options, compare_schedulers_run, hardware, parse_scheduler_list, sweep_run
+
+_errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError,))
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option()
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--calibration", "calibration_path", required=True, type=click.Path(dir_okay=False),
+              help="Calibration JSON written by 'calibrate fit'.")
+@click.option("--model", default=None, help="Replay another model on the calibrated GPU (catalog key, "
+                                            "HF id or config.json).")
+@click.option("--tp", type=click.IntRange(min=1), default=None, help="Tensor-parallel degree [default: the calibration's].")
+@click.option("--data-parallel-size", "dp", type=click.IntRange(min=1), default=None,
+              help="vLLM data-parallel ranks stepping in lock step [default: the calibration's].")
+@replay_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the replay result (replay_result/1 Parquet).")
+@click.option("--steps-out", type=click.Path(dir_okay=False), default=None,
+              help="Write the simulated step trace (step_trace/1 Parquet).")
+@click.option("--token-times/--no-token-times", default=False, show_default=True,
+              help="Record every predicted token time (pred_token_times_s).")
+@click.option("--chrome-trace", type=click.Path(dir_okay=False), default=None,
+              help="Write the simulated timeline as a Chrome/Perfetto trace (JSON, gzipped when it ends in .gz; "
+                   "open in ui.perfetto.dev).")
+@click.option("--chrome-trace-window", default=None, metavar="START:END",
+              help="--chrome-trace: only the steps and requests within these seconds of simulated time "
+                   "(e.g. 100:160; 100: or :60).")
+@click.option("--chrome-trace-max-requests", type=click.IntRange(min=0), default=20_000, show_default=True,
+              help="--chrome-trace: the first N requests of the window; the window ends where the next one "
+                   "arrives (0: no limit).")
+@click.option("--report", type=click.Path(dir_okay=False), default=None,
+              help="Write a measured-vs-predicted report: .html (one self-contained file, figures embedded) "
+                   "or .md (figures in the folder <name>_files beside it).")
+@click.option("--measured-timeseries", type=click.Path(dir_okay=False), default=None,
+              help="Measured 1 s time series (CSV: t, running, waiting, ...; vLLM's timeseries.csv) "
+                   "to plot against the simulated counts in --report.")
+@click.option("--tolerance", default=None,
+              help="Exit 3 when an error exceeds its bound, e.g. ttft_p50=0.1,tpot_p50=0.1.")
+@click.option("--compare-schedulers", default=None, metavar="LIST",
+              help="Replay the trace under each scheduler of LIST (e.g. fcfs,chunked,static,sjf,edf,disagg) "
+                   "and print one table of predicted latency percentiles and goodput instead of the "
+                   "comparison with measured latencies.")
+@click.option("--sweep", multiple=True, metavar="NAME=VALUES",
+              help="Replay at every point of a grid and print one table of predicted percentiles, goodput and "
+                   "throughput. NAME: rate-scale (arrival times divided by it), scheduler, max-num-seqs, "
+                   "max-num-batched-tokens, replicas, concurrency; VALUES: a,b,c or start:stop:step (stop "
+                   "included when on the grid). Repeat for a cartesian product.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="--sweep: local processes evaluating the points [default: the number of CPUs].")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="--sweep: run the points on the Ray cluster at ADDR (auto, ray://host:10001); needs "
+                   "pip install 'servecal[ray]' here and servecal on the cluster.")
+@click.option("--sweep-out", type=click.Path(dir_okay=False), default=None,
+              help="--sweep: also write the table (.parquet or .csv; seconds, requests/s).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the simulation's random draws (accepted draft tokens of --speculative-tokens).")
+@output_options
+@_errors
+def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times, chrome_trace, chrome_trace_window,
+         chrome_trace_max_requests, report, measured_timeseries, tolerance, compare_schedulers, sweep, jobs,
+         ray_address, sweep_out, vllm_log, wide, quiet, seed, **kwargs):
+    """Replay TRACE through the simulated engine; compare with measured latencies.
+
+    \b
+    Example:
+      replay run.parquet --calibration cal.json --scheduler chunked \\
+             --max-num-seqs 128 --max-num-batched-tokens 2048 -o pred.parquet
+      replay run.parquet --calibration cal.json --concurrency 32
+      replay run.parquet --calibration cal.json --slo-ttft-s 0.5 \\
+             --sweep rate-scale=0.5:3:0.25 --sweep scheduler=fcfs,chunked --sweep-out sweep.csv
+    """
+    from traces.io import read_trace
+
+    from ..closed_loop import on_send_times
+    from ..compare import broken_tolerances, compare, format_table
+    from ..disagg import DisaggEngine, describe_config
+    from ..schedulers import get_scheduler_factory
+    from ..simulate import replay_frame, steps_frame
+
+    show_progress(quiet)
+    tolerances = parse_tolerances(tolerance)
+    names = None
+    sweeps = check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers,
+                                 (("-o", output), ("--steps-out", steps_out), ("--chrome-trace", chrome_trace),
+                                  ("--report", report), ("--tolerance", tolerance), ("--token-times", token_times)))
+    if compare_schedulers is not None:
+        names = parse_scheduler_list(compare_schedulers)
+        clash = [opt for opt, v in (("-o", output), ("--steps-out", steps_out), ("--chrome-trace", chrome_trace),
+                                    ("--report", report), ("--tolerance", tolerance)) if v]
+        if clash:
+            raise ConfigError(f"--compare-schedulers prints one table of predictions; it cannot be combined "
+                              f"with {', '.join(clash)}")
+    trace_window = chrome_trace_options(chrome_trace, chrome_trace_window, chrome_trace_max_requests)
+    if measured_timeseries and not report:
+        raise click.UsageError("--measured-timeseries is drawn in the report: give --report too")
+    if report:
+        from ..report import read_timeseries, report_format
+
+        report_format(report)  # an unknown suffix fails before the replay
+        timeseries = read_timeseries(measured_timeseries) if measured_timeseries else None
+    cal = Calibration.read(calibration_path)
+    model_spec = get_model(model) if model else None
+    kwargs.update(tp=tp, dp=dp)
+    for line in fill_engine_options(kwargs, engine_sources(vllm_log, cal, calibration_path)):
+        click.echo(wrap(line), err=True)
+    tp, dp = kwargs.pop("tp"), kwargs.pop("dp")
+    cost_model = calibrated_cost_model(calibration_path, cal, model_spec, tp, dp)
+    if model_spec is not None and model_spec.name != cal.model.name:
+        click.echo(wrap(f"note: the calibration was fitted on {cal.model.name}; its efficiencies are carried over "
+                        f"to {model_spec.name} on the same GPU (an extrapolation: check against a measured run)"),
+                   err=True)
+    kind, frame, meta = read_trace(trace)
+    if kind != REQUEST_TRACE:
+        raise DataError(f"{trace}: is a {kind}; replay needs a request trace ({REQUEST_TRACE})")
+    warning = check_limits(str(trace), frame, kwargs["max_num_seqs"], cost_model.dp)
+    if warning:
+        click.echo(wrap(warning), err=True)
+    if names is not None:
+        compare_schedulers_run(frame, meta, cost_model, replay_config(kwargs, one_scheduler=False, seed=seed), names,
+                               wide)
+        return
+    if sweeps is not None:
+        sweep_run(frame, meta, cost_model, replay_config(kwargs, one_scheduler="scheduler" not in sweeps, seed=seed),
+                  sweeps, jobs, ray_address, sweep_out, wide, quiet)
+        return
+    cfg = replay_config(kwargs, record_token_times=token_times, record_steps=steps_out is not None or bool(report),
+                        record_step_requests=chrome_trace is not None, seed=seed)
+    if cfg.scheduler != "disagg":
+        get_scheduler_factory(cfg.scheduler)  # a bad --scheduler fails before anything is printed
+    m = cost_model.model
+    where = (f"scheduler disagg: {describe_config(cost_model, cfg)}" if cfg.scheduler == "disagg" else
+             f"{hardware(cost_model, cfg)}, scheduler {cfg.scheduler}")
+    loop = "" if cfg.concurrency is None else \
+        f", closed loop: {cfg.concurrency} clients, think time {cfg.think_time_s:g} s"
+    if cfg.long_prefill_token_threshold:
+        loop += f", long_prefill_token_threshold={cfg.long_prefill_token_threshold}"
+    if cfg.speculative_tokens:
+        loop += f", speculative decoding: K={cfg.speculative_tokens}, acceptance {cfg.spec_acceptance_rate:g}"
+    click.echo(wrap(f"replaying {len(frame)} requests: model {m.name}, {where}, max_num_seqs={cfg.max_num_seqs}, "
+                    f"max_num_batched_tokens={cfg.max_num_batched_tokens}{loop}"))
+    result, engine = replay_frame(frame, cost_model, cfg, meta)
+    n_ok = int((result["pred_status"] == "ok").sum())
+    rejected = result["pred_status"].str.startswith("rejected").sum()
+    kv = f"{engine.replicas[0].kv.num_gpu_blocks} blocks"
+    if isinstance(engine, DisaggEngine):
+        kv = f"prefill {kv}, decode {engine.replicas[engine.num_prefill_replicas].kv.num_gpu_blocks} blocks"
+    click.echo(wrap(f"simulated {engine.num_steps} steps; {n_ok} completed, {rejected} rejected, "
+                    f"{int(result['pred_num_preemptions'].sum())} preemptions; "
+                    f"KV cache {kv} x {cfg.block_size} tokens"))
+    skipped = ~result["pred_status"].isin(["ok"]) & ~result["pred_status"].str.startswith("rejected")
+    for reason, count in result.loc[~(result["pred_status"] == "ok"), "pred_status"].value_counts().items():
+        click.echo(f"  {count} {reason}")
+    if skipped.all() or n_ok == 0:
+        click.echo("warning: no request completed in the simulation; nothing to compare", err=True)
+    if cfg.speculative_tokens:
+        from ..simulate import spec_decode_stats
+
+        st = spec_decode_stats(engine)
+        click.echo(f"speculative decoding: {st['num_accepted_tokens']} of {st['num_draft_tokens']} draft tokens "
+                   f"accepted ({st['acceptance_rate']:.1%}), mean acceptance length {st['acceptance_length']:.2f} "
+                   f"tokens per verify step over {st['num_drafts']} verify steps")
+    if cfg.enable_prefix_caching:
+        hit, total = int(result["pred_num_cached_tokens"].sum()), int(frame["num_prompt_tokens"].sum())
+        click.echo(f"prefix cache: {hit} of {total} prompt tokens hit ({hit / total:.1%})"
+                   + ("" if "block_hashes" in frame else "; the trace has no block_hashes, so nothing can hit"))
+    elif cfg.router == "prefix_affinity":
+        click.echo("note: --router prefix_affinity needs --enable-prefix-caching; routing by load only", err=True)
+    if cfg.slo_ttft_s is not None or cfg.slo_tpot_s is not None:
+        from ..metrics import goodput_rps
+
+        slos = ", ".join(f"{k} <= {v} s" for k, v in (("ttft", cfg.slo_ttft_s), ("tpot", cfg.slo_tpot_s)) if v is not None)
+        line = f"goodput ({slos}): predicted " \
+               f"{goodput_rps(on_send_times(result), cfg.slo_ttft_s, cfg.slo_tpot_s):.3f} req/s"
+        if {"ttft_s", "tpot_s", "e2e_s"} <= set(result.columns):
+            line += f", measured {goodput_rps(result, cfg.slo_ttft_s, cfg.slo_tpot_s, prefix=''):.3f} req/s"
+        click.echo(line)
+    if output:
+        from traces.io import write_trace
+
+        write_trace(result, REPLAY_RESULT, output, {"calibration": str(calibration_path), "scheduler": cfg.scheduler})
+        click.echo(f"wrote {output}")
+    if steps_out:
+        from traces.io import write_trace
+
+        write_trace(steps_frame(engine), STEP_TRACE, steps_out, {"source": "servecal replay"})
+        click.echo(f"wrote {steps_out}")
+    if chrome_trace:
+        from ..chrome_trace import write_chrome_trace
+
+        # closed loop: the simulated sends
+        written = write_chrome_trace(chrome_trace, engine, on_send_times(result), trace_window,
+                                     chrome_trace_max_requests)
+        if written.cut:
+            click.echo(wrap(f"warning: --chrome-trace-max-requests {chrome_trace_max_requests}: {chrome_trace} holds the "
+                            f"first {written.num_requests} of {written.num_in_window} requests (simulated time up to "
+                            f"{written.end_s:.1f} s); raise it (0: no limit) or choose a --chrome-trace-window"),
+                       err=True)
+        click.echo(f"wrote {chrome_trace}")
+    table = compare(result)
+    click.echo(format_table(table, wide=wide))
+    if report:
+        from ..report import write_report
+
+        from ..report import report_context
+
+        written = write_report(on_send_times(result), report, timeseries, steps_frame(engine),
+                               report_context(trace, calibration_path, cost_model, cfg, engine), tolerances)
+        click.echo(wrap(f"wrote {', '.join(str(p) for p in written)}"))
+    if tolerances:
+        broken = broken_tolerances(table, tolerances)
+        for b in broken:
+            click.echo(wrap(f"tolerance broken: {b}"), err=True)
+        if broken:
+            raise SystemExit(3)
+

@@ -1,0 +1,146 @@
+"""Where ``replay``'s engine settings come from: the command line, a vLLM log, the calibration;
+the check that they can describe the measured run; the :class:`~replay.simulate.ReplayConfig`
+and the cost model they make."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from schemas.calibration import Calibration
+from schemas.cli_support import DataError
+
+from ..errors import ConfigError
+from .options import DISAGG_OPTIONS
+
+if TYPE_CHECKING:
+    from ..simulate import ReplayConfig
+
+
+#: Engine options a vLLM log or a calibration can supply (ReplayConfig names = option names).
+ENGINE_OPTIONS = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "gpu_memory_utilization",
+                  "block_size", "max_model_len", "enable_prefix_caching", "preemption_mode", "replicas", "router",
+                  "long_prefill_token_threshold", "speculative_tokens")
+#: vLLM's names of the hardware settings, and the option each fills.
+_HARDWARE_KEYS = {"tensor_parallel_size": "tp", "data_parallel_size": "dp", "enable_expert_parallel": "expert_parallel"}
+
+def fill_engine_options(kwargs: dict, sources: list) -> list[str]:
+    """Fill the engine options left at their defaults from ``sources`` (``(label, settings)``
+    pairs, vLLM's names, first source first), in place; return what to tell the user: the
+    options taken, and those given on the command line that differ from a source.
+
+    Command-line options win, then the sources in order; the hardware keys
+    (``tensor_parallel_size``...) fill ``tp``, ``dp``, ``expert_parallel`` when present in ``kwargs``.
+    """
+    import textwrap
+
+    ctx = click.get_current_context()
+    taken, differ = {}, []
+    for key in (*ENGINE_OPTIONS, *_HARDWARE_KEYS):
+        name = _HARDWARE_KEYS.get(key, key)
+        if name not in kwargs:
+            continue
+        src = ctx.get_parameter_source(name)
+        given = src is not None and src != click.core.ParameterSource.DEFAULT
+        for label, settings in sources:
+            value = (settings or {}).get(key)
+            if value is None:
+                continue
+            if given:
+                if value != kwargs[name]:
+                    differ.append(f"--{name.replace('_', '-')} {kwargs[name]} (the {label} says {value})")
+            else:
+                kwargs[name] = value
+                taken.setdefault(label, []).append(f"{name}={value}")
+            break
+    lines = [f"engine settings from the {label}: {', '.join(items)}" for label, items in taken.items()]
+    if differ:
+        lines.append(f"note: given on the command line, unlike the measured run: {'; '.join(differ)}")
+    return [textwrap.fill(line, 100, subsequent_indent="  ") for line in lines]
+
+
+def max_running(trace) -> int | None:
+    """Most requests the measured engine ran at once, from ``queue_wait_s`` and ``e2e_s``
+    (scheduled = arrival + queue wait, until arrival + E2E); None without both columns."""
+    import numpy as np
+    
+
+    if "queue_wait_s" not in trace or "e2e_s" not in trace:
+        return None
+    t0 = (trace["arrival_time_s"] + trace["queue_wait_s"]).to_numpy(float)
+    t1 = (trace["arrival_time_s"] + trace["e2e_s"]).to_numpy(float)
+    ok = np.isfinite(t0) & np.isfinite(t1)
+    if not ok.any():
+        return None
+    events = np.concatenate([np.stack([t0[ok], np.ones(ok.sum())], 1), np.stack([t1[ok], -np.ones(ok.sum())], 1)])
+    events = events[np.lexsort((events[:, 1], events[:, 0]))]  # ends before starts at a tie
+    return int(np.max(np.cumsum(events[:, 1])))
+
+
+def check_limits(name: str, trace, max_num_seqs: int, dp: int = 1) -> str | None:
+    """A warning when the measured run had more requests running at once than the limits allow."""
+    most = max_running(trace)
+    if most is not None and most > max_num_seqs * dp:
+        return (f"warning: {name} had up to {most} requests running at once, above --max-num-seqs "
+                f"{max_num_seqs}{f' x {dp} ranks' if dp > 1 else ''}: the options do not describe the measured "
+                "engine (give its settings, or --vllm-log)")
+    return None
+
+
+def replay_config(kwargs: dict, one_scheduler: bool = True, **extra) -> ReplayConfig:
+    """A ReplayConfig from the options of :func:`replay_options`.
+
+    With ``one_scheduler`` (not ``--compare-schedulers``), options that the chosen scheduler
+    would ignore are a ConfigError: ``disagg`` options with another scheduler, ``--replicas``
+    with ``disagg``.
+    """
+    from ..simulate import ReplayConfig
+    
+
+    keys = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "gpu_memory_utilization",
+            "block_size", "max_model_len", "replicas", "router", "enable_prefix_caching", "hash_block_size",
+            "preemption_mode", "slo_ttft_s", "slo_tpot_s", "concurrency", "think_time_s", "exact_steps",
+            "long_prefill_token_threshold", "speculative_tokens", "spec_acceptance_rate")
+    keys = tuple(k for k in keys if k in kwargs)
+    given = {k: kwargs[k] for k in DISAGG_OPTIONS if kwargs.get(k) is not None}
+    if one_scheduler and kwargs["scheduler"] != "disagg" and given:
+        names = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise ConfigError(f"{names}: only --scheduler disagg uses these (the scheduler is {kwargs['scheduler']})")
+    if one_scheduler and kwargs["scheduler"] == "disagg" and kwargs["replicas"] != 1:
+        raise ConfigError("--replicas: with --scheduler disagg give --prefill-replicas and --decode-replicas")
+    return ReplayConfig(**{k: kwargs[k] for k in keys}, **given, **extra)
+
+
+def engine_sources(vllm_log: str | None, cal: Calibration | None = None, cal_path=None) -> list:
+    """The sources of engine settings, first wins: the measured server's log, then the
+    calibration's recorded settings (:func:`fill_engine_options`)."""
+    out = []
+    if vllm_log:
+        from traces.importers.vllm_log import engine_settings_from_vllm_log
+
+        out.append((f"vLLM log {vllm_log}", engine_settings_from_vllm_log(vllm_log)))
+    if cal is not None and cal.engine:
+        out.append((f"calibration {cal_path}", cal.engine))
+    return out
+
+
+def calibrated_cost_model(path, cal: Calibration, model_spec=None, tp: int | None = None, dp: int | None = None):
+    """The cost model of calibration file ``path``; a model it cannot build (an unknown
+    term, a TP that does not divide the heads) is the file's fault when nothing overrides it.
+
+    Raises
+    ------
+    DataError
+        Naming the file, when the file alone is at fault.
+    ConfigError
+        When ``--model`` or ``--tp`` makes the combination impossible.
+    """
+    from ..cost_model import cost_model_from_calibration
+    
+
+    try:
+        return cost_model_from_calibration(cal, model_spec, tp, dp)
+    except ConfigError as exc:
+        if model_spec is None and tp is None and dp is None:
+            raise DataError(f"{path}: {exc}") from None
+        raise

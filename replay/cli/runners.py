@@ -1,0 +1,147 @@
+"""The two modes of ``replay`` that print one table of predictions instead of a comparison:
+``--compare-schedulers`` and ``--sweep``."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from ..errors import ConfigError
+from ..schedulers import check_scheduler_names
+from ..text import wrap
+
+if TYPE_CHECKING:
+    from ..simulate import ReplayConfig
+
+
+def parse_scheduler_list(text: str) -> list[str]:
+    """``"fcfs,chunked,disagg"`` -> ``["fcfs", "chunked", "disagg"]``, every name checked before any replay.
+
+    Raises
+    ------
+    ConfigError
+        An empty list, a repeated name or an unknown scheduler.
+    """
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ConfigError("--compare-schedulers: give a comma-separated list, e.g. fcfs,chunked,disagg")
+    check_scheduler_names(names, "--compare-schedulers")
+    return names
+
+
+def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, names: list[str], wide: bool = False) -> None:
+    """Replay ``frame`` under each scheduler of ``names`` (``cfg`` otherwise) and print one table.
+
+    Colocated schedulers run on ``cfg.replicas`` replicas, ``disagg`` on its prefill and decode
+    pools; the header says how many GPUs each uses.
+    """
+    from dataclasses import replace
+
+    from ..compare import format_scheduler_table, scheduler_table
+    from ..disagg import describe_config
+    from ..simulate import replay_frame
+
+    m = cost_model.model
+    click.echo(wrap(f"comparing {len(names)} schedulers on {len(frame)} requests: model {m.name}, "
+                    f"{hardware(cost_model, cfg)}, max_num_seqs={cfg.max_num_seqs}, "
+                    f"max_num_batched_tokens={cfg.max_num_batched_tokens}"))
+    if "disagg" in names:
+        click.echo(wrap(f"  disagg: {describe_config(cost_model, cfg)}"))
+    results = {}
+    for name in names:
+        results[name], _ = replay_frame(frame, cost_model, replace(cfg, scheduler=name), meta)
+    click.echo(format_scheduler_table(scheduler_table(results, cfg.slo_ttft_s, cfg.slo_tpot_s), wide=wide))
+    slo = [f"{k} <= {v} s" for k, v in (("ttft", cfg.slo_ttft_s), ("tpot", cfg.slo_tpot_s)) if v is not None]
+    click.echo(wrap("(predicted, ms over completed requests; goodput: completed requests/s"
+                    + (f" meeting {' and '.join(slo)}" if slo else "; no --slo-ttft-s/--slo-tpot-s given")
+                    + ("" if wide else "; --wide: every column") + ")"))
+
+
+def hardware(cost_model, cfg: ReplayConfig) -> str:
+    """``"2 replicas of 2 x h100-80gb (TP=2), 4 GPUs"`` or ``"1 x h100-80gb (TP=1)"``."""
+    one = f"{cost_model.tp} x {cost_model.gpu.name} (TP={cost_model.tp})"
+    if cfg.replicas == 1:
+        return one
+    return f"{cfg.replicas} replicas of {one}, {cfg.replicas * cost_model.tp} GPUs"
+
+
+def check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers, exclusive) -> dict | None:
+    """Parse ``--sweep`` and check the options that go with it, before anything runs.
+
+    Parameters
+    ----------
+    sweep : tuple[str, ...]
+        The ``--sweep`` values.
+    jobs, ray_address, sweep_out, compare_schedulers
+        The options of the same names (None when not given).
+    exclusive : sequence of (option, value)
+        Options that a sweep cannot be combined with (set when truthy).
+
+    Returns
+    -------
+    dict or None
+        ``{name: values}`` (:func:`replay.sweep.parse_sweeps`); None without ``--sweep``.
+
+    Raises
+    ------
+    ConfigError
+        A bad ``--sweep``; ``--jobs``/``--ray-address``/``--sweep-out`` without it; an option
+        both swept and given; a clash with another mode; Ray not installed; an output that is
+        neither .parquet nor .csv.
+    """
+    from ..sweep import check_output_path, check_ray, parse_sweeps
+
+    if not sweep:
+        given = [opt for opt, v in (("--jobs", jobs), ("--ray-address", ray_address), ("--sweep-out", sweep_out))
+                 if v is not None]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: only --sweep uses these")
+        return None
+    sweeps = parse_sweeps(sweep)
+    clash = (["--compare-schedulers"] if compare_schedulers is not None else []) + [o for o, v in exclusive if v]
+    if clash:
+        raise ConfigError(f"--sweep prints one table of predictions; it cannot be combined with {', '.join(clash)}")
+    ctx = click.get_current_context()
+    fixed = [f"--{n}" for n in sweeps if n != "rate-scale"
+             and ctx.get_parameter_source(n.replace("-", "_")) == click.core.ParameterSource.COMMANDLINE]
+    if fixed:
+        raise ConfigError(f"{', '.join(fixed)}: swept by --sweep, so give its values there only")
+    if ray_address is not None:
+        if jobs is not None:
+            raise ConfigError("--jobs: with --ray-address the Ray cluster runs the points")
+        check_ray()
+    if sweep_out:
+        check_output_path(sweep_out)
+    return sweeps
+
+
+def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: int | None, ray_address: str | None,
+              sweep_out: str | None, wide: bool = False, quiet: bool = False) -> None:
+    """Replay ``frame`` at every point of ``sweeps`` (``cfg`` otherwise), print the table, write ``sweep_out``."""
+    import os
+    import time
+
+    from ..sweep import SweepContext, format_sweep_table, run_sweep, sweep_points, write_sweep_table
+
+    n = len(sweep_points(sweeps))
+    m = cost_model.model
+    loop = "" if cfg.concurrency is None else f", closed loop: {cfg.concurrency} clients"
+    click.echo(wrap(f"sweeping {n} points ({' x '.join(f'{len(v)} {k}' for k, v in sweeps.items())}) on "
+                    f"{len(frame)} requests: model {m.name}, {hardware(cost_model, cfg)}, scheduler {cfg.scheduler}, "
+                    f"max_num_seqs={cfg.max_num_seqs}, max_num_batched_tokens={cfg.max_num_batched_tokens}{loop} "
+                    "(swept options override these)"))
+    start = time.perf_counter()
+    table = run_sweep(SweepContext(frame, meta or {}, cost_model, cfg), sweeps, jobs, ray_address)
+    where = (f"on Ray ({ray_address})" if ray_address else
+             f"on {min(jobs or os.cpu_count() or 1, n)} local process(es)")
+    click.echo(format_sweep_table(table, list(sweeps), wide=wide))
+    slo = [f"{k} <= {v} s" for k, v in (("ttft", cfg.slo_ttft_s), ("tpot", cfg.slo_tpot_s)) if v is not None]
+    click.echo(wrap("(predicted, ms over completed requests; throughput: completed requests/s"
+                    + (f"; goodput: those meeting {' and '.join(slo)}" if slo else
+                       "; give --slo-ttft-s/--slo-tpot-s for goodput")
+                    + ("" if wide else "; --wide: every column") + ")"))
+    if not quiet:
+        click.echo(f"{n} points in {time.perf_counter() - start:.1f} s {where}", err=True)
+    if sweep_out:
+        write_sweep_table(table, sweep_out)
+        click.echo(f"wrote {sweep_out}")

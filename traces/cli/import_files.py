@@ -1,0 +1,214 @@
+"""``traces import``: the group, and the importers of trace and profile files (public traces,
+per-request timestamp logs, kernel profiles, any CSV through a column mapping)."""
+from __future__ import annotations
+
+import click
+
+from schemas.cli_support import user_errors
+from schemas.errors import SchemaError
+from schemas.kinds import REQUEST_TRACE, STEP_TRACE
+
+from ..errors import MappingError, TraceError
+from ._shared import INVALID, OUTPUT, file_errors, pairs, progress, write_requests
+
+
+@click.group("import")
+def import_():
+    """Convert a foreign trace or profile into a servecal Parquet table.
+
+    \b
+    Example:
+      traces import vllm-request-stats run_requests.jsonl -o run.parquet
+    """
+
+
+@import_.command("vllm-request-stats")
+@click.argument("src", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Output Parquet file.")
+@click.option("--arrival-clock", type=click.Choice(["engine", "wall"]), default="engine", show_default=True,
+              help="Clock of arrival_time_s: the engine's queued_ts or the client's arrival_time.")
+@file_errors
+def import_vllm_request_stats(src, output, arrival_clock):
+    """vLLM v1 per-request state timestamps (one JSON object per line) -> request trace.
+
+    \b
+    Example:
+      traces import vllm-request-stats lss_vllm_rtxpro6000_llama31_8b_requests.jsonl -o llama.parquet
+    """
+    from ..importers.vllm_request_stats import import_vllm_request_stats as imp
+    from ..io import write_trace
+
+    frame, meta = imp(src, arrival_clock)
+    write_trace(frame, REQUEST_TRACE, output, meta, source=str(src))
+    click.echo(f"{output}: {len(frame)} requests over {frame['arrival_time_s'].iloc[-1]:.1f} s (request_trace/1)")
+
+
+@import_.command("llmservingsim-profile")
+@click.argument("sources", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Output Parquet file.")
+@click.option("--num-layers", type=click.IntRange(min=1), default=None,
+              help="Decoder layers of the model (default: from the catalog entry of meta.yaml's model).")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="TP degree of the profile to use.")
+@file_errors
+def import_llmservingsim_profile(sources, output, num_layers, tp):
+    """LLMServingSim per-layer kernel profile -> step trace (one row per batch shape).
+
+    SOURCES is the profiler's folder, or files ending in meta.yaml, dense.csv,
+    attention.csv and per_sequence.csv.
+
+    \b
+    Example:
+      traces import llmservingsim-profile lss_profile_rtxpro6000_llama31_8b_* -o steps.parquet
+    """
+    from schemas.specs import get_model
+
+    from ..importers.llmservingsim_profile import import_llmservingsim_profile as imp, read_profile_meta
+    from ..io import write_trace
+
+    where = ", ".join(str(s) for s in sources)
+    if num_layers is None:
+        meta = read_profile_meta(list(sources))
+        model_name = meta.get("model")
+        if not model_name:
+            raise click.UsageError(f"{where}: meta.yaml names no model; give --num-layers")
+        try:
+            num_layers = get_model(str(model_name)).num_layers
+        except SchemaError as exc:
+            raise click.UsageError(f"{where}: meta.yaml's model: {exc}; give --num-layers") from None
+    frame, meta = imp(list(sources), num_layers=num_layers, tp=tp)
+    write_trace(frame, STEP_TRACE, output, {k: v for k, v in meta.items() if isinstance(v, (str, int, float))},
+                source=where)
+    click.echo(f"{output}: {len(frame)} steps (step_trace/1), {num_layers} layers")
+
+
+
+# ---------------------------------------------------------------------------
+# Importers of request traces, one command per format
+# ---------------------------------------------------------------------------
+
+@import_.command("azure")
+@click.argument("src", type=click.Path(dir_okay=False))
+@OUTPUT
+@INVALID
+@file_errors
+def import_azure_cmd(src, output, invalid):
+    """Azure LLM inference trace CSV (2023/2024: TIMESTAMP, ContextTokens, GeneratedTokens).
+
+    Arrival = TIMESTAMP minus the first, exact to 100 ns. Streams the file, so
+    traces of 10^7 rows fit in bounded memory.
+
+    \b
+    Example:
+      traces import azure AzureLLMInferenceTrace_conv.csv -o conv.parquet
+    """
+    from ..importers.azure import import_azure
+
+    with progress("azure", src) as bar:
+        frame, meta = import_azure(src, invalid=invalid, progress=bar)
+    write_requests(frame, meta, output)
+
+
+@import_.command("vidur")
+@click.argument("src", type=click.Path(dir_okay=False))
+@OUTPUT
+@INVALID
+@file_errors
+def import_vidur_cmd(src, output, invalid):
+    """Vidur processed trace CSV (arrived_at s, num_prefill_tokens, num_decode_tokens).
+
+    \b
+    Example:
+      traces import vidur splitwise_conv.csv -o conv.parquet
+    """
+    from ..importers.vidur import import_vidur
+
+    with progress("vidur", src) as bar:
+        frame, meta = import_vidur(src, invalid=invalid, progress=bar)
+    write_requests(frame, meta, output)
+
+
+@import_.command("burstgpt")
+@click.argument("src", type=click.Path(dir_okay=False))
+@OUTPUT
+@click.option("--model", default=None, help="Keep only this Model (e.g. GPT-4, ChatGPT).")
+@INVALID
+@file_errors
+def import_burstgpt_cmd(src, output, model, invalid):
+    """BurstGPT CSV (Timestamp s, Model, Request/Response/Total tokens, Log Type).
+
+    Rows with 0 response tokens are failed requests: kept with status
+    'failed: zero response tokens' and skipped by replay. Equal timestamps are
+    kept in file order (the trace's resolution is 1 s).
+
+    \b
+    Example:
+      traces import burstgpt BurstGPT_1.csv --model GPT-4 -o gpt4.parquet
+    """
+    from ..importers.burstgpt import import_burstgpt
+
+    with progress("burstgpt", src) as bar:
+        frame, meta = import_burstgpt(src, model=model, invalid=invalid, progress=bar)
+    write_requests(frame, meta, output)
+
+
+@import_.command("mooncake")
+@click.argument("src", type=click.Path(dir_okay=False))
+@OUTPUT
+@click.option("--block-tokens", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Tokens per hash_ids block in the trace.")
+@INVALID
+@file_errors
+def import_mooncake_cmd(src, output, block_tokens, invalid):
+    """Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids).
+
+    hash_ids become block_hashes; a row whose hash_ids count is not
+    ceil(input_length / 512) follows --invalid.
+
+    \b
+    Example:
+      traces import mooncake conversation_trace.jsonl -o mooncake.parquet
+    """
+    from ..importers.mooncake import import_mooncake
+
+    with progress("mooncake", src) as bar:
+        frame, meta = import_mooncake(src, block_tokens=block_tokens, invalid=invalid, progress=bar)
+    write_requests(frame, meta, output)
+
+
+
+@import_.command("csv")
+@click.argument("src", type=click.Path(dir_okay=False))
+@OUTPUT
+@click.option("--map", "mapping", multiple=True, required=True, metavar="SOURCE_COLUMN=FIELD",
+              help="Map a source column onto a field (repeat). Fields: request_id, num_prompt_tokens, "
+                   "num_output_tokens, arrival_time_s, send_time, scheduled_time, first_token_time, end_time "
+                   "(instants); queue_wait_s, ttft_s, tpot_s, e2e_s, slo_ttft_s, slo_tpot_s (durations); "
+                   "num_cached_tokens, replica_id, priority, status.")
+@click.option("--time-unit", type=click.Choice(["s", "ms", "us", "ns"]), default="s", show_default=True,
+              help="Unit of numeric time columns (date-times and Arrow timestamp/duration types carry their own).")
+@click.option("--filter", "filters", multiple=True, metavar="COLUMN=VALUE",
+              help="Keep only rows whose COLUMN equals VALUE (repeat to AND several).")
+@INVALID
+@user_errors(data_errors=(TraceError, OSError), usage_errors=(MappingError,))
+def import_csv_cmd(src, output, mapping, time_unit, filters, invalid):
+    """Any CSV or Parquet request log, through a column mapping.
+
+    Every time column is brought to one origin (the first arrival); latencies are
+    instants minus the send time, and a relative column is never subtracted from
+    an epoch one.
+
+    \b
+    Example:
+      traces import csv log.csv -o run.parquet --time-unit us \\
+        --map send_time_us=send_time --map first_token_time_us=first_token_time \\
+        --map end_time_us=end_time --map input_tokens=num_prompt_tokens \\
+        --map output_tokens=num_output_tokens --map request_id=request_id
+    """
+    from ..importers.csv_generic import import_csv, parse_mapping
+
+    fmap = parse_mapping(mapping)
+    with progress("csv", src) as bar:
+        frame, meta = import_csv(src, fmap, time_unit=time_unit, filters=pairs("--filter", filters),
+                                 invalid=invalid, progress=bar)
+    write_requests(frame, meta, output)
+
