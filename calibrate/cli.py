@@ -4,27 +4,21 @@ from __future__ import annotations
 import textwrap
 
 import click
-import numpy as np
-import pandas as pd
 
 from schemas.calibration import sha256_of
 from schemas.cli_support import user_errors, version_option
-from schemas.cost_params import PARAMS, CostParams, check_value
+from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, VARIANTS, CostParams, check_value
 from schemas.errors import SpecError
+from schemas.kinds import REQUEST_TRACE, STEP_TRACE
 from schemas.specs import get_gpu, get_model, gpu_from_json, list_gpus, list_models, model_from_hf_config
-from schemas.tables import REQUEST_TRACE, STEP_TRACE
 from replay.cli.engine_settings import check_limits, engine_sources, fill_engine_options, replay_config
 from replay.cli.options import replay_options
-from replay.cost_model import RooflineCostModel
 from replay.cost_terms import ALL_TERMS, TERMS
 from replay.errors import ConfigError, ReplayError
 
 from .errors import CalibrationError, FitError
-from .fitting import VARIANTS
-from .summary import summary_lines, to_calibration
-from .request_fit import DEFAULT_FREE, engine_settings, fit_requests
-from .runs import load_runs, parse_run_spec, score_runs
-from .step_fit import StepData, bootstrap_ci95, fit_steps, set_ci95
+
+# numpy, pandas, the engine and the fits are imported in the commands: --help stays fast
 
 _errors = user_errors(data_errors=(CalibrationError, ReplayError), usage_errors=(SpecError, ConfigError))
 
@@ -44,6 +38,8 @@ def main():
 def print_fits(fits, verbose: bool) -> None:
     """The calibration summary first (values, 95 % intervals, identified or not, fit quality
     in words), then every variant's score; lmfit's own report only with ``verbose``."""
+    from .summary import summary_lines
+
     best = fits[0]
     if verbose:
         click.echo("lmfit report of the best variant (parameters in their fit scale, e.g. t_step_s in ms):")
@@ -119,7 +115,7 @@ def hardware_options(fn):
         click.option("--terms", default=",".join(ALL_TERMS), show_default=True,
                      help="Cost terms of the step time (replay/cost_terms.py)."),
         click.option("--fix", multiple=True, metavar="NAME=VALUE", help="Hold a parameter fixed (repeatable)."),
-        click.option("--free", default=",".join(DEFAULT_FREE), show_default=True,
+        click.option("--free", default=",".join(REQUEST_FIT_FREE), show_default=True,
                      help="Request logs: parameters fitted when they have an effect."),
         click.option("--variants", default=None,
                      help="How compute and memory combine: max, sum, blend (comma separated) "
@@ -133,6 +129,8 @@ def hardware_options(fn):
 
 def cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms):
     """The cost model (declared default values) of the hardware options."""
+    from replay.cost_model import RooflineCostModel
+
     model_spec = model_from_options(model, model_config)
     if (gpu is None) == (gpu_spec is None):
         raise click.UsageError("give exactly one of --gpu and --gpu-spec")
@@ -153,6 +151,8 @@ def engine_options(replay_kwargs: dict, tp: int, dp: int, expert_parallel: bool)
 
 def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose):
     """Fit the runs by simulation in the loop; print the summary; return the fits."""
+    from .request_fit import fit_requests
+
     n = sum(len(r.trace) for r in runs)
     click.echo(f"fitting {len(runs)} run(s), {n} requests, by simulation in the loop (variants "
                f"{', '.join(variants)}) ...", err=True)
@@ -202,6 +202,11 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
                     --max-num-seqs 128 --max-num-batched-tokens 2048 -o cal.json
     """
     from traces.io import read_trace
+
+    from .request_fit import engine_settings
+    from .runs import load_runs, parse_run_spec
+    from .step_fit import StepData, bootstrap_ci95, fit_steps, set_ci95
+    from .summary import to_calibration
 
     tp, dp, expert_parallel = engine_options(replay_kwargs, tp, dp, expert_parallel)
     cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
@@ -281,7 +286,14 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
                          --max-num-seqs 32 --max-num-batched-tokens 64 --enable-prefix-caching
       calibrate validate --fit-on run.parquet@0:15 --score-on run.parquet@15: ...
     """
+    import pandas as pd
+
     from traces.io import read_trace
+
+    from .request_fit import engine_settings
+    from .runs import load_runs, score_runs
+    from .step_fit import set_ci95
+    from .summary import to_calibration
 
     tp, dp, expert_parallel = engine_options(replay_kwargs, tp, dp, expert_parallel)
     cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
@@ -307,8 +319,11 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
         click.echo(f"wrote {table_out}")
 
 
-def format_validation(table: pd.DataFrame) -> str:
-    """One line per run: p50/p90 errors of TTFT and E2E, p50 of TPOT, in and out of sample."""
+def format_validation(table) -> str:
+    """One line per run (``table``: :func:`calibrate.runs.score_runs` rows with a ``sample``
+    column): p50/p90 errors of TTFT and E2E, p50 of TPOT, in and out of sample."""
+    import numpy as np
+
     lines = [f"{'run':38s} {'sample':6s} {'TTFT p50':>9s} {'p90':>7s} {'TPOT p50':>9s} {'E2E p50':>8s} {'p90':>7s}"]
     for (run, sample), g in table.groupby(["run", "sample"], sort=False):
         by = {r["metric"]: r for _, r in g.iterrows()}

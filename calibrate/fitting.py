@@ -17,7 +17,7 @@ from typing import Callable
 import lmfit
 import numpy as np
 
-from schemas.cost_params import PARAMS, CostParams
+from schemas.cost_params import PARAMS, VARIANTS, CostParams
 
 from .errors import FitError
 from .identify import assess
@@ -65,8 +65,6 @@ class FitResult:
         return CostParams(**self.values())
 
 
-#: How compute and memory combine: the seed's max, the sum, or a fitted blend (``overlap``).
-VARIANTS = {"max": 0.0, "sum": 1.0, "blend": None}
 
 
 def inert_params(cost_model, names) -> dict:

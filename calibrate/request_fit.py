@@ -19,7 +19,7 @@ from replay.cost_model import RooflineCostModel
 from replay.simulate import ReplayConfig, replay_frame
 from replay.parallel import worker_pool
 from replay.sweep import map_on_ray, ray_session
-from schemas.cost_params import PARAMS, CostParams
+from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, CostParams
 
 from .errors import FitError
 from .fitting import FitResult, fit_variants
@@ -27,8 +27,7 @@ from .fitting import FitResult, fit_variants
 #: Quantiles matched by default (p10..p90).
 QUANTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)
 #: Parameters a request fit frees by default (others stay at their values unless freed).
-DEFAULT_FREE = ("eta_compute", "n_half_tokens", "eta_mem", "t_step_s", "t_seq_s", "t_allreduce_hop_s",
-                "t_alltoall_s", "t_frontend_s")
+DEFAULT_FREE = REQUEST_FIT_FREE
 #: Extra start points (the first start is the cost model's values).
 _STARTS = ({"eta_compute": 0.3, "eta_mem": 0.5, "t_step_s": 2e-4, "n_half_tokens": 100.0},
            {"eta_compute": 0.8, "eta_mem": 0.95, "t_step_s": 3e-3, "n_half_tokens": 10.0})
@@ -160,7 +159,7 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
     cost_model : RooflineCostModel
         Hardware, model and terms; its values are the first start and the values of the
         parameters that stay fixed.
-    variants : names of :data:`calibrate.fitting.VARIANTS` (how compute and memory combine).
+    variants : names of :data:`schemas.cost_params.VARIANTS` (how compute and memory combine).
     metrics : measured columns matched (those a run lacks are skipped for that run).
     quantiles : percentiles matched, numpy linear method on both sides.
     free : parameters fitted when they have an effect (:func:`calibrate.fitting.inert_params`).

@@ -98,7 +98,7 @@ def fit_steps(steps: pd.DataFrame, cost_model: RooflineCostModel, variants=("max
     cost_model : RooflineCostModel
         Hardware, model and terms; its parameter values are the starts and the values of
         parameters that stay fixed.
-    variants : names of :data:`VARIANTS` (``max``/``sum`` fix ``overlap`` at 0/1, ``blend`` fits it).
+    variants : names of :data:`schemas.cost_params.VARIANTS` (``max``/``sum`` fix ``overlap`` at 0/1, ``blend`` fits it).
     loss : scipy ``least_squares`` loss; robust ``soft_l1`` by default.
     fixed : parameter -> value held fixed.
 

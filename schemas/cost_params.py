@@ -177,3 +177,11 @@ class CostParams(Mapping):
 
 def _rebuild(values: dict) -> CostParams:
     return CostParams(**values)
+
+
+#: How compute and memory combine, the variants a fit tries: the seed's max (``overlap`` 0),
+#: the sum (1), or a fitted blend (None: ``overlap`` free).
+VARIANTS = {"max": 0.0, "sum": 1.0, "blend": None}
+#: Parameters a request-log fit frees by default (when they have an effect on the hardware).
+REQUEST_FIT_FREE = ("eta_compute", "n_half_tokens", "eta_mem", "t_step_s", "t_seq_s", "t_allreduce_hop_s",
+                    "t_alltoall_s", "t_frontend_s")
