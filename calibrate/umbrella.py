@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import click
-from click.utils import make_default_short_help
 
 from replay.cli import main as replay_main
 from replay.cli.describe_load import add_load_to_describe
@@ -44,8 +43,8 @@ class _LazyGroup(click.Group):
                 rows.append((name, cmd))
         if rows:
             limit = formatter.width - 6 - max(len(name) for name, _ in rows)
-            rows = [(name, make_default_short_help(text, limit) if isinstance(text, str) else text.get_short_help_str(limit))
-                    for name, text in rows]
+            rows = [(name, click.Command(name, help=text).get_short_help_str(limit) if isinstance(text, str)
+                     else text.get_short_help_str(limit)) for name, text in rows]
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 
