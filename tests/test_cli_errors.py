@@ -172,3 +172,19 @@ def test_model_config_and_gpu_spec_files(tmp_path):
     res = invoke("calibrate", "fit", steps, "--model", "llama-3.1-8b", "--model-config", tmp_path / "my-llama" / "config.json",
                  "--gpu", "h100-80gb", "-o", tmp_path / "x.json")
     assert res.exit_code == 2 and "exactly one of --model and --model-config" in res.output
+
+
+def test_missing_calibration_says_how_to_make_one_and_unknown_model_is_exit_2_everywhere(tmp_path):
+    from helpers import write_calibration
+    from schemas.specs import get_gpu, get_model
+
+    steps = _steps(tmp_path, [0.01, 0.02, 0.012, 0.03])
+    res = invoke("replay", steps)
+    assert res.exit_code == 2 and "calibrate fit TRACE --model M --gpu G -o cal.json" in res.output
+    assert all(len(line) <= 100 for line in res.output.splitlines())
+    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), CostParams()),
+                      tmp_path / "cal.json")
+    for args in (["calibrate", "fit", steps, "--model", "llama-3.2-3b", "--gpu", "h100-80gb", "-o", tmp_path / "c.json"],
+                 ["replay", steps, "--calibration", tmp_path / "cal.json", "--model", "llama-3.2-3b"]):
+        res = invoke(*args)
+        assert res.exit_code == 2 and "unknown model 'llama-3.2-3b'" in res.output, res.output

@@ -12,6 +12,7 @@ import click
 from schemas.calibration import Calibration
 from schemas.cli_support import DataError, user_errors, version_option
 from schemas.kinds import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE
+from schemas.errors import SpecError
 from schemas.specs import get_model
 
 from ..errors import ConfigError, ReplayError
@@ -20,13 +21,15 @@ from .engine_settings import calibrated_cost_model, check_limits, engine_sources
 from .options import chrome_trace_options, output_options, parse_tolerances, replay_options, show_progress
 from .runners import check_sweep_options, compare_schedulers_run, hardware, parse_scheduler_list, sweep_run
 
-_errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError,))
+# an unknown --model is a bad option (exit 2), as in 'calibrate fit'; a bad spec inside a
+# calibration file is reported as that file's fault (SchemaError, exit 1) by Calibration.read
+_errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, SpecError))
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @version_option()
 @click.argument("trace", type=click.Path(dir_okay=False))
-@click.option("--calibration", "calibration_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--calibration", "calibration_path", default=None, type=click.Path(dir_okay=False),
               help="Calibration JSON written by 'calibrate fit'.")
 @click.option("--model", default=None, help="Replay another model on the calibrated GPU (catalog key, "
                                             "HF id or config.json).")
@@ -119,6 +122,9 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
 
         report_format(report)  # an unknown suffix fails before the replay
         timeseries = read_timeseries(measured_timeseries) if measured_timeseries else None
+    if calibration_path is None:
+        raise click.UsageError("Missing option '--calibration' (make one: calibrate fit TRACE --model M --gpu G "
+                               "-o cal.json)")
     cal = Calibration.read(calibration_path)
     model_spec = get_model(model) if model else None
     kwargs.update(tp=tp, dp=dp)
