@@ -4,9 +4,9 @@ from __future__ import annotations
 import math
 
 from ..request import Request
-from .base import Batch, ReplicaState, admit_waiting, schedule_running
+from .base import Batch, ReplicaState
 from .chunked import ChunkedScheduler
-from .keyed_queue import KeyedWaiting
+from .keyed_queue import schedule_in_key_order
 
 
 def next_token_deadline_s(req: Request) -> float:
@@ -53,16 +53,7 @@ class EdfScheduler(ChunkedScheduler):
     def schedule(self, now: float, state: ReplicaState) -> Batch:
         """``chunked``'s step with the waiting queue kept in deadline order (:class:`KeyedWaiting`:
         O(log n) per arrival and admission, the same order as :meth:`waiting_key`)."""
-        batch = Batch()
-        budget, preempted = schedule_running(state, batch, state.config.max_num_batched_tokens)
-        if preempted or not state.waiting or budget <= 0 or len(state.running) >= state.config.max_num_seqs:
-            return batch
-        queue = state.waiting
-        if type(queue) is not KeyedWaiting:
-            queue = state.waiting = KeyedWaiting(_deadline_key, queue)
-        queue.now = now
-        admit_waiting(state, batch, budget, now)
-        return batch
+        return schedule_in_key_order(now, state, _deadline_key)
 
     def waiting_key(self, now: float):
         """Next-token deadline, then arrival (the order :meth:`schedule` admits in)."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
+from .base import Batch, ReplicaState, admit_waiting, schedule_running
+
 
 class KeyedWaiting:
     """The waiting requests of one replica, the head being the one with the smallest key.
@@ -161,3 +163,19 @@ class KeyedWaiting:
 
     def __repr__(self) -> str:
         return f"KeyedWaiting({len(self)} requests)"
+
+
+def schedule_in_key_order(now: float, state: ReplicaState, key, **queue_kw) -> Batch:
+    """``chunked``'s step with the waiting queue kept in ``key`` order (:class:`KeyedWaiting`:
+    O(log n) per arrival and admission); ``queue_kw`` go to :class:`KeyedWaiting`. The step
+    of ``sjf`` and ``edf``."""
+    batch = Batch()
+    budget, preempted = schedule_running(state, batch, state.config.max_num_batched_tokens)
+    if preempted or not state.waiting or budget <= 0 or len(state.running) >= state.config.max_num_seqs:
+        return batch
+    queue = state.waiting
+    if type(queue) is not KeyedWaiting:
+        queue = state.waiting = KeyedWaiting(key, queue, **queue_kw)
+    queue.now = now
+    admit_waiting(state, batch, budget, now)
+    return batch

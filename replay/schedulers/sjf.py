@@ -1,9 +1,9 @@
 """``sjf``: shortest prompt first, with an aging bound so long prompts never starve."""
 from __future__ import annotations
 
-from .base import Batch, ReplicaState, admit_waiting, schedule_running
+from .base import Batch, ReplicaState
 from .chunked import ChunkedScheduler
-from .keyed_queue import KeyedWaiting
+from .keyed_queue import schedule_in_key_order
 
 
 class SjfScheduler(ChunkedScheduler):
@@ -49,16 +49,7 @@ class SjfScheduler(ChunkedScheduler):
     def schedule(self, now: float, state: ReplicaState) -> Batch:
         """``chunked``'s step with the waiting queue kept in SJF order (:class:`KeyedWaiting`:
         O(log n) per arrival and admission, the same order as :meth:`waiting_key`)."""
-        batch = Batch()
-        budget, preempted = schedule_running(state, batch, state.config.max_num_batched_tokens)
-        if preempted or not state.waiting or budget <= 0 or len(state.running) >= state.config.max_num_seqs:
-            return batch
-        queue = state.waiting
-        if type(queue) is not KeyedWaiting:
-            queue = state.waiting = KeyedWaiting(_shortest_key, queue, aging_s=self.aging_s)
-        queue.now = now
-        admit_waiting(state, batch, budget, now)
-        return batch
+        return schedule_in_key_order(now, state, _shortest_key, aging_s=self.aging_s)
 
     def waiting_key(self, now: float):
         """Aged requests (waited > ``aging_s``) first by arrival, then shortest remaining prefill.
