@@ -2,9 +2,16 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
+
+# A test run started in the background of a non-interactive shell inherits Ctrl-C ignored
+# (SIG_IGN), and so would every command the tests start; the Ctrl-C tests need what a
+# terminal gives: Python's default handler here, the default disposition in subprocesses.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 #: Real-data files live beside the repository: <repo>/../shared/data/real.
 REAL_DATA_DIR = Path(__file__).parents[2] / "shared" / "data" / "real"
