@@ -89,6 +89,9 @@ def blis_file_pair(path: str | Path, data: str | Path | None = None) -> tuple[Pa
     """
     path = Path(path)
     if data is not None:
+        if path.suffix.lower() == ".csv":
+            raise TraceFormatError(path, "is a CSV file, given with --data", expected="the header YAML "
+                                   "(blis observe --trace-header) as FILE")
         return path, Path(data)
     if path.suffix.lower() == ".csv":
         for suffix in (".yaml", ".yml"):
