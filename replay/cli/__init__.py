@@ -128,7 +128,7 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     cal = Calibration.read(calibration_path)
     model_spec = get_model(model) if model else None
     kwargs.update(tp=tp, dp=dp)
-    for line in fill_engine_options(kwargs, engine_sources(vllm_log, cal, calibration_path)):
+    for line in fill_engine_options(kwargs, engine_sources(vllm_log, cal, calibration_path, trace)):
         click.echo(wrap(line), err=True)
     tp, dp = kwargs.pop("tp"), kwargs.pop("dp")
     cost_model = calibrated_cost_model(calibration_path, cal, model_spec, tp, dp)

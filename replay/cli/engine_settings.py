@@ -111,14 +111,52 @@ def replay_config(kwargs: dict, one_scheduler: bool = True, **extra) -> ReplayCo
     return ReplayConfig(**{k: kwargs[k] for k in keys}, **given, **extra)
 
 
-def engine_sources(vllm_log: str | None, cal: Calibration | None = None, cal_path=None) -> list:
-    """The sources of engine settings, first wins: the measured server's log, then the
-    calibration's recorded settings (:func:`fill_engine_options`)."""
+#: Settings a trace's metadata may supply (whole numbers >= 1), besides gpu_memory_utilization.
+_TRACE_INT_KEYS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "num_gpu_blocks",
+                   "tensor_parallel_size", "data_parallel_size")
+
+
+def trace_engine_settings(path) -> dict | None:
+    """The ``engine_settings`` an importer recorded in a trace's metadata (vLLM's names; e.g.
+    ``traces import blis-observe`` from the BLIS header), or None: none recorded, or a file
+    that cannot be read here (reading the trace reports that)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_schema(path).metadata or {}
+        settings = json.loads(meta.get(b"servecal.engine_settings", b"null"))
+    except (OSError, ValueError, TypeError, ArithmeticError, RecursionError):
+        return None
+    if not isinstance(settings, dict):
+        return None
+    out = {}
+    for key, value in settings.items():
+        if key in _TRACE_INT_KEYS:
+            ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2 ** 31
+        elif key == "gpu_memory_utilization":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
+        else:
+            continue  # not a setting a trace may supply
+        if not ok:
+            raise DataError(f"{path}: metadata engine_settings: {key}={value!r:.40} is not a valid setting")
+        out[key] = value
+    return out or None
+
+
+def engine_sources(vllm_log: str | None, cal: Calibration | None = None, cal_path=None, trace=None) -> list:
+    """The sources of engine settings, first wins: the measured server's log, the settings
+    recorded in the trace's metadata, then the calibration's recorded settings
+    (:func:`fill_engine_options`)."""
     out = []
     if vllm_log:
         from traces.importers.vllm_log import engine_settings_from_vllm_log
 
         out.append((f"vLLM log {vllm_log}", engine_settings_from_vllm_log(vllm_log)))
+    recorded = trace_engine_settings(trace) if trace is not None else None
+    if recorded:
+        out.append((f"trace {trace}", recorded))
     if cal is not None and cal.engine:
         out.append((f"calibration {cal_path}", cal.engine))
     return out
