@@ -400,7 +400,7 @@ def report_context(trace=None, calibration=None, cost_model=None, cfg=None, engi
         The replayed request trace and the calibration file.
     cost_model : replay.cost_model.RooflineCostModel, optional
         Gives the model, the GPU and the TP degree.
-    cfg : replay.simulate.ReplayConfig, optional
+    cfg : replay.config.ReplayConfig, optional
         Gives the scheduler and the engine settings.
     engine : replay.engine.Engine, optional
         The engine that ran: the KV blocks actually used (``--num-gpu-blocks`` or sized
@@ -422,26 +422,27 @@ def report_context(trace=None, calibration=None, cost_model=None, cfg=None, engi
     if cost_model is not None:
         items += [("model", cost_model.model.name), ("GPU", cost_model.gpu.name), ("TP", str(cost_model.tp))]
     if cfg is not None:
-        sched = cfg.scheduler
-        if cfg.scheduler == "disagg" and cost_model is not None:
+        eng, scheduling, closed = cfg.engine, cfg.scheduling, cfg.closed_loop
+        sched = scheduling.scheduler
+        if cfg.disagg is not None and cost_model is not None:
             from .disagg import describe_config
 
-            sched += f": {describe_config(cost_model, cfg)}"
-        elif cfg.replicas != 1:
-            sched += f" on {cfg.replicas} replicas, router {cfg.router}"
+            sched += f": {describe_config(cost_model, cfg.disagg)}"
+        elif scheduling.replicas != 1:
+            sched += f" on {scheduling.replicas} replicas, router {scheduling.router}"
         items.append(("scheduler", sched))
-        settings = [f"max_num_seqs={cfg.max_num_seqs}", f"max_num_batched_tokens={cfg.max_num_batched_tokens}"]
-        blocks = cfg.num_gpu_blocks
+        settings = [f"max_num_seqs={eng.max_num_seqs}", f"max_num_batched_tokens={eng.max_num_batched_tokens}"]
+        blocks = eng.num_gpu_blocks
         if engine is not None and getattr(engine, "replicas", None):
             blocks = engine.replicas[0].kv.num_gpu_blocks
         if blocks is not None:
             settings.append(f"num_gpu_blocks={blocks}")
-        settings += [f"block_size={cfg.block_size}",
-                     f"enable_prefix_caching={cfg.enable_prefix_caching}", f"preemption_mode={cfg.preemption_mode}"]
-        if cfg.max_model_len is not None:
-            settings.append(f"max_model_len={cfg.max_model_len}")
-        if cfg.concurrency is not None:
-            settings.append(f"closed loop: concurrency={cfg.concurrency}, think_time_s={cfg.think_time_s:g}")
+        settings += [f"block_size={eng.block_size}",
+                     f"enable_prefix_caching={eng.enable_prefix_caching}", f"preemption_mode={eng.preemption_mode}"]
+        if eng.max_model_len is not None:
+            settings.append(f"max_model_len={eng.max_model_len}")
+        if closed.concurrency is not None:
+            settings.append(f"closed loop: concurrency={closed.concurrency}, think_time_s={closed.think_time_s:g}")
         items.append(("engine", ", ".join(settings)))
     items.append(("servecal", servecal_version()))
     items += [(str(k), str(v)) for k, v in (extra or {}).items()]

@@ -14,23 +14,24 @@ import contextlib
 
 import itertools
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import pandas as pd
 
-from .closed_loop import check_closed_loop, on_send_times
+from .closed_loop import on_send_times
 from .compare import scheduler_table
 from .errors import ConfigError
 from .metrics import PERCENTILES, goodput_rps
 from .progress import optional_bar
 from .schedulers import check_scheduler_names
-from .simulate import ReplayConfig, replay_frame
+from .config import DisaggOptions, ReplayConfig
+from .simulate import replay_frame
 
 #: Sweepable options (their ``replay`` names) and the type of their values. ``rate-scale``
 #: divides the trace's arrival times (2 = twice the load); the others are
-#: :class:`~replay.simulate.ReplayConfig` fields.
+#: :class:`~replay.config.ReplayConfig` options (:meth:`~replay.config.ReplayConfig.with_options`).
 PARAMS = {
     "rate-scale": float,
     "scheduler": str,
@@ -155,24 +156,29 @@ def sweep_points(sweeps: dict[str, list]) -> list[dict]:
     return [dict(zip(names, combo)) for combo in itertools.product(*sweeps.values())]
 
 
-def point_config(cfg: ReplayConfig, point: dict) -> tuple[ReplayConfig, float]:
+def point_config(cfg: ReplayConfig, point: dict, disagg: DisaggOptions | None = None) -> tuple[ReplayConfig, float]:
     """The replay options of one point and its rate scale (1.0 when not swept).
+
+    A swept ``scheduler`` goes through :meth:`ReplayConfig.with_scheduler` (``disagg``: the
+    pools ``disagg``).
 
     Raises
     ------
     ConfigError
         ``rate-scale`` in closed loop (arrival times are not used there); ``replicas``
-        with ``disagg`` (which has prefill and decode pools); bad closed-loop options.
+        with ``disagg`` (which has prefill and decode pools); bad options.
     """
-    fields = {k.replace("-", "_"): v for k, v in point.items() if k != "rate-scale"}
-    new = replace(cfg, **fields)
+    options = {k.replace("-", "_"): v for k, v in point.items() if k != "rate-scale"}
+    scheduler = options.pop("scheduler", None)
+    new = cfg if scheduler is None else cfg.with_scheduler(scheduler, disagg)
+    if "replicas" in point and new.scheduling.scheduler == "disagg":
+        raise ConfigError("--sweep replicas: --scheduler disagg has --prefill-replicas and --decode-replicas")
+    if options:
+        new = new.with_options(**options)
     scale = float(point.get("rate-scale", 1.0))
-    if "rate-scale" in point and new.concurrency is not None:
+    if "rate-scale" in point and new.closed_loop.concurrency is not None:
         raise ConfigError("--sweep rate-scale: a closed loop (--concurrency) does not use arrival times; "
                           "sweep concurrency instead")
-    if "replicas" in point and new.scheduler == "disagg":
-        raise ConfigError("--sweep replicas: --scheduler disagg has --prefill-replicas and --decode-replicas")
-    check_closed_loop(new.concurrency, new.think_time_s)
     return new, scale
 
 
@@ -189,12 +195,16 @@ class SweepContext:
     cost_model : replay.cost_model.RooflineCostModel
     cfg : ReplayConfig
         The options of every point but the swept ones.
+    disagg : DisaggOptions, optional
+        The pools of the points whose swept ``scheduler`` is ``disagg`` (default: ``cfg``'s
+        or :class:`DisaggOptions`'s defaults).
     """
 
     frame: pd.DataFrame
     metadata: dict
     cost_model: object
     cfg: ReplayConfig
+    disagg: DisaggOptions | None = None
 
 
 def evaluate_point(ctx: SweepContext, point: dict) -> dict:
@@ -208,13 +218,13 @@ def evaluate_point(ctx: SweepContext, point: dict) -> dict:
         ``throughput_rps`` (requests/s, :func:`replay.metrics.goodput_rps` with and without
         the SLOs of ``ctx.cfg``).
     """
-    cfg, scale = point_config(ctx.cfg, point)
+    cfg, scale = point_config(ctx.cfg, point, ctx.disagg)
     frame = ctx.frame
     if scale != 1.0:
         frame = frame.assign(arrival_time_s=frame["arrival_time_s"] / scale)
     result, _ = replay_frame(frame, ctx.cost_model, cfg, ctx.metadata)
     result = on_send_times(result)  # rates over the simulated sends of a closed loop
-    row = scheduler_table({"": result}, cfg.slo_ttft_s, cfg.slo_tpot_s).iloc[0].to_dict()
+    row = scheduler_table({"": result}, cfg.scheduling.slo_ttft_s, cfg.scheduling.slo_tpot_s).iloc[0].to_dict()
     del row["scheduler"]
     row["throughput_rps"] = goodput_rps(result, None, None)
     return {**{column(k): v for k, v in point.items()}, **row}
@@ -324,7 +334,7 @@ def run_sweep(ctx: SweepContext, sweeps: dict[str, list], jobs: int | None = Non
     """
     points = sweep_points(sweeps)
     for p in points:
-        point_config(ctx.cfg, p)
+        point_config(ctx.cfg, p, ctx.disagg)
     if jobs is None:
         jobs = os.cpu_count() or 1
     if jobs < 1:
@@ -345,7 +355,7 @@ def run_sweep(ctx: SweepContext, sweeps: dict[str, list], jobs: int | None = Non
             # spawned workers that ignore Ctrl-C: the parent alone reports it (exit 130)
             rows = map_in_processes(_evaluate_in_worker, points, min(jobs, len(points)), _init_worker, (ctx,), done)
     table = pd.DataFrame(rows)
-    if ctx.cfg.slo_ttft_s is None and ctx.cfg.slo_tpot_s is None:
+    if ctx.cfg.scheduling.slo_ttft_s is None and ctx.cfg.scheduling.slo_tpot_s is None:
         table = table.drop(columns="goodput_rps")
     return table
 
