@@ -239,7 +239,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
             raise click.BadParameter("a bootstrap of a simulation-in-the-loop fit would take hundreds of fits; "
                                      "use --ci stderr for request logs", param_hint="--ci")
         if ray_address is not None:
-            from replay.sweep import check_ray
+            from replay.ray_tasks import check_ray
 
             check_ray()
         runs = load_runs(traces, replay_config(replay_kwargs), read_trace)

@@ -19,7 +19,7 @@ from replay.cost_model import RooflineCostModel
 from replay.config import RecordOptions, ReplayConfig
 from replay.simulate import replay_frame
 from replay.parallel import worker_pool
-from replay.sweep import map_on_ray, ray_session
+from replay.ray_tasks import map_on_ray, ray_session
 from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, CostParams
 
 from .errors import FitError

@@ -88,7 +88,8 @@ def check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers,
         both swept and given; a clash with another mode; Ray not installed; an output that is
         neither .parquet nor .csv.
     """
-    from ..sweep import check_output_path, check_ray, parse_sweeps
+    from ..ray_tasks import check_ray
+    from ..sweep import check_output_path, parse_sweeps
 
     if not sweep:
         given = [opt for opt, v in (("--jobs", jobs), ("--ray-address", ray_address), ("--sweep-out", sweep_out))
