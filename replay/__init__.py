@@ -4,9 +4,10 @@
   ``kv_capacity``: KV blocks beside the weights.
 - ``engine`` (with ``request``, ``kv_cache``, ``schedulers/``, ``routing``, ``closed_loop``,
   ``disagg``): the discrete-event engine, its policies and its variants.
-- ``simulate``: ``replay_frame``, the library entry point; ``sweep``, ``parallel``: grids of
-  replays on local processes or Ray.
-- ``compare``, ``metrics``, ``queueing``, ``report``, ``chrome_trace``: measured vs predicted,
+- ``config``: ``ReplayConfig``, the options of a replay, one checked part per concern;
+  ``simulate``: ``replay_frame``, the library entry point; ``result_columns``: what it returns;
+  ``sweep/``, ``parallel``, ``ray_tasks``: grids of replays on local processes or Ray.
+- ``compare``, ``metrics``, ``queueing``, ``report/``, ``chrome_trace``: measured vs predicted,
   theory (Pollaczek-Khinchine), reports and timelines.
 - ``cli/``: the ``replay`` command; ``text``, ``progress``: terminal output.
 """

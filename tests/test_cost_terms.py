@@ -160,14 +160,15 @@ def test_frontend_delays_request_latencies(tmp_path):
     token after the first t_stream later again; the engine's queue wait is unchanged."""
     import pandas as pd
 
-    from replay.simulate import ReplayConfig, replay_frame
+    from replay.config import RecordOptions, ReplayConfig
+    from replay.simulate import replay_frame
 
     trace = pd.DataFrame({"request_id": ["a", "b"], "arrival_time_s": [0.0, 10.0], "num_prompt_tokens": [100, 2000],
                           "num_output_tokens": [5, 5]})
     base = _cm(ALL_TERMS, eta_compute=0.5, eta_mem=0.8)
     fe = base.with_params(base.params.replace(t_frontend_s=0.02, t_frontend_per_prompt_token_s=1e-5,
                                               t_stream_per_token_s=1e-3))
-    cfg = ReplayConfig(record_token_times=True)
+    cfg = ReplayConfig(record=RecordOptions(token_times=True))
     r0, _ = replay_frame(trace, base, cfg)
     r1, _ = replay_frame(trace, fe, cfg)
     shift = 0.02 + 1e-5 * trace["num_prompt_tokens"].to_numpy()

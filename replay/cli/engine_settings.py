@@ -1,5 +1,5 @@
 """Where ``replay``'s engine settings come from: the command line, a vLLM log, the calibration;
-the check that they can describe the measured run; the :class:`~replay.simulate.ReplayConfig`
+the check that they can describe the measured run; the :class:`~replay.config.ReplayConfig`
 and the cost model they make."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from .options import DISAGG_OPTIONS
 
 if TYPE_CHECKING:
-    from ..simulate import ReplayConfig
+    from ..config import DisaggOptions, RecordOptions, ReplayConfig
 
 
 #: Engine options a vLLM log or a calibration can supply (ReplayConfig names = option names).
@@ -87,28 +87,35 @@ def check_limits(name: str, trace, max_num_seqs: int, dp: int = 1) -> str | None
     return None
 
 
-def replay_config(kwargs: dict, one_scheduler: bool = True, **extra) -> ReplayConfig:
-    """A ReplayConfig from the options of :func:`replay_options`.
+#: Options of :func:`replay_options` that are not :class:`~replay.config.ReplayConfig` options.
+_NOT_CONFIG = ("vllm_log", "exact_steps")
 
-    With ``one_scheduler`` (not ``--compare-schedulers``), options that the chosen scheduler
-    would ignore are a ConfigError: ``disagg`` options with another scheduler, ``--replicas``
-    with ``disagg``.
+
+def replay_config(kwargs: dict, record: RecordOptions | None = None) -> ReplayConfig:
+    """The ReplayConfig of the options of :func:`replay_options` (and ``seed``).
+
+    The checks are the library's (:class:`~replay.config.ReplayConfig`): bad values, and
+    options the chosen scheduler would ignore (``disagg`` options with another scheduler,
+    ``--replicas`` with ``disagg``).
     """
-    from ..simulate import ReplayConfig
-    
+    from ..config import ReplayConfig
 
-    keys = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "gpu_memory_utilization",
-            "block_size", "max_model_len", "replicas", "router", "enable_prefix_caching", "hash_block_size",
-            "preemption_mode", "slo_ttft_s", "slo_tpot_s", "concurrency", "think_time_s", "exact_steps",
-            "long_prefill_token_threshold", "speculative_tokens", "spec_acceptance_rate")
-    keys = tuple(k for k in keys if k in kwargs)
+    options = {k: v for k, v in kwargs.items() if k not in _NOT_CONFIG}
+    return ReplayConfig.from_options(record, bool(kwargs.get("exact_steps")), **options)
+
+
+def multi_scheduler_config(kwargs: dict) -> tuple[ReplayConfig, DisaggOptions | None]:
+    """For runs over several schedulers (``--compare-schedulers``, ``--sweep scheduler=...``):
+    the configuration of every run but its scheduler, and the pools of the ``disagg`` runs
+    (None when no ``disagg`` option is given); :meth:`ReplayConfig.with_scheduler` combines them.
+    """
+    from ..config import DisaggOptions
+
+    colocated = {k: v for k, v in kwargs.items() if k not in DISAGG_OPTIONS}
+    if colocated.get("scheduler") == "disagg":  # the scheduler of each run comes from the list
+        colocated["scheduler"] = "chunked"
     given = {k: kwargs[k] for k in DISAGG_OPTIONS if kwargs.get(k) is not None}
-    if one_scheduler and kwargs["scheduler"] != "disagg" and given:
-        names = ", ".join("--" + k.replace("_", "-") for k in given)
-        raise ConfigError(f"{names}: only --scheduler disagg uses these (the scheduler is {kwargs['scheduler']})")
-    if one_scheduler and kwargs["scheduler"] == "disagg" and kwargs["replicas"] != 1:
-        raise ConfigError("--replicas: with --scheduler disagg give --prefill-replicas and --decode-replicas")
-    return ReplayConfig(**{k: kwargs[k] for k in keys}, **given, **extra)
+    return replay_config(colocated), DisaggOptions(**given) if given else None
 
 
 #: Settings a trace's metadata may supply (whole numbers >= 1), besides gpu_memory_utilization.
