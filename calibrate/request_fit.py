@@ -22,6 +22,7 @@ from replay.parallel import worker_pool
 from replay.ray_tasks import map_on_ray, ray_session
 from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, CostParams
 
+from .confidence import confidence_set_intervals
 from .errors import FitError
 from .fitting import FitResult, fit_variants
 
@@ -186,7 +187,11 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
     step: the replayed quantiles are piecewise constant below that); the best wins.
     Uncertainty and identifiability: :func:`calibrate.identify.assess`, the delta method
     with the Jacobian at the optimum and the sampling covariance of the measured quantiles
-    from a moving-block bootstrap over requests (:meth:`_QuantileResidual.sampling_cov`).
+    from a moving-block bootstrap over requests (:meth:`_QuantileResidual.sampling_cov`),
+    decides which parameters are held at their declared values; the best fit's intervals
+    are then the extents of the confidence set
+    (:func:`calibrate.confidence.confidence_set_intervals`), which hold the truth wherever in
+    its valley the optimizer stopped.
     """
     runs = [_prepared(r, cost_model, metrics) for r in runs]
     residual = _QuantileResidual(runs, cost_model, metrics, quantiles)
@@ -209,12 +214,19 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
         return FitResult(variant=v, params=params, correlations=corr, score=cost, stats=stats,
                          warnings=[*[r.note for r in runs if r.note], *warns], report=lmfit.fit_report(best))
 
+    data_cov = residual.sampling_cov()
     with start_runner(jobs, ray_address, 1 + len(_STARTS)) as runner:
-        return fit_variants(residual, cost_model, variants, [n for n in cost_model.free_params if n in free or
+        fits = fit_variants(residual, cost_model, variants, [n for n in cost_model.free_params if n in free or
                                                              n == "overlap"], fixed, not_seen, result_of,
                             (n_res, "quantile residuals"), rel_step=0.05, assess_step=0.05,
-                            data_cov=residual.sampling_cov(), starts=_STARTS,
-                            max_nfev=max_nfev or 10 * (len(free) + 1), runner=runner)
+                            data_cov=data_cov, starts=_STARTS, max_nfev=max_nfev or 10 * (len(free) + 1),
+                            runner=runner)
+    best = fits[0]
+    best.params, warns, best.stats["confidence_set"] = confidence_set_intervals(residual, best.params, data_cov)
+    delta = tuple(f"{n}: NOT IDENTIFIED" for n, p in best.params.items() if p.vary)
+    best.warnings = [w for w in best.warnings if not w.startswith(delta)] + warns
+    best.stats["ci_method"] = "confidence set"
+    return fits
 
 
 def _prepared(run: Run, cost_model: RooflineCostModel, metrics) -> Run:

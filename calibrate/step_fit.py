@@ -179,7 +179,10 @@ def bootstrap_ci95(data: StepData, cost_model: RooflineCostModel, fit: FitResult
 
 def set_ci95(fit: FitResult, method: str, bootstrap: dict | None = None) -> None:
     """Store 95 % intervals in ``fit.params``: from the bootstrap, or ``value +/- 1.96 stderr``
-    clipped to the parameter's declared range."""
+    clipped to the parameter's declared range; a fit that computed its own intervals (a
+    request-log fit's confidence set) keeps them."""
+    if fit.stats.get("ci_method") == "confidence set":
+        return
     for k, p in fit.params.items():
         if not p.vary or not p.identifiable:  # only a bound is known (FittedParam.bound)
             continue
