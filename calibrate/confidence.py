@@ -43,16 +43,18 @@ STEPS = (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0)
 
 
 def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], params: dict, data_cov: np.ndarray,
-                             rel_step: float = 0.05, level: float = 0.95) -> tuple[dict, list, dict]:
+                             rel_step: float = 0.05, level: float = 0.95, runner=None) -> tuple[dict, list, dict]:
     """95 % intervals of the free parameters of a request-log fit, from the confidence set.
 
     Parameters
     ----------
-    residual : CostParams -> relative quantile errors (the fit's).
+    residual : CostParams -> relative quantile errors (the fit's; picklable with ``runner``).
     params : dict name -> FittedParam, the fit's (free ones have ``vary``).
     data_cov : array (n, n), the residuals' sampling covariance.
     rel_step : finite-difference step of the Jacobian, relative to each fit scale.
     level : confidence level.
+    runner : ``runner(fn, shared, items)`` running the Jacobian's columns and the line
+        searches elsewhere (:func:`calibrate.request_fit.start_runner`); default: here.
 
     Returns
     -------
@@ -60,7 +62,7 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
         ``identifiable`` when that extent is within +-1.96 x :data:`MAX_REL_STDERR` of
         the value, else NOT IDENTIFIED with the parameter it moves with named;
     warnings : list of str, one per parameter NOT IDENTIFIED;
-    stats : ``{"threshold": ..., "g_optimum": ..., "dof": ..., "n_evals": ...}``.
+    stats : ``{"threshold", "g_optimum", "dof", "rule", "n_evals"}``.
 
     Notes
     -----
@@ -70,67 +72,28 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
     """
     from scipy.stats import chi2
 
+    run = runner or (lambda fn, shared, items: [fn(shared, item) for item in items])
     free = [n for n, p in params.items() if p.vary]
-    fixed = {n: p.value for n, p in params.items() if not p.vary}
-    scale = np.array([PARAMS[n].fit_scale for n in free])
-    lo_b = np.array([PARAMS[n].lower for n in free]) / scale
-    hi_b = np.array([PARAMS[n].upper for n in free]) / scale
-    x0 = np.array([params[n].value for n in free]) / scale
-    w, v = np.linalg.eigh(data_cov)
-    keep = w > 1e-9 * max(w.max(), 1e-300)
-    cov_pinv = (v[:, keep] / w[keep]) @ v[:, keep].T
-    dof = int(keep.sum())
-    n_evals = [0]
-
-    def g(x):
-        n_evals[0] += 1
-        r = residual(CostParams(**fixed, **{n: float(x[i] * scale[i]) for i, n in enumerate(free)}))
-        return float(r @ cov_pinv @ r), r
-
-    g0, r0 = g(x0)
-    threshold = float(chi2.ppf(level, dof))
+    prob = _SetProblem(residual, free, {n: p.value for n, p in params.items() if not p.vary}, data_cov)
+    x0 = np.array([params[n].value for n in free]) / prob.scale
+    g0, r0 = prob.g(x0)
+    threshold = float(chi2.ppf(level, prob.dof))
     rule = "goodness of fit"
     if g0 > threshold:
         threshold, rule = g0 + float(chi2.ppf(level, 1)), "profile (optimum fails the test)"
-    cols = []
-    for i in range(len(free)):
-        h = rel_step * max(1.0, abs(x0[i]))
-        up, down = min(x0[i] + h, hi_b[i]), max(x0[i] - h, lo_b[i])
-        fu = g(_at(x0, i, up))[1] if up != x0[i] else r0
-        fd = g(_at(x0, i, down))[1] if down != x0[i] else r0
-        cols.append((fu - fd) / (up - down) if up != down else np.zeros_like(r0))
-    jac = np.column_stack(cols)
-    a_inv = np.linalg.pinv(jac.T @ cov_pinv @ jac)
+    prob.x0, prob.r0, prob.threshold, prob.rel_step = x0, r0, threshold, rel_step
+    jac = np.column_stack(run(_column, prob, range(len(free))))
+    fisher = jac.T @ prob.cov_pinv @ jac
+    a_inv = np.linalg.pinv(fisher)
     rise = threshold - g0
-    directions = []
-    for i in range(len(free)):
-        if a_inv[i, i] > 0:
-            directions.append(a_inv[:, i] * math.sqrt(rise / a_inv[i, i]))
-    ew, ev = np.linalg.eigh(jac.T @ cov_pinv @ jac)
-    sloppy = ev[:, 0] * math.sqrt(rise / max(ew[0], 1e-12 * max(ew[-1], 1e-300)))
-    directions.append(sloppy)
-    sqrt_w = np.linalg.cholesky(cov_pinv + 1e-12 * np.eye(len(r0)) * max(np.trace(cov_pinv), 1e-300))
-    accepted = [x0]
-    for k, d in enumerate(directions):
-        held = k if k < len(free) else None  # the parameter this direction moves; the others follow it
-        for sign in (1.0, -1.0):
-            x, t_prev, misses = x0, 0.0, 0
-            for t in STEPS:
-                trial = np.clip(x + sign * (t - t_prev) * d, lo_b, hi_b)
-                if np.allclose(trial, x):
-                    break  # at a bound: no further
-                gt, rt = g(trial)
-                if gt > threshold and held is not None:  # curved valley: the others re-fit, Gauss-Newton
-                    trial = _follow(trial, rt, jac, sqrt_w, held, lo_b, hi_b)
-                    gt, rt = g(trial)
-                if gt <= threshold:
-                    accepted.append(trial)
-                    x, t_prev, misses = trial, t, 0
-                else:
-                    misses += 1
-                    if misses == 2:
-                        break
-    pts = np.array(accepted) * scale
+    walks = [(a_inv[:, i] * math.sqrt(rise / a_inv[i, i]), i) for i in range(len(free)) if a_inv[i, i] > 0]
+    ew, ev = np.linalg.eigh(fisher)
+    walks.append((ev[:, 0] * math.sqrt(rise / max(ew[0], 1e-12 * max(ew[-1], 1e-300))), None))
+    prob.jac = jac
+    found = run(_walk, prob, [(d, held, sign) for d, held in walks for sign in (1.0, -1.0)])
+    accepted = [x0, *[x for pts, _ in found for x in pts]]
+    n_evals = 1 + 2 * len(free) + sum(n for _, n in found)
+    pts = np.array(accepted) * prob.scale
     corr = a_inv / np.sqrt(np.outer(np.diag(a_inv), np.diag(a_inv)).clip(1e-300))
     out, warns = dict(params), []
     for i, n in enumerate(free):
@@ -147,7 +110,68 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
         why = f"the data allow any value in [{fmt(n, lo)}, {fmt(n, hi)}]{mates}"
         out[n] = FittedParam(p.value, p.stderr, False, why, True, (lo, hi))
         warns.append(f"{n}: NOT IDENTIFIED, {why}")
-    return out, warns, {"threshold": threshold, "g_optimum": g0, "dof": dof, "rule": rule, "n_evals": n_evals[0]}
+    return out, warns, {"threshold": threshold, "g_optimum": g0, "dof": prob.dof, "rule": rule, "n_evals": n_evals}
+
+
+class _SetProblem:
+    """The confidence set's test statistic ``G`` over scaled parameters (picklable: its
+    Jacobian columns and line searches may run in worker processes)."""
+
+    def __init__(self, residual, free, fixed, data_cov):
+        self.residual, self.free, self.fixed = residual, free, fixed
+        self.scale = np.array([PARAMS[n].fit_scale for n in free])
+        self.lo = np.array([PARAMS[n].lower for n in free]) / self.scale
+        self.hi = np.array([PARAMS[n].upper for n in free]) / self.scale
+        w, v = np.linalg.eigh(data_cov)
+        keep = w > 1e-9 * max(w.max(), 1e-300)
+        self.cov_pinv = (v[:, keep] / w[keep]) @ v[:, keep].T
+        self.dof = int(keep.sum())
+        # sqrt_w^T sqrt_w = Sigma^+ (a hair of ridge: Cholesky needs it positive definite)
+        ridge = 1e-12 * max(np.trace(self.cov_pinv), 1e-300) * np.eye(len(w))
+        self.sqrt_w = np.linalg.cholesky(self.cov_pinv + ridge).T
+
+    def g(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        r = self.residual(CostParams(**self.fixed, **{n: float(x[i] * self.scale[i]) for i, n in enumerate(self.free)}))
+        return float(r @ self.cov_pinv @ r), r
+
+
+def _column(prob: _SetProblem, i: int) -> np.ndarray:
+    """Central-difference column ``i`` of the residuals' Jacobian at the optimum (one-sided at a bound)."""
+    x0 = prob.x0
+    h = prob.rel_step * max(1.0, abs(x0[i]))
+    up, down = min(x0[i] + h, prob.hi[i]), max(x0[i] - h, prob.lo[i])
+    if up == down:
+        return np.zeros_like(prob.r0)
+    fu = prob.g(_at(x0, i, up))[1] if up != x0[i] else prob.r0
+    fd = prob.g(_at(x0, i, down))[1] if down != x0[i] else prob.r0
+    return (fu - fd) / (up - down)
+
+
+def _walk(prob: _SetProblem, item) -> tuple[list, int]:
+    """From the optimum along ``sign * d`` at :data:`STEPS` multiples: the points inside the
+    set, and the evaluations spent. When a step leaves the set, the parameters other than
+    ``held`` (the one the direction moves) take one Gauss-Newton step back into the valley
+    (it is curved: the straight line leaves it); two misses in a row end the walk."""
+    d, held, sign = item
+    x, t_prev, misses, inside, n = prob.x0, 0.0, 0, [], 0
+    for t in STEPS:
+        trial = np.clip(x + sign * (t - t_prev) * d, prob.lo, prob.hi)
+        if np.allclose(trial, x):
+            break  # at a bound: no further
+        gt, rt = prob.g(trial)
+        n += 1
+        if gt > prob.threshold and held is not None:
+            trial = _follow(trial, rt, prob.jac, prob.sqrt_w, held, prob.lo, prob.hi)
+            gt, rt = prob.g(trial)
+            n += 1
+        if gt <= prob.threshold:
+            inside.append(trial)
+            x, t_prev, misses = trial, t, 0
+        else:
+            misses += 1
+            if misses == 2:
+                break
+    return inside, n
 
 
 def _follow(x: np.ndarray, r: np.ndarray, jac: np.ndarray, sqrt_w: np.ndarray, held: int, lo_b, hi_b) -> np.ndarray:
@@ -155,7 +179,7 @@ def _follow(x: np.ndarray, r: np.ndarray, jac: np.ndarray, sqrt_w: np.ndarray, h
     the optimum's Jacobian ``jac``, weights ``sqrt_w^T sqrt_w = Sigma^+``): the point of the
     valley beside ``x``."""
     others = [j for j in range(jac.shape[1]) if j != held]
-    a, b = sqrt_w.T @ jac[:, others], sqrt_w.T @ r
+    a, b = sqrt_w @ jac[:, others], sqrt_w @ r
     step = np.linalg.lstsq(a, -b, rcond=None)[0]
     y = x.copy()
     y[others] += step

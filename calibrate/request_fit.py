@@ -221,8 +221,9 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
                             (n_res, "quantile residuals"), rel_step=0.05, assess_step=0.05,
                             data_cov=data_cov, starts=_STARTS, max_nfev=max_nfev or 10 * (len(free) + 1),
                             runner=runner)
-    best = fits[0]
-    best.params, warns, best.stats["confidence_set"] = confidence_set_intervals(residual, best.params, data_cov)
+        best = fits[0]
+        best.params, warns, best.stats["confidence_set"] = confidence_set_intervals(residual, best.params, data_cov,
+                                                                                    runner=runner)
     delta = tuple(f"{n}: NOT IDENTIFIED" for n, p in best.params.items() if p.vary)
     best.warnings = [w for w in best.warnings if not w.startswith(delta)] + warns
     best.stats["ci_method"] = "confidence set"
