@@ -37,6 +37,7 @@ from .cost_model import StepCostModel
 from .errors import ConfigError, ReplayError
 from .kv_cache import make_kv_cache
 from .progress import bar as progress_bar
+from .progress import counting_calls, counting_items
 from .request import Request
 from .schedulers.base import Batch, LazyDecodes, ReplicaState, Scheduler, SchedulerConfig
 
@@ -272,8 +273,8 @@ class Engine:
         # counting wrappers shadow the two methods for this run only
         progress = progress_bar("replaying", 2 * len(arrivals))
         if progress is not None:
-            self._arrive_next = _counted(self._arrive_next, progress)
-            self._finish = _counted_finish(self._finish, progress)
+            self._arrive_next = counting_calls(self._arrive_next, progress, every=1024)
+            self._finish = counting_items(self._finish, progress, arg=1)  # the requests done
         end_step, start_step, arrive_next = self._end_step, self._start_step, self._arrive_next
         try:
             while self._next_list_arrival_s < math.inf or heap:
@@ -666,27 +667,6 @@ class Engine:
                 kv.free(req)
                 done.append(req)
 
-
-def _counted(arrive_next, progress, every: int = 1024):
-    """``arrive_next`` that advances ``progress`` by ``every`` arrivals at a time."""
-    count = 0
-
-    def counted() -> None:
-        nonlocal count
-        arrive_next()
-        count += 1
-        if count == every:
-            progress.update(count)
-            count = 0
-    return counted
-
-
-def _counted_finish(finish, progress):
-    """``Engine._finish`` that advances ``progress`` by the requests completed."""
-    def counted(state, done, now) -> None:
-        finish(state, done, now)
-        progress.update(len(done))
-    return counted
 
 def _not_finite(rid: int, now: float, duration: float):
     """Raise for a step whose duration is not a finite number of seconds."""
