@@ -19,7 +19,8 @@ import numpy as np
 from schemas.specs import ModelSpec
 
 from .cost_model import LINKS, Link, RooflineCostModel, StepCostModel, kv_transfer_time_s
-from .engine import Engine, EngineConfig
+from .engine import Engine
+from .engine_config import EngineConfig
 from .errors import ConfigError
 from .kv_cache import make_kv_cache
 from .request import Request

@@ -16,7 +16,8 @@ from .cost_model import LINKS, StepCostModel
 from .kv_capacity import kv_capacity_blocks
 from .closed_loop import ClosedLoop, check_closed_loop, send_times_column
 from .disagg import DisaggEngine, resolve_pools
-from .engine import Engine, EngineConfig
+from .engine import Engine
+from .engine_config import EngineConfig
 from .errors import ConfigError
 from .request import Request
 from .routing import get_router
