@@ -25,7 +25,8 @@ from pathlib import Path
 def _child(mode: str, requests: int, rate: float, out_dir: str, queue) -> None:
     from replay.chrome_trace import write_chrome_trace
     from replay.cost_model import RooflineCostModel
-    from replay.simulate import ReplayConfig, replay_frame
+    from replay.config import EngineOptions, RecordOptions, ReplayConfig
+    from replay.simulate import replay_frame
     from schemas.cost_params import CostParams
     from schemas.specs import get_gpu, get_model
     from traces.synth import synth_requests
@@ -34,8 +35,8 @@ def _child(mode: str, requests: int, rate: float, out_dir: str, queue) -> None:
                              CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=3e-4))
     trace = synth_requests(requests, rate, "lognormal:mean=600,sigma=0.8", "lognormal:mean=150,sigma=0.8", seed=0)
     t0 = time.perf_counter()
-    result, engine = replay_frame(trace, cost, ReplayConfig(max_num_seqs=256, record_steps=True,
-                                                            record_step_requests=True))
+    result, engine = replay_frame(trace, cost, ReplayConfig(EngineOptions(max_num_seqs=256),
+                                                            record=RecordOptions(steps=True, step_requests=True)))
     t_replay = time.perf_counter() - t0
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     row = {"mode": mode, "steps": engine.num_steps, "replay_s": t_replay, "trace_s": float("nan"), "size_mb": 0.0,

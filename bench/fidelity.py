@@ -22,7 +22,7 @@ from calibrate.request_fit import fit_requests
 from calibrate.runs import load_runs, score_runs
 from calibrate.step_fit import fit_steps
 from replay.cost_model import RooflineCostModel
-from replay.simulate import ReplayConfig
+from replay.config import EngineOptions, ReplayConfig
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
 from traces.cli import main as traces_cli
@@ -96,8 +96,8 @@ def main():
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         f = imported(args.data, Path(tmp))
-        pro = ReplayConfig(**PRO6000)
-        cl = ReplayConfig(**CODELLAMA)
+        pro = ReplayConfig(EngineOptions(**PRO6000))
+        cl = ReplayConfig(EngineOptions(**CODELLAMA))
         llama = cost_model("llama-3.1-8b", "rtx-pro-6000")
         qwen = cost_model("qwen3-32b", "rtx-pro-6000", tp=2)
         moe = cost_model("qwen3-30b-a3b", "rtx-pro-6000", dp=2, expert_parallel=True)

@@ -52,12 +52,13 @@ def workload(kind: str, n: int, rate: float):
 
 def run_engine(args):
     kind, n, rate, scheduler, exact = args
-    from replay.simulate import ReplayConfig, replay_frame
+    from replay.config import EngineOptions, ReplayConfig, SchedulingOptions
+    from replay.simulate import replay_frame
 
     df = workload(kind, n, rate)
     t = time.perf_counter()
-    res, eng = replay_frame(df, cost_model(), ReplayConfig(scheduler=scheduler, max_num_seqs=256,
-                                                           max_num_batched_tokens=8192, exact_steps=exact))
+    res, eng = replay_frame(df, cost_model(), ReplayConfig(EngineOptions(max_num_seqs=256, max_num_batched_tokens=8192),
+                                                           SchedulingOptions(scheduler), exact_steps=exact))
     wall = time.perf_counter() - t
     return wall, len(df), eng.num_steps, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -230,10 +231,11 @@ def run_request_fit(args):
     import numpy as np
 
     from calibrate.request_fit import Run, fit_requests
-    from replay.simulate import ReplayConfig, replay_frame
+    from replay.config import EngineOptions, ReplayConfig
+    from replay.simulate import replay_frame
     from schemas.cost_params import CostParams
 
-    cm, cfg = cost_model(), ReplayConfig(max_num_seqs=256, max_num_batched_tokens=8192)
+    cm, cfg = cost_model(), ReplayConfig(EngineOptions(max_num_seqs=256, max_num_batched_tokens=8192))
     runs = []
     for i, scale in enumerate([1.0] if logs == 1 else list(np.linspace(0.5, 1.1, logs))):
         trace = workload("synthetic", n, rate * scale)
@@ -251,11 +253,12 @@ def run_request_fit(args):
 
 def capacity_rps(n: int = 20000) -> float:
     """Completed requests/s of the chunked engine when every request is queued at once."""
-    from replay.simulate import ReplayConfig, replay_frame
+    from replay.config import EngineOptions, ReplayConfig
+    from replay.simulate import replay_frame
     from traces.synth import synth_requests
 
     df = synth_requests(n, 1e6, "lognormal:mean=512,sigma=0.8", "lognormal:mean=128,sigma=0.8", seed=0)
-    res, _ = replay_frame(df, cost_model(), ReplayConfig(max_num_seqs=256, max_num_batched_tokens=8192))
+    res, _ = replay_frame(df, cost_model(), ReplayConfig(EngineOptions(max_num_seqs=256, max_num_batched_tokens=8192)))
     return n / float((res["arrival_time_s"] + res["pred_e2e_s"]).max())
 
 

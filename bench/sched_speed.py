@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from replay.cost_model import RooflineCostModel  # noqa: E402
 from schemas.cost_params import CostParams  # noqa: E402
-from replay.simulate import ReplayConfig, replay_frame  # noqa: E402
+from replay.config import EngineOptions, ReplayConfig, SchedulingOptions  # noqa: E402
+from replay.simulate import replay_frame  # noqa: E402
 from schemas.specs import get_gpu, get_model  # noqa: E402
 
 COST = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"),
@@ -39,8 +40,7 @@ def burst(n: int, seed: int = 0) -> pd.DataFrame:
 
 
 def timed(df, scheduler, repeat):
-    cfg = ReplayConfig(scheduler=scheduler, max_num_seqs=256, max_num_batched_tokens=8192,
-                       record_token_times=False)
+    cfg = ReplayConfig(EngineOptions(max_num_seqs=256, max_num_batched_tokens=8192), SchedulingOptions(scheduler))
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()

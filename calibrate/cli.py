@@ -239,13 +239,13 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
             raise click.BadParameter("a bootstrap of a simulation-in-the-loop fit would take hundreds of fits; "
                                      "use --ci stderr for request logs", param_hint="--ci")
         if ray_address is not None:
-            from replay.sweep import check_ray
+            from replay.ray_tasks import check_ray
 
             check_ray()
         runs = load_runs(traces, replay_config(replay_kwargs), read_trace)
         for r in runs:
             warn_metadata_mismatch(r.metadata, cm.model, cm.gpu, tp)
-            warning = check_limits(r.name, r.trace, r.config.max_num_seqs, dp)
+            warning = check_limits(r.name, r.trace, r.config.engine.max_num_seqs, dp)
             if warning:
                 click.echo(warning, err=True)
         names = parse_names(variants or "max,sum,blend", list(VARIANTS), "--variants")

@@ -6,6 +6,7 @@ replays the workload; the table shows how far the prediction is from the "measur
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -14,7 +15,9 @@ import numpy as np
 from replay.compare import compare, format_table
 from replay.text import wrap
 from replay.cost_model import RooflineCostModel, cost_model_from_calibration
-from replay.simulate import ReplayConfig, replay_frame, steps_frame
+from replay.config import EngineOptions, RecordOptions, ReplayConfig, SchedulingOptions
+from replay.result_columns import steps_frame
+from replay.simulate import replay_frame
 from schemas.calibration import sha256_of
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
@@ -58,7 +61,9 @@ def demo(out_dir, num_requests, rate, noise, seed):
                f"and {noise:.0%} lognormal step noise; nothing here was measured on hardware."))
     trace = synth_requests(num_requests, rate, "lognormal:mean=1024,sigma=0.8", "lognormal:mean=256,sigma=0.7",
                            seed=seed)
-    cfg = ReplayConfig(scheduler="chunked", max_num_seqs=128, max_num_batched_tokens=2048, record_steps=True)
+    cfg = ReplayConfig(EngineOptions(max_num_seqs=128, max_num_batched_tokens=2048), SchedulingOptions("chunked"),
+                       record=RecordOptions(steps=True))
+    eng = cfg.engine
 
     truth = NoisyCostModel(RooflineCostModel(model, gpu, TRUTH), noise, rng)
     measured, engine = replay_frame(trace, truth, cfg)
@@ -74,8 +79,8 @@ def demo(out_dir, num_requests, rate, noise, seed):
     best = fits[0]
     cal = to_calibration(best, RooflineCostModel(model, gpu), "lmfit least_squares of step durations",
                          {"path": str(out / "steps.parquet"), "sha256": sha256_of(out / "steps.parquet"),
-                          "kind": STEP_TRACE}, engine={"max_num_seqs": cfg.max_num_seqs,
-                                                       "max_num_batched_tokens": cfg.max_num_batched_tokens},
+                          "kind": STEP_TRACE}, engine={"max_num_seqs": eng.max_num_seqs,
+                                                       "max_num_batched_tokens": eng.max_num_batched_tokens},
                          variants=fits)
     cal.write(out / "calibration.json")
     click.echo(wrap(f"2. calibrate fit (variant {best.variant}, R^2={best.stats['r2']:.4f}) -> {out}/calibration.json"))
@@ -85,10 +90,10 @@ def demo(out_dir, num_requests, rate, noise, seed):
             v, ci, state = param_cells(name, p)
             click.echo(f"     {name:22s} {TRUTH[name]:>9.4g} {v:>10s} {ci:>20s}  {state}"[:100])
 
-    pred, _ = replay_frame(trace, cost_model_from_calibration(cal), ReplayConfig(**{**vars(cfg), "record_steps": False}))
+    pred, _ = replay_frame(trace, cost_model_from_calibration(cal), replace(cfg, record=RecordOptions()))
     write_trace(pred, REPLAY_RESULT, out / "replay.parquet", {"source": "servecal demo (synthetic)"})
-    click.echo(wrap(f"3. replay with the calibration (scheduler {cfg.scheduler}, --max-num-seqs {cfg.max_num_seqs} "
-                    f"--max-num-batched-tokens {cfg.max_num_batched_tokens}) -> {out}/replay.parquet") + "\n")
+    click.echo(wrap(f"3. replay with the calibration (scheduler {cfg.scheduling.scheduler}, --max-num-seqs {eng.max_num_seqs} "
+                    f"--max-num-batched-tokens {eng.max_num_batched_tokens}) -> {out}/replay.parquet") + "\n")
     click.echo(format_table(compare(pred)))
 
 

@@ -83,6 +83,23 @@ def inert_params(cost_model, names) -> dict:
     return out
 
 
+def unseen_params(residual: Callable[[CostParams], np.ndarray], cost_model, names) -> dict:
+    """Parameters among ``names`` that do not change ``residual`` at all, from the model's
+    values to the middle of their range (the data never exercise their term: no prefill
+    chunk with KV history in a decode-only log): name -> why. One residual evaluation each.
+    They do not count against the rows a fit needs; the fit then reports each as having no
+    effect, with the range that fits, and holds it at its declared value."""
+    p0 = cost_model.params
+    base = residual(p0)
+    out = {}
+    for n in names:
+        spec = PARAMS[n]
+        probe = spec.upper if math.isnan(spec.default) else (spec.default + spec.upper) / 2
+        if probe != p0[n] and np.array_equal(residual(p0.replace(**{n: probe})), base):
+            out[n] = "no effect on these data"
+    return out
+
+
 def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, variants, candidates, fixed: dict | None,
                  not_seen: dict, result_of, residuals: tuple, rel_step: float, assess_step: float,
                  robust: bool = False, data_cov: np.ndarray | None = None, starts=(), **kw) -> list[FitResult]:
@@ -121,6 +138,8 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
     p0 = cost_model.params
     start_of = {n: p0[n] if not math.isnan(p0[n]) else cost_model.tp_link.latency_s for n in PARAMS}
     fits = []
+    maybe = [n for n in candidates if n not in (fixed or {}) and n != "overlap" and n not in not_seen]
+    unseen = unseen_params(residual, cost_model, [n for n in maybe if n not in inert_params(cost_model, maybe)])
     for v in sorted(variants, key=lambda v: VARIANTS[v] is None):
         hold = dict(fixed or {})
         why = {k: "given" for k in hold}
@@ -134,7 +153,7 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
             if n not in free and n not in hold:
                 hold[n] = start_of[n]
                 why.setdefault(n, "not in the model's terms")
-        require_rows(residuals[0], len(free), residuals[1])
+        require_rows(residuals[0], len([n for n in free if n not in unseen]), residuals[1])
         previous = [{k: f.params[k].value for k in free} for f in fits]
         if VARIANTS[v] is None and previous:  # the blend from the nested variants' optima only
             free, previous = previous[0], previous[1:]

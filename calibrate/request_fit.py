@@ -16,9 +16,10 @@ import numpy as np
 import pandas as pd
 
 from replay.cost_model import RooflineCostModel
-from replay.simulate import ReplayConfig, replay_frame
+from replay.config import RecordOptions, ReplayConfig
+from replay.simulate import replay_frame
 from replay.parallel import worker_pool
-from replay.sweep import map_on_ray, ray_session
+from replay.ray_tasks import map_on_ray, ray_session
 from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, CostParams
 
 from .errors import FitError
@@ -228,7 +229,7 @@ def _prepared(run: Run, cost_model: RooflineCostModel, metrics) -> Run:
     """
     if not any(_has(run.scored_rows(run.trace), m) for m in metrics):
         raise FitError(f"{run.name}: no measured {' or '.join(metrics)}; a request-log fit needs measured latencies")
-    cfg = replace(run.config, record_token_times=False, record_steps=False, record_step_requests=False)
+    cfg = replace(run.config, record=RecordOptions())
     res, _ = replay_frame(run.trace, cost_model, cfg, run.metadata)
     rejected = res["pred_status"].str.startswith("rejected").to_numpy()
     if not (res["pred_status"] == "ok").any():
@@ -249,4 +250,5 @@ def engine_settings(cfg: ReplayConfig) -> dict:
     keep = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks",
             "gpu_memory_utilization", "max_model_len", "enable_prefix_caching", "preemption_mode", "replicas",
             "router", "long_prefill_token_threshold", "speculative_tokens", "spec_acceptance_rate", "seed")
-    return {k: getattr(cfg, k) for k in keep if hasattr(cfg, k)}
+    options = cfg.options()
+    return {k: options[k] for k in keep}

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pandas as pd
 
 from replay.compare import compare
-from replay.simulate import ReplayConfig, replay_frame
+from replay.config import ReplayConfig, RecordOptions
+from replay.simulate import replay_frame
 from schemas.tables import REQUEST_TRACE
 
 from .errors import FitError
@@ -95,10 +96,9 @@ def _with_engine_metadata(cfg: ReplayConfig, meta: dict) -> ReplayConfig:
         engine = json.loads(raw) if isinstance(raw, str) else dict(raw)
     except (ValueError, TypeError):
         return cfg
-    defaults = ReplayConfig()
-    changes = {k: v for k, v in engine.items()
-               if hasattr(defaults, k) and getattr(cfg, k) == getattr(defaults, k) and v is not None}
-    return replace(cfg, **changes) if changes else cfg
+    defaults, current = ReplayConfig().options(), cfg.options()
+    changes = {k: v for k, v in engine.items() if k in defaults and current[k] == defaults[k] and v is not None}
+    return cfg.with_options(**changes) if changes else cfg
 
 
 def score_runs(runs: list[Run], cost_model) -> pd.DataFrame:
@@ -107,7 +107,7 @@ def score_runs(runs: list[Run], cost_model) -> pd.DataFrame:
     measured value is below 1 ms (``replay.compare.compare``'s table, stacked)."""
     rows = []
     for run in runs:
-        res, _ = replay_frame(run.trace, cost_model, replace(run.config, record_token_times=False), run.metadata)
+        res, _ = replay_frame(run.trace, cost_model, replace(run.config, record=RecordOptions()), run.metadata)
         table = compare(run.scored_rows(res))
         table.insert(0, "run", run.name)
         rows.append(table)

@@ -11,36 +11,14 @@ KV accounting and token bookkeeping stay the engine's.
 """
 from __future__ import annotations
 
-import math
 from functools import partial
 
 import numpy as np
 import pandas as pd
 
 from .engine import Engine
-from .errors import ConfigError
+from .config import ClosedLoopOptions
 from .request import Request
-
-
-def check_closed_loop(concurrency: int | None, think_time_s: float) -> None:
-    """Raise a ConfigError for impossible closed-loop options.
-
-    Parameters
-    ----------
-    concurrency : int or None
-        Clients (``--concurrency``), >= 1; None: open loop (trace arrival times).
-    think_time_s : float
-        Pause of a client between a completion and its next send, seconds, >= 0 and finite;
-        only meaningful with ``concurrency``.
-    """
-    if concurrency is None:
-        if think_time_s:
-            raise ConfigError("--think-time-s is the pause of a closed-loop client: give --concurrency too")
-        return
-    if int(concurrency) != concurrency or concurrency < 1:
-        raise ConfigError(f"--concurrency must be an integer >= 1, not {concurrency}")
-    if not 0 <= think_time_s < math.inf:
-        raise ConfigError(f"--think-time-s must be >= 0 seconds and finite, not {think_time_s}")
 
 
 class ClosedLoop:
@@ -90,7 +68,7 @@ class ClosedLoop:
     """
 
     def __init__(self, engine: Engine, requests: list[Request], concurrency: int, think_time_s: float = 0.0):
-        check_closed_loop(concurrency, think_time_s)
+        ClosedLoopOptions(concurrency, think_time_s)  # raises for impossible values
         assert engine.on_request_done is None and engine.arrival_bound is None, "engine hooks already taken"
         self.engine, self.requests = engine, requests
         self.concurrency, self.think_time_s = int(concurrency), float(think_time_s)

@@ -202,12 +202,12 @@ class RooflineCostModel:
         if tokens.__class__ is int or not isinstance(tokens, np.ndarray):  # scalars: plain floats, same IEEE ops
             if tokens <= 0:
                 return 0.0
-            fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_exp, miss, ov, k_0, k_tok = self._coef
+            fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, ov, k_0, k_tok = self._coef
             s = num_prefill_seqs if num_prefill_seqs is not None else (1 if num_prefill_tokens > 0 else 0)
             p = num_prefill_tokens
             pairs = decode_context_tokens + (p * prefill_context_tokens + p * p / 2) / (s if s > 1 else 1)
             c = c_tok * tokens + c_0 + c_pair * pairs
-            m = m_0 + m_ctx * (decode_context_tokens + prefill_context_tokens)
+            m = m_0 + m_ctx * (decode_context_tokens + prefill_context_tokens) + m_pctx * prefill_context_tokens
             if m_exp:
                 m = m + m_exp * (1.0 - miss ** tokens)
             if c > m:
@@ -215,13 +215,13 @@ class RooflineCostModel:
             else:
                 body = m + ov * c
             return fixed + per_seq * (s + num_decode_seqs) + body + (k_0 + k_tok * tokens)
-        fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_exp, miss, ov, k_0, k_tok = self._coef
+        fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, ov, k_0, k_tok = self._coef
         p = np.asarray(num_prefill_tokens)
         tokens, cd, cp = np.asarray(tokens), np.asarray(decode_context_tokens), np.asarray(prefill_context_tokens)
         s = (p > 0).astype(np.int64) if num_prefill_seqs is None else np.asarray(num_prefill_seqs)
         pairs = cd + (p * cp + p * p / 2) / np.maximum(s, 1)
         c = c_tok * tokens + c_0 + c_pair * pairs
-        m = m_0 + m_ctx * (cd + cp)
+        m = m_0 + m_ctx * (cd + cp) + m_pctx * cp
         if m_exp:  # Python's pow per distinct token count: the same floats as the scalar path
             n_unique, inverse = np.unique(tokens, return_inverse=True)
             m = m + m_exp * (1.0 - np.array([miss ** int(n) for n in n_unique])[inverse.reshape(tokens.shape)])
@@ -245,12 +245,12 @@ class RooflineCostModel:
                 raise ValueError(f"num_decode_tokens={q} must be >= num_decode_seqs={d} (and 0 without decodes)")
             if tokens <= 0:
                 return 0.0
-            fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_exp, miss, ov, k_0, k_tok = self._coef
+            fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, ov, k_0, k_tok = self._coef
             s = num_prefill_seqs if num_prefill_seqs is not None else (1 if p > 0 else 0)
             dpairs = cd if q == d else q / d * cd + (q - d) * q / (2 * d)
             pairs = dpairs + (p * cp + p * p / 2) / (s if s > 1 else 1)
             c = c_tok * tokens + c_0 + c_pair * pairs
-            m = m_0 + m_ctx * (cd + cp + (q - d))
+            m = m_0 + m_ctx * (cd + cp + (q - d)) + m_pctx * cp
             if m_exp:
                 m = m + m_exp * (1.0 - miss ** tokens)
             if c > m:
@@ -258,7 +258,7 @@ class RooflineCostModel:
             else:
                 body = m + ov * c
             return fixed + per_seq * (s + d) + body + (k_0 + k_tok * tokens)
-        fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_exp, miss, ov, k_0, k_tok = self._coef
+        fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, ov, k_0, k_tok = self._coef
         p, d, q = np.asarray(p), np.asarray(d), np.asarray(q)
         tokens, cd, cp = np.asarray(tokens), np.asarray(cd), np.asarray(cp)
         if np.any(q < d) or np.any((q > 0) & (d == 0)):
@@ -268,7 +268,7 @@ class RooflineCostModel:
         dpairs = np.where(q == d, cd, q / d1 * cd + (q - d) * q / (2 * d1))
         pairs = dpairs + (p * cp + p * p / 2) / np.maximum(s, 1)
         c = c_tok * tokens + c_0 + c_pair * pairs
-        m = m_0 + m_ctx * (cd + cp + (q - d))
+        m = m_0 + m_ctx * (cd + cp + (q - d)) + m_pctx * cp
         if m_exp:  # Python's pow per distinct token count: the same floats as the scalar path
             n_unique, inverse = np.unique(tokens, return_inverse=True)
             m = m + m_exp * (1.0 - np.array([miss ** int(n) for n in n_unique])[inverse.reshape(tokens.shape)])

@@ -64,7 +64,8 @@ class Coefficients:
     ``fixed_s + per_seq_s (S + D) + max(c, m) + overlap min(c, m) + comm_s + comm_per_token_s N``
 
     with ``c = compute_per_token_s N + compute_s + compute_per_pair_s A`` and
-    ``m = memory_s + memory_per_context_token_s C + memory_expert_s (1 - expert_miss ** N)``
+    ``m = memory_s + memory_per_context_token_s C + memory_per_prefill_context_token_s C_p
+    + memory_expert_s (1 - expert_miss ** N)``
     (units: seconds, seconds per token, per pair, per context token; ``expert_miss`` is the
     probability that one token does not route to a given expert). A step with no tokens
     takes 0 s. Each term adds to some of these; :meth:`RooflineCostModel.step_time_s` evaluates them.
@@ -77,6 +78,7 @@ class Coefficients:
     compute_per_pair_s: float = 0.0
     memory_s: float = 0.0
     memory_per_context_token_s: float = 0.0
+    memory_per_prefill_context_token_s: float = 0.0
     memory_expert_s: float = 0.0
     expert_miss: float = 1.0
     overlap: float = 0.0
@@ -208,6 +210,32 @@ class KVMemory(CostTerm):
             p["eta_mem"] * shape.gpu.mem_bandwidth_bytes_per_s * shape.dp)
 
 
+class PrefillAttentionKV(CostTerm):
+    """Chunked-prefill attention reading the KV history once per query head.
+
+    Notes
+    -----
+    ``g C_p D_kv_rank / (eta_prefill_kv bw dp)`` with ``g = n_heads / n_kv_heads`` (the
+    GQA group; 1 for MLA and multi-head attention), added to the one read of
+    :class:`KVMemory`. A prefill chunk's attention kernel tiles the queries by head, so each
+    of a KV head's ``g`` query heads streams that head's history again (no sharing within
+    the group), and a short chunk gives too few tiles to reach the bandwidth of a GEMM.
+    Measured in LLMServingSim's attention profiles of Llama-3.1-8B (``g`` = 4): a chunk of
+    16-256 tokens over ``h`` history tokens takes a per-layer constant plus a time linear in
+    ``h`` and independent of the chunk's size; the slope is this term's at
+    ``eta_prefill_kv`` ~0.5 (see the parameter's declaration).
+    """
+
+    name = "prefill_kv"
+    params = ("eta_prefill_kv",)
+
+    def fold(self, shape, p, coef):
+        m = shape.model
+        group = m.num_attention_heads / m.num_kv_heads if not m.is_mla else 1.0
+        coef.memory_per_prefill_context_token_s += group * m.kv_bytes_per_token_per_rank(shape.tp) / (
+            p["eta_prefill_kv"] * shape.gpu.mem_bandwidth_bytes_per_s * shape.dp)
+
+
 class Overlap(CostTerm):
     """How compute and memory time combine: ``max(c, m) + overlap min(c, m)``.
 
@@ -276,7 +304,7 @@ class ExpertParallelComm(CostTerm):
 
 #: Every term, by name.
 TERMS: dict[str, CostTerm] = {t.name: t for t in (
-    StepOverhead(), DenseCompute(), AttentionCompute(), WeightMemory(), KVMemory(), Overlap(),
+    StepOverhead(), DenseCompute(), AttentionCompute(), WeightMemory(), KVMemory(), PrefillAttentionKV(), Overlap(),
     TensorParallelComm(), ExpertParallelComm())}
 #: The seed's roofline (theory.md section 1) with a TP all-reduce: no attention FLOPs.
 SEED_TERMS = ("step_overhead", "dense_compute", "weight_memory", "kv_memory", "overlap", "tp_comm", "ep_comm")

@@ -19,6 +19,7 @@ import numpy as np
 from schemas.specs import ModelSpec
 
 from .cost_model import LINKS, Link, RooflineCostModel, StepCostModel, kv_transfer_time_s
+from .config import DisaggOptions, check_link_options
 from .engine import Engine
 from .engine_config import EngineConfig
 from .errors import ConfigError
@@ -269,14 +270,8 @@ def resolve_link(name: str | None, bandwidth_bytes_per_s: float | None, latency_
     ConfigError
         Unknown preset, bandwidth <= 0 or NaN, latency < 0 or not finite.
     """
-    if name is not None and name not in LINKS:
-        raise ConfigError(f"--link {name}: unknown; known: {', '.join(LINKS)} "
-                          "(or give --link-bandwidth-bytes-per-s and --link-latency-s)")
+    check_link_options(name, bandwidth_bytes_per_s, latency_s)
     base = LINKS[name] if name is not None else default
-    if bandwidth_bytes_per_s is not None and not bandwidth_bytes_per_s > 0:
-        raise ConfigError(f"--link-bandwidth-bytes-per-s must be > 0, not {bandwidth_bytes_per_s}")
-    if latency_s is not None and not 0 <= latency_s < math.inf:
-        raise ConfigError(f"--link-latency-s must be >= 0 seconds, not {latency_s}")
     if bandwidth_bytes_per_s is None and latency_s is None:
         return base
     return Link(base.name if bandwidth_bytes_per_s is None else "custom",
@@ -284,16 +279,17 @@ def resolve_link(name: str | None, bandwidth_bytes_per_s: float | None, latency_
                 base.latency_s if latency_s is None else float(latency_s))
 
 
-def resolve_pools(cost_model: RooflineCostModel, cfg) -> tuple[RooflineCostModel, RooflineCostModel, Link]:
+def resolve_pools(cost_model: RooflineCostModel,
+                  cfg: DisaggOptions) -> tuple[RooflineCostModel, RooflineCostModel, Link]:
     """The prefill pool's and the decode pool's cost models and the KV link of a replay.
 
     Parameters
     ----------
     cost_model : RooflineCostModel
         The calibrated roofline (its ``tp`` is the default of both pools).
-    cfg : replay.simulate.ReplayConfig
-        Reads ``tp_prefill``, ``tp_decode``, ``link``, ``link_bandwidth_bytes_per_s`` and
-        ``link_latency_s``; with no link given, the GPUs' own ``tp_link`` (the two pools in one
+    cfg : replay.config.DisaggOptions
+        The pools' TPs and the link (``link``, ``link_bandwidth_bytes_per_s``,
+        ``link_latency_s``); with no link given, the GPUs' own ``tp_link`` (the two pools in one
         node, as DistServe's placement puts the two phases of a model stage).
 
     Raises
@@ -306,7 +302,7 @@ def resolve_pools(cost_model: RooflineCostModel, cfg) -> tuple[RooflineCostModel
     return prefill, decode, link
 
 
-def describe_config(cost_model: RooflineCostModel, cfg) -> str:
+def describe_config(cost_model: RooflineCostModel, cfg: DisaggOptions) -> str:
     """The resolved pools in one line for a run header, e.g. ``1 prefill x 2 x h100-80gb +
     1 decode x 1 x h100-80gb (3 GPUs; prefill TP=2, decode TP=1), KV link nvlink4 (450 GB/s,
     2 us), first token from prefill``.

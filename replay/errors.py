@@ -12,3 +12,26 @@ class ConfigError(ReplayError, ValueError):
 
 class CalibrationFileError(ReplayError):
     """A calibration JSON is missing, malformed or of an unknown version (names the file)."""
+
+
+class OptionError(ConfigError):
+    """One option's value is outside its domain.
+
+    Attributes
+    ----------
+    option : str
+        The option as the command line spells it (``--max-num-seqs``).
+    value
+        The value given.
+    expected : str
+        What the option accepts (``>= 1``, ``in [0, 1]``).
+
+    The message reads ``<option> must be <expected>, not <value>``.
+    """
+
+    def __init__(self, option: str, value, expected: str):
+        self.option, self.value, self.expected = option, value, expected
+        super().__init__(f"{option} must be {expected}, not {value}")
+
+    def __reduce__(self):  # picklable (sweep points fail in worker processes)
+        return type(self), (self.option, self.value, self.expected)

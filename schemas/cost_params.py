@@ -66,6 +66,10 @@ PARAMS: MappingProxyType = MappingProxyType({p.name: p for p in (
        "2009 roofline with a latency-bound knee)"),
     _p("eta_mem", "", 0.01, 1.0, 0.8, 1.0,
        "fraction of the datasheet memory bandwidth reached reading weights and KV (seed section 1)"),
+    _p("eta_prefill_kv", "", 0.01, 1.0, 0.5, 1.0,
+       "fraction of the memory bandwidth reached by chunked-prefill attention re-reading the KV "
+       "history once per query head (replay.cost_terms.PrefillAttentionKV); default from "
+       "LLMServingSim's attention profiles of Llama-3.1-8B on RTX PRO 6000 and RTX 4090"),
     _p("overlap", "", 0.0, 1.0, 0.0, 1.0,
        "how much of the smaller of compute and memory time is NOT hidden under the larger: "
        "0 = max (the seed's roofline), 1 = sum (no overlap)"),

@@ -501,6 +501,12 @@ def importer_targets(real: Path | None) -> list[Target]:
     T.append(Target("genai-perf", {"g.json": (DATA / "genai_perf_profile_export.json").read_bytes()},
                     imp("genai-perf", lambda rng: _invalid(rng) + rng.choice([[], ["--prompt-tokens", "128"]])),
                     ["g.json"], {"g.json": "json"}))
+    blis = {"t.yaml": (DATA / "blis_observe_trace.yaml").read_bytes(),
+            "t.csv": (DATA / "blis_observe_trace.csv").read_bytes()}
+    T.append(Target("blis-observe", blis,
+                    lambda d, f, rng: ["traces", "import", "blis-observe", str(f["t.yaml"]), "-o", str(d / "out.parquet"),
+                                       *_invalid(rng), *rng.choice([[], ["--data", str(f["t.csv"])]])],
+                    list(blis), {"t.yaml": "yaml", "t.csv": "csv"}))
     if real is None or not real.is_dir():
         return T
     T.append(Target("azure", {"a.csv": _head(real / "azure_llm_2023_code.csv", 60)},

@@ -40,10 +40,12 @@ def replay_both_paths(trace, cost, atol=1e-9, **config):
     """
     import numpy as np
 
-    from replay.simulate import ReplayConfig, replay_frame
+    from replay.config import RecordOptions, ReplayConfig
+    from replay.simulate import replay_frame
 
-    slow, e1 = replay_frame(trace, cost, ReplayConfig(**config, exact_steps=True))
-    fast, e2 = replay_frame(trace, cost, ReplayConfig(**config))
+    record = RecordOptions(**{k.removeprefix("record_"): config.pop(k) for k in list(config) if k.startswith("record_")})
+    slow, e1 = replay_frame(trace, cost, ReplayConfig.from_options(record, exact_steps=True, **config))
+    fast, e2 = replay_frame(trace, cost, ReplayConfig.from_options(record, **config))
     assert e1.num_steps == e2.num_steps
     assert slow["pred_status"].tolist() == fast["pred_status"].tolist()
     assert slow["pred_num_preemptions"].tolist() == fast["pred_num_preemptions"].tolist()

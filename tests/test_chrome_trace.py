@@ -10,7 +10,8 @@ from click.testing import CliRunner
 from replay.chrome_trace import DEFAULT_MAX_REQUESTS, chrome_trace_events, parse_window, write_chrome_trace
 from replay.cost_model import RooflineCostModel
 from replay.errors import ConfigError
-from replay.simulate import ReplayConfig, replay_frame
+from replay.config import RecordOptions, ReplayConfig
+from replay.simulate import replay_frame
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
 from traces.synth import synth_requests
@@ -21,7 +22,7 @@ TRACE = synth_requests(400, 20.0, "lognormal:mean=500,sigma=0.6", "lognormal:mea
 
 
 def replay(**cfg):
-    return replay_frame(TRACE, COST, ReplayConfig(record_steps=True, record_step_requests=True, **cfg))
+    return replay_frame(TRACE, COST, ReplayConfig.from_options(RecordOptions(steps=True, step_requests=True), **cfg))
 
 
 def request_slices(events):

@@ -16,7 +16,8 @@ from replay.metrics import goodput_rps
 from replay.request import Request
 from replay.schedulers import BUILTIN, get_scheduler_factory
 from replay.schedulers.base import SchedulerConfig
-from replay.simulate import ReplayConfig, replay_frame
+from replay.config import ClosedLoopOptions, ReplayConfig, SchedulingOptions
+from replay.simulate import replay_frame
 from schemas.specs import get_gpu, get_model
 from traces.synth import synth_requests
 
@@ -83,7 +84,7 @@ def test_more_clients_than_requests():
 
 def test_rows_failed_in_the_trace_are_not_sent():
     trace = _trace(6).assign(status=["ok", "failed: 500", None, "ok", "failed: timeout", "ok"])
-    res, _ = replay_frame(trace, COST, ReplayConfig(concurrency=1))
+    res, _ = replay_frame(trace, COST, ReplayConfig(closed_loop=ClosedLoopOptions(1)))
     sent = res["pred_arrival_time_s"]
     assert sent.isna().tolist() == [False, True, False, False, True, False]
     # one client: each of the 4 simulated requests is sent when the previous one completes
@@ -101,7 +102,8 @@ def _trace(n, seed=0):
 def test_littles_law(concurrency, scheduler):
     # N clients with no think time keep N requests in the system: throughput x mean E2E = N,
     # up to the drain at the end of the trace
-    res, _ = replay_frame(_trace(5000), COST, ReplayConfig(scheduler=scheduler, concurrency=concurrency))
+    res, _ = replay_frame(_trace(5000), COST, ReplayConfig(scheduling=SchedulingOptions(scheduler),
+                                                               closed_loop=ClosedLoopOptions(concurrency)))
     assert (res["pred_status"] == "ok").all()
     throughput = goodput_rps(on_send_times(res), None, None)
     assert throughput * res["pred_e2e_s"].mean() == pytest.approx(concurrency, rel=0.02)
@@ -112,8 +114,8 @@ def test_littles_law(concurrency, scheduler):
 
 def test_arrival_times_of_the_trace_are_ignored():
     trace = _trace(60)
-    a, _ = replay_frame(trace, COST, ReplayConfig(concurrency=4))
-    b, _ = replay_frame(trace.assign(arrival_time_s=0.0), COST, ReplayConfig(concurrency=4))
+    a, _ = replay_frame(trace, COST, ReplayConfig(closed_loop=ClosedLoopOptions(4)))
+    b, _ = replay_frame(trace.assign(arrival_time_s=0.0), COST, ReplayConfig(closed_loop=ClosedLoopOptions(4)))
     cols = ["pred_arrival_time_s", "pred_ttft_s", "pred_e2e_s"]
     pd.testing.assert_frame_equal(a[cols], b[cols])
 
@@ -156,7 +158,8 @@ def test_closed_form_runs_still_cover_most_steps(monkeypatch, replicas):
         return ok
 
     monkeypatch.setattr(Engine, "_start_decode_run", counting)
-    _, eng = replay_frame(_trace(300), COST, ReplayConfig(concurrency=8, replicas=replicas))
+    _, eng = replay_frame(_trace(300), COST, ReplayConfig(scheduling=SchedulingOptions(replicas=replicas),
+                                                          closed_loop=ClosedLoopOptions(8)))
     assert sum(run_steps) > 0.5 * eng.num_steps
 
 
@@ -167,7 +170,7 @@ def test_closed_form_runs_still_cover_most_steps(monkeypatch, replicas):
 ])
 def test_bad_closed_loop_options(kwargs, needle):
     with pytest.raises(ConfigError, match=needle):
-        replay_frame(_trace(3), COST, ReplayConfig(**kwargs))
+        replay_frame(_trace(3), COST, ReplayConfig(closed_loop=ClosedLoopOptions(**kwargs)))
 
 
 def _cli_files(tmp_path, n=40):
@@ -192,7 +195,7 @@ def test_cli_concurrency(tmp_path):
     assert res.exit_code == 0, res.output
     assert "closed loop: 4 clients, think time 0.1 s" in res.output
     pred = pd.read_parquet(out)
-    expected, _ = replay_frame(pd.read_parquet(trace), COST, ReplayConfig(concurrency=4, think_time_s=0.1))
+    expected, _ = replay_frame(pd.read_parquet(trace), COST, ReplayConfig(closed_loop=ClosedLoopOptions(4, 0.1)))
     np.testing.assert_array_equal(pred["pred_arrival_time_s"], expected["pred_arrival_time_s"])
     assert (pred["pred_arrival_time_s"].iloc[:4] == 0).all()
 

@@ -184,7 +184,8 @@ def make_cli_inputs(tmp_path, error=0.05, n=12):
     predicts every measured value with relative error ``-error`` (pred = meas * (1 - error)).
     """
     from replay.cost_model import cost_model_from_calibration
-    from replay.simulate import ReplayConfig, replay_frame
+    from replay.config import EngineOptions, ReplayConfig, SchedulingOptions
+    from replay.simulate import replay_frame
     from schemas.calibration import Calibration, FittedParam
     from schemas.specs import get_gpu, get_model
     from schemas.tables import REQUEST_TRACE
@@ -201,7 +202,7 @@ def make_cli_inputs(tmp_path, error=0.05, n=12):
                           "num_prompt_tokens": rng.integers(50, 2000, n),
                           "num_output_tokens": rng.integers(2, 40, n)})
     opts = ["--scheduler", "chunked", "--max-num-batched-tokens", "512", "--num-gpu-blocks", "4096"]
-    cfg = ReplayConfig(scheduler="chunked", max_num_batched_tokens=512, num_gpu_blocks=4096)
+    cfg = ReplayConfig(EngineOptions(max_num_batched_tokens=512, num_gpu_blocks=4096), SchedulingOptions("chunked"))
     pred, _ = replay_frame(trace, cost_model_from_calibration(cal), cfg)
     assert (pred["pred_status"] == "ok").all()
     for col in ("ttft_s", "tpot_s", "e2e_s"):

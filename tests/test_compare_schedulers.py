@@ -7,7 +7,8 @@ from click.testing import CliRunner
 from replay.compare import SCHEDULER_TABLE_METRICS, format_scheduler_table, scheduler_table
 from replay.cost_model import cost_model_from_calibration
 from replay.metrics import goodput_rps
-from replay.simulate import ReplayConfig, replay_frame
+from replay.config import EngineOptions, ReplayConfig, SchedulingOptions
+from replay.simulate import replay_frame
 from replay.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 
@@ -105,8 +106,8 @@ def test_compare_schedulers_cli_one_row_per_policy(trace_and_calibration):
     # each row is the replay of that scheduler with the same options
     cost = cost_model_from_calibration(Calibration.read(cal))
     for name in ("chunked", "disagg"):
-        pred, _ = replay_frame(df, cost, ReplayConfig(scheduler=name, num_gpu_blocks=3000, max_num_batched_tokens=1024,
-                                                      slo_ttft_s=0.2, slo_tpot_s=0.02))
+        pred, _ = replay_frame(df, cost, ReplayConfig(EngineOptions(num_gpu_blocks=3000, max_num_batched_tokens=1024),
+                                                      SchedulingOptions(name, slo_ttft_s=0.2, slo_tpot_s=0.02)))
         ok = pred["pred_status"] == "ok"
         assert rows[name]["ttft_p50_ms"] == f"{np.percentile(pred.loc[ok, 'pred_ttft_s'], 50) * 1e3:.1f}"
         assert rows[name]["e2e_p99_ms"] == f"{np.percentile(pred.loc[ok, 'pred_e2e_s'], 99) * 1e3:.1f}"

@@ -55,6 +55,36 @@ def test_weight_and_kv_memory():
     assert cm.step_time_s(0, 8, 10_000) == pytest.approx((16e9 + 10_000 * 131_072) / 1.6e12, rel=1e-12)
 
 
+def test_prefill_attention_rereads_history_once_per_query_head():
+    # GQA group 32 / 8 = 4; a 64-token chunk over 2,000 tokens of history: 4 * 2,000 * 131,072 B
+    # at 0.5 * 2e12 B/s = 1.048576 ms, independent of the chunk's size; decodes do not pay it.
+    cm = _cm(["prefill_kv"], eta_prefill_kv=0.5)
+    assert cm.step_time_s(64, 0, 0, 2000, 1) == pytest.approx(4 * 2000 * 131_072 / 1e12, rel=1e-12)
+    assert cm.step_time_s(16, 0, 0, 2000, 1) == cm.step_time_s(64, 0, 0, 2000, 1)
+    assert cm.step_time_s(0, 8, 10_000) == 0.0
+    # per TP rank: 8 KV heads over TP 2 -> 65,536 B/token, the group unchanged (16 / 4 heads per rank)
+    tp2 = RooflineCostModel(LLAMA, GPU, CostParams(eta_prefill_kv=0.5), tp=2, terms=("prefill_kv",))
+    assert tp2.step_time_s(64, 0, 0, 2000, 1) == pytest.approx(4 * 2000 * 65_536 / 1e12, rel=1e-12)
+
+
+def test_prefill_kv_efficiency_from_llmservingsim_attention_profiles(real_data_dir):
+    """The declared eta_prefill_kv comes from the RTX PRO 6000 and RTX 4090 attention profiles:
+    the per-layer time of a 16-256-token chunk is linear in its history, and its slope is one KV
+    read at the decode kernels' efficiency plus this term's four reads (Llama-3.1-8B, group 4)."""
+    import pandas as pd
+
+    etas = []
+    for gpu, bw in (("rtxpro6000", 1.792e12), ("rtx4090", 1.008e12)):
+        a = pd.read_csv(real_data_dir / f"lss_profile_{gpu}_llama31_8b_tp1_attention.csv")
+        pre = a[(a.n_decode == 0) & (a.prefill_chunk <= 256) & (a.kv_prefill >= 256)]
+        slope_s = np.polyfit(pre.kv_prefill, pre.time_us, 1)[0] * 1e-6
+        dec = a[(a.prefill_chunk == 0) & (a.n_decode >= 64) & (a.kv_decode >= 2048)]
+        eta_decode = float(np.median(dec.n_decode * dec.kv_decode * 4096 / (dec.time_us * 1e-6))) / bw
+        etas.append(4 * 4096 / ((slope_s - 4096 / (eta_decode * bw)) * bw))
+    assert etas == pytest.approx([0.47, 0.61], abs=0.01)
+    assert min(etas) <= PARAMS["eta_prefill_kv"].default <= max(etas)
+
+
 def test_kv_bytes_per_rank_keep_one_head_per_gpu_nc01():
     # NC-01: 36 layers, 8 KV heads, head_dim 128, bf16: 147,456 B/token; TP 16 -> 1 head per rank: 18,432 B
     m = ModelSpec(name="nc01", num_params=4e9, num_active_params=4e9, num_layers=36, hidden_size=2560,
@@ -130,14 +160,15 @@ def test_frontend_delays_request_latencies(tmp_path):
     token after the first t_stream later again; the engine's queue wait is unchanged."""
     import pandas as pd
 
-    from replay.simulate import ReplayConfig, replay_frame
+    from replay.config import RecordOptions, ReplayConfig
+    from replay.simulate import replay_frame
 
     trace = pd.DataFrame({"request_id": ["a", "b"], "arrival_time_s": [0.0, 10.0], "num_prompt_tokens": [100, 2000],
                           "num_output_tokens": [5, 5]})
     base = _cm(ALL_TERMS, eta_compute=0.5, eta_mem=0.8)
     fe = base.with_params(base.params.replace(t_frontend_s=0.02, t_frontend_per_prompt_token_s=1e-5,
                                               t_stream_per_token_s=1e-3))
-    cfg = ReplayConfig(record_token_times=True)
+    cfg = ReplayConfig(record=RecordOptions(token_times=True))
     r0, _ = replay_frame(trace, base, cfg)
     r1, _ = replay_frame(trace, fe, cfg)
     shift = 0.02 + 1e-5 * trace["num_prompt_tokens"].to_numpy()

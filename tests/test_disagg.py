@@ -24,7 +24,8 @@ from replay.metrics import from_token_times
 from replay.request import Request
 from replay.schedulers import get_scheduler_factory
 from replay.schedulers.base import SchedulerConfig
-from replay.simulate import ReplayConfig, replay_frame
+from replay.config import DisaggOptions, EngineOptions, RecordOptions, ReplayConfig, SchedulingOptions
+from replay.simulate import replay_frame
 from schemas.specs import GpuSpec, ModelSpec, get_gpu, get_model
 
 LLAMA = get_model("llama-3.1-8b")
@@ -165,8 +166,9 @@ def test_br23_each_phase_uses_its_own_tp(tp_prefill, tp_decode, ttft_s, tpot_s):
     # BR-23 ignores launch latency, communication and KV reads: an ideal TP link, a free KV link and
     # D_kv = 4 B/token (1001 tokens of KV read per decode step: ~2e-9 s).
     cost = RooflineCostModel(BR23_MODEL, BR23_GPU, BR23_PARAMS, tp=1, tp_link=Link("ideal", math.inf, 0.0), terms=SEED_TERMS)
-    cfg = ReplayConfig(scheduler="disagg", tp_prefill=tp_prefill, tp_decode=tp_decode,
-                       link_bandwidth_bytes_per_s=1e30, link_latency_s=0.0)
+    cfg = ReplayConfig(scheduling=SchedulingOptions("disagg"),
+                       disagg=DisaggOptions(tp_prefill=tp_prefill, tp_decode=tp_decode,
+                                            link_bandwidth_bytes_per_s=1e30, link_latency_s=0.0))
     res, eng = replay_frame(BR23_TRACE, cost, cfg)
     assert [cm.tp for cm in eng.cost_models] == [tp_prefill, tp_decode]
     assert res["pred_ttft_s"][0] == pytest.approx(ttft_s, rel=1e-6)
@@ -295,10 +297,11 @@ def kv_watch(monkeypatch):
 def test_invariants_under_disagg(seed, first_token_from, kv_watch):
     trace = random_trace(seed)
     blocks = [400, 100000][seed % 2]  # 400 blocks: the decode pool preempts
-    cfg = ReplayConfig(scheduler="disagg", prefill_replicas=1 + seed % 2, decode_replicas=1 + (seed // 2) % 2,
-                       num_gpu_blocks=blocks, max_num_batched_tokens=1024, record_token_times=True,
-                       record_steps=True, first_token_from=first_token_from, link="100gbe")
-    res, eng = replay_frame(trace, COST, cfg)
+    cfg = DisaggOptions(prefill_replicas=1 + seed % 2, decode_replicas=1 + (seed // 2) % 2,
+                        first_token_from=first_token_from, link="100gbe")  # the pools
+    replay_cfg = ReplayConfig(EngineOptions(num_gpu_blocks=blocks, max_num_batched_tokens=1024),
+                              SchedulingOptions("disagg"), cfg, record=RecordOptions(token_times=True, steps=True))
+    res, eng = replay_frame(trace, COST, replay_cfg)
     assert (res["pred_status"] == "ok").all()
     assert kv_watch and min(kv_watch) >= 0
     assert all(s.kv.num_free_blocks == s.kv.num_gpu_blocks for s in eng.replicas)

@@ -5,7 +5,8 @@ import pytest
 from replay.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 from replay.schedulers import BUILTIN
-from replay.simulate import ReplayConfig, replay_frame
+from replay.config import EngineOptions, RecordOptions, ReplayConfig, SchedulingOptions
+from replay.simulate import replay_frame
 from schemas.specs import get_gpu, get_model
 from traces.importers.mooncake import import_mooncake
 from traces.importers.vllm_request_stats import import_vllm_request_stats
@@ -26,8 +27,9 @@ def real_traces(real_data_dir):
 def test_invariants_on_real_traces(real_traces, trace, scheduler):
     df, meta = real_traces[trace]
     # a small KV cache (about 30 long Mooncake prompts) makes preemption and rejection happen
-    cfg = ReplayConfig(scheduler=scheduler, max_num_seqs=128, max_num_batched_tokens=2048, num_gpu_blocks=30000,
-                       record_token_times=True, enable_prefix_caching=trace == "mooncake")
+    cfg = ReplayConfig(EngineOptions(max_num_seqs=128, max_num_batched_tokens=2048, num_gpu_blocks=30000,
+                                     enable_prefix_caching=trace == "mooncake"),
+                       SchedulingOptions(scheduler), record=RecordOptions(token_times=True))
     res, eng = replay_frame(df, COST, cfg, meta)
     ok = res["pred_status"] == "ok"
     assert (ok | res["pred_status"].str.startswith("rejected")).all()  # every request completed or given a status

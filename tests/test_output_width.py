@@ -10,7 +10,8 @@ from click.testing import CliRunner
 from replay.cli import progress
 from replay.compare import REL_ERR_FLOOR_S, broken_tolerances, compare, err_cell, format_table
 from replay.cost_model import RooflineCostModel
-from replay.simulate import ReplayConfig, replay_frame
+from replay.config import EngineOptions, ReplayConfig
+from replay.simulate import replay_frame
 from replay.text import WIDTH, render_table, wrap
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
@@ -34,7 +35,7 @@ def files(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     df = synth_requests(300, 20.0, "lognormal:mean=800,sigma=0.8", "lognormal:mean=150,sigma=0.8", seed=1)
     truth = RooflineCostModel(COST.model, COST.gpu, CostParams(eta_compute=0.4, eta_mem=0.7, t_step_s=2e-4))
-    meas, _ = replay_frame(df, truth, ReplayConfig(max_num_seqs=32))
+    meas, _ = replay_frame(df, truth, ReplayConfig(EngineOptions(max_num_seqs=32)))
     df = df.assign(queue_wait_s=0.0, ttft_s=meas["pred_ttft_s"], tpot_s=meas["pred_tpot_s"], e2e_s=meas["pred_e2e_s"])
     write_trace(df, REQUEST_TRACE, "t.parquet")
     write_calibration(COST, "cal.json")

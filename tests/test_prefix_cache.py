@@ -11,7 +11,8 @@ from replay.kv_cache import KVCache, PrefixCachingKVCache, make_kv_cache, prompt
 from replay.request import Request
 from replay.schedulers import get_scheduler_factory
 from replay.schedulers.base import ReplicaState, SchedulerConfig
-from replay.simulate import ReplayConfig, replay_frame
+from replay.config import EngineOptions, ReplayConfig
+from replay.simulate import replay_frame
 from schemas.specs import get_gpu, get_model
 
 COST = LinearStepCost(0.010, 1e-4)
@@ -135,13 +136,13 @@ def test_br14_through_replay_frame_with_trace_metadata():
                        "num_prompt_tokens": [r[2] for r in BR14], "num_output_tokens": [r[3] for r in BR14],
                        "block_hashes": [r[4] for r in BR14]})
     cost = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"))
-    cfg = ReplayConfig(num_gpu_blocks=10_000, enable_prefix_caching=True)
+    cfg = ReplayConfig(EngineOptions(num_gpu_blocks=10_000, enable_prefix_caching=True))
     res, _ = replay_frame(df, cost, cfg, metadata={"hash_block_tokens": "512"})
     assert res["pred_num_cached_tokens"].tolist() == [0, 1024, 1008]
-    res, _ = replay_frame(df, cost, ReplayConfig(num_gpu_blocks=10_000, enable_prefix_caching=True,
-                                                 hash_block_size=512))
+    res, _ = replay_frame(df, cost, ReplayConfig(EngineOptions(num_gpu_blocks=10_000, enable_prefix_caching=True,
+                                                               hash_block_size=512)))
     assert res["pred_num_cached_tokens"].tolist() == [0, 1024, 1008]
-    res, _ = replay_frame(df, cost, ReplayConfig(num_gpu_blocks=10_000), metadata={"hash_block_size": "512"})
+    res, _ = replay_frame(df, cost, ReplayConfig(EngineOptions(num_gpu_blocks=10_000)), metadata={"hash_block_size": "512"})
     assert "pred_num_cached_tokens" not in res  # prefix caching is off unless enabled
     assert (res["pred_status"] == "ok").all()
 
@@ -156,7 +157,8 @@ def test_br14_end_to_end_from_the_mooncake_jsonl(tmp_path):
                     '{"timestamp": 1000, "input_length": 1024, "output_length": 4,  "hash_ids": [0, 1]}\n')
     df, meta = import_mooncake(path, invalid="flag")  # row 3 has 2 ids for 20 tokens: flagged, not replayed
     cost = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"))
-    res, _ = replay_frame(df, cost, ReplayConfig(num_gpu_blocks=10_000, enable_prefix_caching=True), metadata=meta)
+    res, _ = replay_frame(df, cost, ReplayConfig(EngineOptions(num_gpu_blocks=10_000, enable_prefix_caching=True)),
+                          metadata=meta)
     assert res["arrival_time_s"].tolist() == [0.0, 0.5, 0.5, 1.0]
     assert res["pred_num_cached_tokens"].tolist() == [0, 1024, 0, 1008]
     assert res["pred_status"].tolist()[2].startswith("not simulated")

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from replay.simulate import ReplayConfig
+from replay.config import ReplayConfig, SchedulingOptions
 from replay.sweep import SweepContext, parse_sweeps, run_sweep
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install '.[ray]')")
@@ -28,7 +28,7 @@ def local_ray():
 
 
 def test_sweep_on_ray_equals_local(local_ray):
-    ctx = SweepContext(TRACE, {}, COST, ReplayConfig(slo_ttft_s=0.3))
+    ctx = SweepContext(TRACE, {}, COST, ReplayConfig(scheduling=SchedulingOptions(slo_ttft_s=0.3)))
     sweeps = parse_sweeps(SWEEP)
     on_ray = run_sweep(ctx, sweeps, ray_address="auto")
     assert local_ray.is_initialized()  # a Ray it did not start stays up

@@ -17,9 +17,14 @@ def test_production_recipes_run_as_written(real_data_dir, tmp_path, monkeypatch)
     section = text.split("## Getting your production log in", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
     commands = [c.strip() for b in blocks for c in b.replace("\\\n", " ").splitlines() if c.strip()]
-    assert len(commands) == 6 and all(c.startswith("traces import ") for c in commands[:4])
+    assert len(commands) == 7 and all(c.startswith("traces import ") for c in commands[:4])
     assert commands[4].startswith("calibrate fit ") and commands[5].startswith("replay ")
+    assert commands[6].startswith("traces import blis-observe trace.yaml")
     monkeypatch.chdir(tmp_path)
+    # no BLIS trace among the real files: the recipe runs on the hand-written pair of the tests
+    for suffix in ("yaml", "csv"):
+        (tmp_path / f"trace.{suffix}").write_bytes((Path(__file__).parent / "data" / f"blis_observe_trace.{suffix}")
+                                                   .read_bytes())
     out = []
     for cmd in commands:
         args = shlex.split(cmd.replace("$D", str(real_data_dir)))
@@ -29,5 +34,7 @@ def test_production_recipes_run_as_written(real_data_dir, tmp_path, monkeypatch)
     assert "num_gpu_blocks=2790" in out[3] and "UTC-8 h (inferred)" in out[3]
     # the calibration took the log's settings, and the replay the calibration's: no engine option typed
     assert "max_num_batched_tokens=64" in out[4] and "max_num_batched_tokens=64" in out[5]
-    for name in ("sweep.parquet", "rate076.parquet", "spans.parquet", "vllm_stats.parquet", "vllm_ts.csv"):
+    assert "max_num_seqs=64" in out[6]
+    for name in ("sweep.parquet", "rate076.parquet", "spans.parquet", "vllm_stats.parquet", "vllm_ts.csv",
+                 "observed.parquet"):
         assert (tmp_path / name).exists()

@@ -12,7 +12,8 @@ from schemas.cost_params import CostParams
 from replay.schedulers.chunked import ChunkedScheduler
 from replay.schedulers.edf import next_token_deadline_s
 from replay.schedulers.keyed_queue import KeyedWaiting
-from replay.simulate import ReplayConfig, replay_frame
+from replay.config import ReplayConfig
+from replay.simulate import replay_frame
 from schemas.specs import get_gpu, get_model
 
 COST = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("a100-80gb"),
@@ -74,8 +75,8 @@ def test_same_replay_as_the_sort_per_step_policy(seed, cfg, new, old):
     df = trace(seed)
     cost = COST
     kw = dict(CONFIGS[cfg], max_model_len=4096, block_size=16)
-    got, e1 = replay_frame(df, cost, ReplayConfig(scheduler=new, **kw))
-    ref, e2 = replay_frame(df, cost, ReplayConfig(scheduler=old, **kw))
+    got, e1 = replay_frame(df, cost, ReplayConfig.from_options(scheduler=new, **kw))
+    ref, e2 = replay_frame(df, cost, ReplayConfig.from_options(scheduler=old, **kw))
     assert e1.num_steps == e2.num_steps
     pd.testing.assert_frame_equal(got, ref)
 

@@ -18,7 +18,9 @@ from replay.request import Request
 from replay.schedulers import BUILTIN, get_scheduler_factory
 from replay.schedulers.base import Batch, ReplicaState, SchedulerConfig
 from replay.schedulers.loops import schedule_running
-from replay.simulate import ReplayConfig, replay_frame, spec_decode_stats, steps_frame
+from replay.config import ClosedLoopOptions, EngineOptions, RecordOptions, ReplayConfig
+from replay.result_columns import spec_decode_stats, steps_frame
+from replay.simulate import replay_frame
 from schemas.cost_params import CostParams
 from schemas.specs import GpuSpec, ModelSpec, get_gpu, get_model
 
@@ -208,9 +210,10 @@ def test_accepted_drafts_are_a_prefix_of_bernoulli_trials():
 
 def test_replay_reports_acceptance_and_tpot_below_the_step_time():
     trace = _trace(rate=1.0)  # light load: decodes mostly in decode-only steps
-    cfg = ReplayConfig(speculative_tokens=3, spec_acceptance_rate=0.5, record_steps=True, record_token_times=True)
+    cfg = ReplayConfig(EngineOptions(speculative_tokens=3, spec_acceptance_rate=0.5),
+                       record=RecordOptions(token_times=True, steps=True))
     res, eng = replay_frame(trace, COST, cfg)
-    base, base_eng = replay_frame(trace, COST, ReplayConfig(record_steps=True))
+    base, base_eng = replay_frame(trace, COST, ReplayConfig(record=RecordOptions(steps=True)))
     assert (res["pred_status"] == "ok").all()
     st_ = spec_decode_stats(eng)
     # per-draft 0.5: accepted / drafts = (0.875 - truncation) / 3, acceptance length near 1.875
@@ -227,15 +230,15 @@ def test_replay_reports_acceptance_and_tpot_below_the_step_time():
     # the same seed gives the same run; another seed another one
     again, _ = replay_frame(trace, COST, cfg)
     pd.testing.assert_frame_equal(res, again)
-    other, _ = replay_frame(trace, COST, ReplayConfig(speculative_tokens=3, spec_acceptance_rate=0.5, seed=1,
-                                                      record_token_times=True))
+    other, _ = replay_frame(trace, COST, ReplayConfig(EngineOptions(speculative_tokens=3, spec_acceptance_rate=0.5, seed=1),
+                                                      record=RecordOptions(token_times=True)))
     assert not other["pred_e2e_s"].equals(res["pred_e2e_s"])
 
 
 def test_acceptance_zero_emits_one_token_per_step_at_a_higher_cost():
     """A = 0: every draft rejected, the timeline is one token per step, each step priced on K + 1 positions."""
     trace = _trace(20)
-    res, _ = replay_frame(trace, COST, ReplayConfig(speculative_tokens=3, spec_acceptance_rate=0.0))
+    res, _ = replay_frame(trace, COST, ReplayConfig(EngineOptions(speculative_tokens=3, spec_acceptance_rate=0.0)))
     base, _ = replay_frame(trace, COST, ReplayConfig())
     assert (res["pred_e2e_s"] >= base["pred_e2e_s"] - 1e-12).all()
     assert (res["pred_num_accepted_tokens"] == 0).all()
@@ -247,7 +250,7 @@ def test_acceptance_zero_emits_one_token_per_step_at_a_higher_cost():
                                         (dict(long_prefill_token_threshold=-1), ">= 0")])
 def test_bad_options(bad, needle):
     with pytest.raises(ConfigError, match=needle):
-        replay_frame(_trace(3), COST, ReplayConfig(**bad))
+        replay_frame(_trace(3), COST, ReplayConfig(EngineOptions(**bad)))
 
 
 @settings(max_examples=40, deadline=None)
@@ -266,7 +269,8 @@ def test_fast_path_equals_step_by_step_with_speculation(n, seed, scheduler, k, a
 
 def test_closed_loop_with_speculation():
     trace = _trace(30)
-    res, _ = replay_frame(trace, COST, ReplayConfig(speculative_tokens=2, spec_acceptance_rate=0.6, concurrency=4))
+    res, _ = replay_frame(trace, COST, ReplayConfig(EngineOptions(speculative_tokens=2, spec_acceptance_rate=0.6),
+                                                    closed_loop=ClosedLoopOptions(4)))
     assert (res["pred_status"] == "ok").all()
 
 
@@ -313,6 +317,6 @@ def test_calibrate_fit_has_the_options_and_records_them():
     help_text = CliRunner().invoke(calibrate, ["fit", "--help"]).output
     for opt in ("--long-prefill-token-threshold", "--speculative-tokens", "--spec-acceptance-rate"):
         assert opt in help_text
-    rec = engine_settings(ReplayConfig(long_prefill_token_threshold=512, speculative_tokens=3,
-                                       spec_acceptance_rate=0.7))
+    rec = engine_settings(ReplayConfig(EngineOptions(long_prefill_token_threshold=512, speculative_tokens=3,
+                                                     spec_acceptance_rate=0.7)))
     assert (rec["long_prefill_token_threshold"], rec["speculative_tokens"], rec["spec_acceptance_rate"]) == (512, 3, 0.7)

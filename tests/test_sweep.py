@@ -11,7 +11,8 @@ from replay.compare import scheduler_table
 from replay.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 from replay.errors import ConfigError
-from replay.simulate import ReplayConfig, replay_frame
+from replay.config import ClosedLoopOptions, EngineOptions, ReplayConfig, SchedulingOptions
+from replay.simulate import replay_frame
 from replay.sweep import (MAX_POINTS, SweepContext, evaluate_point, format_sweep_table, parse_sweep, parse_sweeps,
                           run_sweep, sweep_points)
 from schemas.specs import get_gpu, get_model
@@ -79,10 +80,10 @@ def test_points_are_the_cartesian_product_last_varying_fastest():
 # -- evaluation ---------------------------------------------------------------------------------------
 
 def test_a_point_is_the_replay_with_its_options():
-    ctx = SweepContext(TRACE, {}, COST, ReplayConfig(slo_ttft_s=0.2))
+    ctx = SweepContext(TRACE, {}, COST, ReplayConfig(scheduling=SchedulingOptions(slo_ttft_s=0.2)))
     row = evaluate_point(ctx, {"rate-scale": 2.0, "max-num-seqs": 8})
     res, _ = replay_frame(TRACE.assign(arrival_time_s=TRACE["arrival_time_s"] / 2), COST,
-                          ReplayConfig(slo_ttft_s=0.2, max_num_seqs=8))
+                          ReplayConfig(EngineOptions(max_num_seqs=8), SchedulingOptions(slo_ttft_s=0.2)))
     expected = scheduler_table({"": res}, 0.2, None).iloc[0]
     assert row["rate_scale"] == 2.0 and row["max_num_seqs"] == 8
     for col in ("n_ok", "ttft_p99_s", "tpot_p50_s", "e2e_p90_s", "goodput_rps"):
@@ -105,14 +106,14 @@ def test_closed_loop_sweep_over_concurrency():
     assert table["throughput_rps"].iloc[1] > 4 * table["throughput_rps"].iloc[0]
     assert (table["queue_wait_p99_s"] >= 0).all()
     with pytest.raises(ConfigError, match="does not use arrival times"):
-        run_sweep(SweepContext(trace, {}, COST, ReplayConfig(concurrency=4)), parse_sweeps(["rate-scale=1,2"]))
+        run_sweep(SweepContext(trace, {}, COST, ReplayConfig(closed_loop=ClosedLoopOptions(4))), parse_sweeps(["rate-scale=1,2"]))
     with pytest.raises(ConfigError, match="--prefill-replicas and --decode-replicas"):
         run_sweep(SweepContext(trace, {}, COST, ReplayConfig()), parse_sweeps(["scheduler=chunked,disagg",
                                                                                 "replicas=1,2"]))
 
 
 def test_parallel_equals_serial():
-    ctx = SweepContext(TRACE, {}, COST, ReplayConfig(slo_ttft_s=0.3, slo_tpot_s=0.05))
+    ctx = SweepContext(TRACE, {}, COST, ReplayConfig(scheduling=SchedulingOptions(slo_ttft_s=0.3, slo_tpot_s=0.05)))
     sweeps = parse_sweeps(["rate-scale=1:3:1", "scheduler=fcfs,chunked", "replicas=1,2"])
     serial = run_sweep(ctx, sweeps, jobs=1)
     parallel = run_sweep(ctx, sweeps, jobs=2)
@@ -166,7 +167,7 @@ def test_without_ray_the_error_says_how_to_install_it(monkeypatch):
 
 
 def test_format_sweep_table():
-    table = run_sweep(SweepContext(TRACE, {}, COST, ReplayConfig(slo_ttft_s=0.2)),
+    table = run_sweep(SweepContext(TRACE, {}, COST, ReplayConfig(scheduling=SchedulingOptions(slo_ttft_s=0.2))),
                       parse_sweeps(["rate-scale=0.5,1", "max-num-seqs=4"]), jobs=1)
     lines = format_sweep_table(table, ["rate-scale", "max-num-seqs"], wide=True).splitlines()
     assert lines[0].split() == ["rate_scale", "max_num_seqs", "n_ok", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms",
@@ -204,7 +205,7 @@ def test_cli_sweep_prints_and_writes_the_table(tmp_path, suffix):
     assert "sweeping 4 points (2 rate-scale x 2 scheduler) on 120 requests" in res.output
     assert "goodput" in res.output and f"wrote {out}" in res.output
     written = pd.read_csv(out) if suffix == ".csv" else pd.read_parquet(out)
-    expected = run_sweep(SweepContext(TRACE, {}, COST, ReplayConfig(slo_ttft_s=0.3)),
+    expected = run_sweep(SweepContext(TRACE, {}, COST, ReplayConfig(scheduling=SchedulingOptions(slo_ttft_s=0.3))),
                          parse_sweeps(["rate-scale=1,2", "scheduler=fcfs,chunked"]), jobs=1)
     assert list(written.columns) == list(expected.columns)
     np.testing.assert_allclose(written["e2e_p99_s"], expected["e2e_p99_s"], rtol=1e-12)
@@ -247,7 +248,7 @@ def test_cli_ray_address_without_ray_is_a_usage_error(tmp_path, monkeypatch):
 def _measured_request_log():
     truth = COST.with_params(CostParams(eta_compute=0.5, eta_mem=0.7, t_step_s=1e-3))
     trace = synth_requests(40, 4.0, "lognormal:mean=800,sigma=0.6", "lognormal:mean=60,sigma=0.6", seed=5)
-    cfg = ReplayConfig(max_num_seqs=16, max_num_batched_tokens=2048)
+    cfg = ReplayConfig(EngineOptions(max_num_seqs=16, max_num_batched_tokens=2048))
     measured, _ = replay_frame(trace, truth, cfg)
     return trace.assign(ttft_s=measured["pred_ttft_s"], tpot_s=measured["pred_tpot_s"]), cfg
 

@@ -17,7 +17,8 @@ from schemas.specs import get_model
 
 from ..errors import ConfigError, ReplayError
 from ..text import wrap
-from .engine_settings import calibrated_cost_model, check_limits, engine_sources, fill_engine_options, replay_config
+from .engine_settings import (calibrated_cost_model, check_limits, engine_sources, fill_engine_options,
+                              multi_scheduler_config, replay_config)
 from .options import chrome_trace_options, output_options, parse_tolerances, replay_options, show_progress
 from .runners import check_sweep_options, compare_schedulers_run, hardware, parse_scheduler_list, sweep_run
 
@@ -99,7 +100,9 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     from ..compare import broken_tolerances, compare, format_table
     from ..disagg import DisaggEngine, describe_config
     from ..schedulers import get_scheduler_factory
-    from ..simulate import replay_frame, steps_frame
+    from ..config import RecordOptions
+    from ..result_columns import steps_frame
+    from ..simulate import replay_frame
 
     show_progress(quiet)
     tolerances = parse_tolerances(tolerance)
@@ -128,7 +131,7 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     cal = Calibration.read(calibration_path)
     model_spec = get_model(model) if model else None
     kwargs.update(tp=tp, dp=dp)
-    for line in fill_engine_options(kwargs, engine_sources(vllm_log, cal, calibration_path)):
+    for line in fill_engine_options(kwargs, engine_sources(vllm_log, cal, calibration_path, trace)):
         click.echo(wrap(line), err=True)
     tp, dp = kwargs.pop("tp"), kwargs.pop("dp")
     cost_model = calibrated_cost_model(calibration_path, cal, model_spec, tp, dp)
@@ -142,29 +145,30 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     warning = check_limits(str(trace), frame, kwargs["max_num_seqs"], cost_model.dp)
     if warning:
         click.echo(wrap(warning), err=True)
+    kwargs["seed"] = seed
     if names is not None:
-        compare_schedulers_run(frame, meta, cost_model, replay_config(kwargs, one_scheduler=False, seed=seed), names,
-                               wide)
+        compare_schedulers_run(frame, meta, cost_model, *multi_scheduler_config(kwargs), names, wide)
         return
     if sweeps is not None:
-        sweep_run(frame, meta, cost_model, replay_config(kwargs, one_scheduler="scheduler" not in sweeps, seed=seed),
-                  sweeps, jobs, ray_address, sweep_out, wide, quiet)
+        cfg, disagg = multi_scheduler_config(kwargs) if "scheduler" in sweeps else (replay_config(kwargs), None)
+        sweep_run(frame, meta, cost_model, cfg, sweeps, jobs, ray_address, sweep_out, wide, quiet, disagg)
         return
-    cfg = replay_config(kwargs, record_token_times=token_times, record_steps=steps_out is not None or bool(report),
-                        record_step_requests=chrome_trace is not None, seed=seed)
-    if cfg.scheduler != "disagg":
-        get_scheduler_factory(cfg.scheduler)  # a bad --scheduler fails before anything is printed
+    cfg = replay_config(kwargs, RecordOptions(token_times=token_times, steps=steps_out is not None or bool(report),
+                                              step_requests=chrome_trace is not None))
+    eng, sched, closed = cfg.engine, cfg.scheduling, cfg.closed_loop
+    if cfg.disagg is None:
+        get_scheduler_factory(sched.scheduler)  # a bad --scheduler fails before anything is printed
     m = cost_model.model
-    where = (f"scheduler disagg: {describe_config(cost_model, cfg)}" if cfg.scheduler == "disagg" else
-             f"{hardware(cost_model, cfg)}, scheduler {cfg.scheduler}")
-    loop = "" if cfg.concurrency is None else \
-        f", closed loop: {cfg.concurrency} clients, think time {cfg.think_time_s:g} s"
-    if cfg.long_prefill_token_threshold:
-        loop += f", long_prefill_token_threshold={cfg.long_prefill_token_threshold}"
-    if cfg.speculative_tokens:
-        loop += f", speculative decoding: K={cfg.speculative_tokens}, acceptance {cfg.spec_acceptance_rate:g}"
-    click.echo(wrap(f"replaying {len(frame)} requests: model {m.name}, {where}, max_num_seqs={cfg.max_num_seqs}, "
-                    f"max_num_batched_tokens={cfg.max_num_batched_tokens}{loop}"))
+    where = (f"scheduler disagg: {describe_config(cost_model, cfg.disagg)}" if cfg.disagg is not None else
+             f"{hardware(cost_model, sched.replicas)}, scheduler {sched.scheduler}")
+    loop = "" if closed.concurrency is None else \
+        f", closed loop: {closed.concurrency} clients, think time {closed.think_time_s:g} s"
+    if eng.long_prefill_token_threshold:
+        loop += f", long_prefill_token_threshold={eng.long_prefill_token_threshold}"
+    if eng.speculative_tokens:
+        loop += f", speculative decoding: K={eng.speculative_tokens}, acceptance {eng.spec_acceptance_rate:g}"
+    click.echo(wrap(f"replaying {len(frame)} requests: model {m.name}, {where}, max_num_seqs={eng.max_num_seqs}, "
+                    f"max_num_batched_tokens={eng.max_num_batched_tokens}{loop}"))
     result, engine = replay_frame(frame, cost_model, cfg, meta)
     n_ok = int((result["pred_status"] == "ok").sum())
     rejected = result["pred_status"].str.startswith("rejected").sum()
@@ -173,38 +177,39 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
         kv = f"prefill {kv}, decode {engine.replicas[engine.num_prefill_replicas].kv.num_gpu_blocks} blocks"
     click.echo(wrap(f"simulated {engine.num_steps} steps; {n_ok} completed, {rejected} rejected, "
                     f"{int(result['pred_num_preemptions'].sum())} preemptions; "
-                    f"KV cache {kv} x {cfg.block_size} tokens"))
+                    f"KV cache {kv} x {eng.block_size} tokens"))
     skipped = ~result["pred_status"].isin(["ok"]) & ~result["pred_status"].str.startswith("rejected")
     for reason, count in result.loc[~(result["pred_status"] == "ok"), "pred_status"].value_counts().items():
         click.echo(f"  {count} {reason}")
     if skipped.all() or n_ok == 0:
         click.echo("warning: no request completed in the simulation; nothing to compare", err=True)
-    if cfg.speculative_tokens:
-        from ..simulate import spec_decode_stats
+    if eng.speculative_tokens:
+        from ..result_columns import spec_decode_stats
 
         st = spec_decode_stats(engine)
         click.echo(f"speculative decoding: {st['num_accepted_tokens']} of {st['num_draft_tokens']} draft tokens "
                    f"accepted ({st['acceptance_rate']:.1%}), mean acceptance length {st['acceptance_length']:.2f} "
                    f"tokens per verify step over {st['num_drafts']} verify steps")
-    if cfg.enable_prefix_caching:
+    if eng.enable_prefix_caching:
         hit, total = int(result["pred_num_cached_tokens"].sum()), int(frame["num_prompt_tokens"].sum())
         click.echo(f"prefix cache: {hit} of {total} prompt tokens hit ({hit / total:.1%})"
                    + ("" if "block_hashes" in frame else "; the trace has no block_hashes, so nothing can hit"))
-    elif cfg.router == "prefix_affinity":
+    elif sched.router == "prefix_affinity":
         click.echo("note: --router prefix_affinity needs --enable-prefix-caching; routing by load only", err=True)
-    if cfg.slo_ttft_s is not None or cfg.slo_tpot_s is not None:
+    if sched.slo_ttft_s is not None or sched.slo_tpot_s is not None:
         from ..metrics import goodput_rps
 
-        slos = ", ".join(f"{k} <= {v} s" for k, v in (("ttft", cfg.slo_ttft_s), ("tpot", cfg.slo_tpot_s)) if v is not None)
+        slos = ", ".join(f"{k} <= {v} s" for k, v in (("ttft", sched.slo_ttft_s), ("tpot", sched.slo_tpot_s))
+                         if v is not None)
         line = f"goodput ({slos}): predicted " \
-               f"{goodput_rps(on_send_times(result), cfg.slo_ttft_s, cfg.slo_tpot_s):.3f} req/s"
+               f"{goodput_rps(on_send_times(result), sched.slo_ttft_s, sched.slo_tpot_s):.3f} req/s"
         if {"ttft_s", "tpot_s", "e2e_s"} <= set(result.columns):
-            line += f", measured {goodput_rps(result, cfg.slo_ttft_s, cfg.slo_tpot_s, prefix=''):.3f} req/s"
+            line += f", measured {goodput_rps(result, sched.slo_ttft_s, sched.slo_tpot_s, prefix=''):.3f} req/s"
         click.echo(line)
     if output:
         from traces.io import write_trace
 
-        write_trace(result, REPLAY_RESULT, output, {"calibration": str(calibration_path), "scheduler": cfg.scheduler})
+        write_trace(result, REPLAY_RESULT, output, {"calibration": str(calibration_path), "scheduler": sched.scheduler})
         click.echo(f"wrote {output}")
     if steps_out:
         from traces.io import write_trace

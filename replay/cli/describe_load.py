@@ -47,7 +47,8 @@ def describe_load(trace: str, calibration_path: str, model: str | None) -> str:
     from traces.io import read_trace
 
     from ..queueing import offered_load
-    from ..simulate import ReplayConfig, replay_frame
+    from ..config import EngineOptions, ReplayConfig, SchedulingOptions
+    from ..simulate import replay_frame
 
     cal = Calibration.read(calibration_path)
     cost_model = calibrated_cost_model(calibration_path, cal, get_model(model) if model else None)
@@ -61,8 +62,9 @@ def describe_load(trace: str, calibration_path: str, model: str | None) -> str:
              f"  lambda = {load['arrival_rate_per_s']:.4g} req/s, E[S] = {load['mean_service_s'] * 1e3:.1f} ms, "
              f"E[S^2] = {load['second_moment_s2']:.4g} s^2, SCV = {load['scv']:.3f}, rho = {load['rho']:.3f}"]
     if load["rho"] < 1:
-        res, _ = replay_frame(frame, cost_model, ReplayConfig(scheduler="fcfs", max_num_seqs=1,
-                                                              max_num_batched_tokens=1 << 62))
+        one_at_a_time = ReplayConfig(EngineOptions(max_num_seqs=1, max_num_batched_tokens=1 << 62),
+                                     SchedulingOptions("fcfs"))
+        res, _ = replay_frame(frame, cost_model, one_at_a_time)
         lines.append(f"  P-K mean wait (M/G/1) = {load['pk_mean_wait_s'] * 1e3:.1f} ms; batch-size-1 FCFS replay "
                      f"mean wait = {np.nanmean(res['pred_queue_wait_s']) * 1e3:.1f} ms (arrivals as traced, "
                      "so equal only for Poisson arrivals)")

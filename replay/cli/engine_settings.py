@@ -1,5 +1,5 @@
 """Where ``replay``'s engine settings come from: the command line, a vLLM log, the calibration;
-the check that they can describe the measured run; the :class:`~replay.simulate.ReplayConfig`
+the check that they can describe the measured run; the :class:`~replay.config.ReplayConfig`
 and the cost model they make."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from .options import DISAGG_OPTIONS
 
 if TYPE_CHECKING:
-    from ..simulate import ReplayConfig
+    from ..config import DisaggOptions, RecordOptions, ReplayConfig
 
 
 #: Engine options a vLLM log or a calibration can supply (ReplayConfig names = option names).
@@ -87,38 +87,83 @@ def check_limits(name: str, trace, max_num_seqs: int, dp: int = 1) -> str | None
     return None
 
 
-def replay_config(kwargs: dict, one_scheduler: bool = True, **extra) -> ReplayConfig:
-    """A ReplayConfig from the options of :func:`replay_options`.
+#: Options of :func:`replay_options` that are not :class:`~replay.config.ReplayConfig` options.
+_NOT_CONFIG = ("vllm_log", "exact_steps")
 
-    With ``one_scheduler`` (not ``--compare-schedulers``), options that the chosen scheduler
-    would ignore are a ConfigError: ``disagg`` options with another scheduler, ``--replicas``
-    with ``disagg``.
+
+def replay_config(kwargs: dict, record: RecordOptions | None = None) -> ReplayConfig:
+    """The ReplayConfig of the options of :func:`replay_options` (and ``seed``).
+
+    The checks are the library's (:class:`~replay.config.ReplayConfig`): bad values, and
+    options the chosen scheduler would ignore (``disagg`` options with another scheduler,
+    ``--replicas`` with ``disagg``).
     """
-    from ..simulate import ReplayConfig
-    
+    from ..config import ReplayConfig
 
-    keys = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "gpu_memory_utilization",
-            "block_size", "max_model_len", "replicas", "router", "enable_prefix_caching", "hash_block_size",
-            "preemption_mode", "slo_ttft_s", "slo_tpot_s", "concurrency", "think_time_s", "exact_steps",
-            "long_prefill_token_threshold", "speculative_tokens", "spec_acceptance_rate")
-    keys = tuple(k for k in keys if k in kwargs)
+    options = {k: v for k, v in kwargs.items() if k not in _NOT_CONFIG}
+    return ReplayConfig.from_options(record, bool(kwargs.get("exact_steps")), **options)
+
+
+def multi_scheduler_config(kwargs: dict) -> tuple[ReplayConfig, DisaggOptions | None]:
+    """For runs over several schedulers (``--compare-schedulers``, ``--sweep scheduler=...``):
+    the configuration of every run but its scheduler, and the pools of the ``disagg`` runs
+    (None when no ``disagg`` option is given); :meth:`ReplayConfig.with_scheduler` combines them.
+    """
+    from ..config import DisaggOptions
+
+    colocated = {k: v for k, v in kwargs.items() if k not in DISAGG_OPTIONS}
+    if colocated.get("scheduler") == "disagg":  # the scheduler of each run comes from the list
+        colocated["scheduler"] = "chunked"
     given = {k: kwargs[k] for k in DISAGG_OPTIONS if kwargs.get(k) is not None}
-    if one_scheduler and kwargs["scheduler"] != "disagg" and given:
-        names = ", ".join("--" + k.replace("_", "-") for k in given)
-        raise ConfigError(f"{names}: only --scheduler disagg uses these (the scheduler is {kwargs['scheduler']})")
-    if one_scheduler and kwargs["scheduler"] == "disagg" and kwargs["replicas"] != 1:
-        raise ConfigError("--replicas: with --scheduler disagg give --prefill-replicas and --decode-replicas")
-    return ReplayConfig(**{k: kwargs[k] for k in keys}, **given, **extra)
+    return replay_config(colocated), DisaggOptions(**given) if given else None
 
 
-def engine_sources(vllm_log: str | None, cal: Calibration | None = None, cal_path=None) -> list:
-    """The sources of engine settings, first wins: the measured server's log, then the
-    calibration's recorded settings (:func:`fill_engine_options`)."""
+#: Settings a trace's metadata may supply (whole numbers >= 1), besides gpu_memory_utilization.
+_TRACE_INT_KEYS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "num_gpu_blocks",
+                   "tensor_parallel_size", "data_parallel_size")
+
+
+def trace_engine_settings(path) -> dict | None:
+    """The ``engine_settings`` an importer recorded in a trace's metadata (vLLM's names; e.g.
+    ``traces import blis-observe`` from the BLIS header), or None: none recorded, or a file
+    that cannot be read here (reading the trace reports that)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_schema(path).metadata or {}
+        settings = json.loads(meta.get(b"servecal.engine_settings", b"null"))
+    except (OSError, ValueError, TypeError, ArithmeticError, RecursionError):
+        return None
+    if not isinstance(settings, dict):
+        return None
+    out = {}
+    for key, value in settings.items():
+        if key in _TRACE_INT_KEYS:
+            ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2 ** 31
+        elif key == "gpu_memory_utilization":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
+        else:
+            continue  # not a setting a trace may supply
+        if not ok:
+            raise DataError(f"{path}: metadata engine_settings: {key}={value!r:.40} is not a valid setting")
+        out[key] = value
+    return out or None
+
+
+def engine_sources(vllm_log: str | None, cal: Calibration | None = None, cal_path=None, trace=None) -> list:
+    """The sources of engine settings, first wins: the measured server's log, the settings
+    recorded in the trace's metadata, then the calibration's recorded settings
+    (:func:`fill_engine_options`)."""
     out = []
     if vllm_log:
         from traces.importers.vllm_log import engine_settings_from_vllm_log
 
         out.append((f"vLLM log {vllm_log}", engine_settings_from_vllm_log(vllm_log)))
+    recorded = trace_engine_settings(trace) if trace is not None else None
+    if recorded:
+        out.append((f"trace {trace}", recorded))
     if cal is not None and cal.engine:
         out.append((f"calibration {cal_path}", cal.engine))
     return out

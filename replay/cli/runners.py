@@ -11,7 +11,7 @@ from ..schedulers import check_scheduler_names
 from ..text import wrap
 
 if TYPE_CHECKING:
-    from ..simulate import ReplayConfig
+    from ..config import DisaggOptions, ReplayConfig
 
 
 def parse_scheduler_list(text: str) -> list[str]:
@@ -29,40 +29,39 @@ def parse_scheduler_list(text: str) -> list[str]:
     return names
 
 
-def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, names: list[str], wide: bool = False) -> None:
+def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: DisaggOptions | None,
+                           names: list[str], wide: bool = False) -> None:
     """Replay ``frame`` under each scheduler of ``names`` (``cfg`` otherwise) and print one table.
 
-    Colocated schedulers run on ``cfg.replicas`` replicas, ``disagg`` on its prefill and decode
-    pools; the header says how many GPUs each uses.
+    Colocated schedulers run on ``cfg``'s replicas, ``disagg`` on the pools ``disagg``
+    (:meth:`~replay.config.ReplayConfig.with_scheduler`); the header says how many GPUs each uses.
     """
-    from dataclasses import replace
-
     from ..compare import format_scheduler_table, scheduler_table
     from ..disagg import describe_config
     from ..simulate import replay_frame
 
-    m = cost_model.model
+    m, eng, sched = cost_model.model, cfg.engine, cfg.scheduling
     click.echo(wrap(f"comparing {len(names)} schedulers on {len(frame)} requests: model {m.name}, "
-                    f"{hardware(cost_model, cfg)}, max_num_seqs={cfg.max_num_seqs}, "
-                    f"max_num_batched_tokens={cfg.max_num_batched_tokens}"))
+                    f"{hardware(cost_model, sched.replicas)}, max_num_seqs={eng.max_num_seqs}, "
+                    f"max_num_batched_tokens={eng.max_num_batched_tokens}"))
     if "disagg" in names:
-        click.echo(wrap(f"  disagg: {describe_config(cost_model, cfg)}"))
+        click.echo(wrap(f"  disagg: {describe_config(cost_model, cfg.with_scheduler('disagg', disagg).disagg)}"))
     results = {}
     for name in names:
-        results[name], _ = replay_frame(frame, cost_model, replace(cfg, scheduler=name), meta)
-    click.echo(format_scheduler_table(scheduler_table(results, cfg.slo_ttft_s, cfg.slo_tpot_s), wide=wide))
-    slo = [f"{k} <= {v} s" for k, v in (("ttft", cfg.slo_ttft_s), ("tpot", cfg.slo_tpot_s)) if v is not None]
+        results[name], _ = replay_frame(frame, cost_model, cfg.with_scheduler(name, disagg), meta)
+    click.echo(format_scheduler_table(scheduler_table(results, sched.slo_ttft_s, sched.slo_tpot_s), wide=wide))
+    slo = [f"{k} <= {v} s" for k, v in (("ttft", sched.slo_ttft_s), ("tpot", sched.slo_tpot_s)) if v is not None]
     click.echo(wrap("(predicted, ms over completed requests; goodput: completed requests/s"
                     + (f" meeting {' and '.join(slo)}" if slo else "; no --slo-ttft-s/--slo-tpot-s given")
                     + ("" if wide else "; --wide: every column") + ")"))
 
 
-def hardware(cost_model, cfg: ReplayConfig) -> str:
+def hardware(cost_model, replicas: int) -> str:
     """``"2 replicas of 2 x h100-80gb (TP=2), 4 GPUs"`` or ``"1 x h100-80gb (TP=1)"``."""
     one = f"{cost_model.tp} x {cost_model.gpu.name} (TP={cost_model.tp})"
-    if cfg.replicas == 1:
+    if replicas == 1:
         return one
-    return f"{cfg.replicas} replicas of {one}, {cfg.replicas * cost_model.tp} GPUs"
+    return f"{replicas} replicas of {one}, {replicas * cost_model.tp} GPUs"
 
 
 def check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers, exclusive) -> dict | None:
@@ -89,7 +88,8 @@ def check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers,
         both swept and given; a clash with another mode; Ray not installed; an output that is
         neither .parquet nor .csv.
     """
-    from ..sweep import check_output_path, check_ray, parse_sweeps
+    from ..ray_tasks import check_ray
+    from ..sweep import check_output_path, parse_sweeps
 
     if not sweep:
         given = [opt for opt, v in (("--jobs", jobs), ("--ray-address", ray_address), ("--sweep-out", sweep_out))
@@ -116,26 +116,28 @@ def check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers,
 
 
 def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: int | None, ray_address: str | None,
-              sweep_out: str | None, wide: bool = False, quiet: bool = False) -> None:
-    """Replay ``frame`` at every point of ``sweeps`` (``cfg`` otherwise), print the table, write ``sweep_out``."""
+              sweep_out: str | None, wide: bool = False, quiet: bool = False,
+              disagg: DisaggOptions | None = None) -> None:
+    """Replay ``frame`` at every point of ``sweeps`` (``cfg`` otherwise; ``disagg``: the pools of swept
+    ``disagg`` points), print the table, write ``sweep_out``."""
     import os
     import time
 
     from ..sweep import SweepContext, format_sweep_table, run_sweep, sweep_points, write_sweep_table
 
     n = len(sweep_points(sweeps))
-    m = cost_model.model
-    loop = "" if cfg.concurrency is None else f", closed loop: {cfg.concurrency} clients"
+    m, eng, sched, concurrency = cost_model.model, cfg.engine, cfg.scheduling, cfg.closed_loop.concurrency
+    loop = "" if concurrency is None else f", closed loop: {concurrency} clients"
     click.echo(wrap(f"sweeping {n} points ({' x '.join(f'{len(v)} {k}' for k, v in sweeps.items())}) on "
-                    f"{len(frame)} requests: model {m.name}, {hardware(cost_model, cfg)}, scheduler {cfg.scheduler}, "
-                    f"max_num_seqs={cfg.max_num_seqs}, max_num_batched_tokens={cfg.max_num_batched_tokens}{loop} "
-                    "(swept options override these)"))
+                    f"{len(frame)} requests: model {m.name}, {hardware(cost_model, sched.replicas)}, "
+                    f"scheduler {sched.scheduler}, max_num_seqs={eng.max_num_seqs}, "
+                    f"max_num_batched_tokens={eng.max_num_batched_tokens}{loop} (swept options override these)"))
     start = time.perf_counter()
-    table = run_sweep(SweepContext(frame, meta or {}, cost_model, cfg), sweeps, jobs, ray_address)
+    table = run_sweep(SweepContext(frame, meta or {}, cost_model, cfg, disagg), sweeps, jobs, ray_address)
     where = (f"on Ray ({ray_address})" if ray_address else
              f"on {min(jobs or os.cpu_count() or 1, n)} local process(es)")
     click.echo(format_sweep_table(table, list(sweeps), wide=wide))
-    slo = [f"{k} <= {v} s" for k, v in (("ttft", cfg.slo_ttft_s), ("tpot", cfg.slo_tpot_s)) if v is not None]
+    slo = [f"{k} <= {v} s" for k, v in (("ttft", sched.slo_ttft_s), ("tpot", sched.slo_tpot_s)) if v is not None]
     click.echo(wrap("(predicted, ms over completed requests; throughput: completed requests/s"
                     + (f"; goodput: those meeting {' and '.join(slo)}" if slo else
                        "; give --slo-ttft-s/--slo-tpot-s for goodput")

@@ -142,6 +142,39 @@ def import_guidellm_cmd(src, output, benchmark, no_block_hashes, invalid):
                    + f"; implied prefix-cache hit rate {float(meta['implied_prefix_cache_hit_rate']):.1%}")
 
 
+@import_.command("blis-observe")
+@click.argument("src", type=click.Path(dir_okay=False))
+@OUTPUT
+@click.option("--data", "data", type=click.Path(dir_okay=False), default=None,
+              help="The data CSV (blis observe --trace-data) [default: SRC with the suffix .csv].")
+@INVALID
+@file_errors
+def import_blis_observe_cmd(src, output, data, invalid):
+    """BLIS TraceV2 (blis observe): header YAML + per-request CSV -> request trace.
+
+    SRC is the --trace-header YAML (trace_version 2 or 3); the CSV is found beside
+    it (same name, .csv) or given with --data. Arrival = client send time; TTFT and
+    E2E = first/last chunk - send, as BLIS computes them (seconds). The header's
+    engine settings (max_num_seqs, block_size, tensor_parallel, ...) go in the
+    metadata, where replay takes them as defaults; failed requests are kept with
+    status 'failed: ...'.
+
+    \b
+    Example:
+      traces import blis-observe trace.yaml -o observed.parquet
+      traces import blis-observe header.yaml --data requests.csv -o observed.parquet
+    """
+    from ..importers.blis_observe import import_blis_observe
+
+    frame, meta = import_blis_observe(src, data=data, invalid=invalid)
+    write_requests(frame, meta, output)
+    if meta.get("engine_settings"):
+        import json
+
+        s = json.loads(meta["engine_settings"])
+        click.echo("engine (trace header): " + ", ".join(f"{k}={v}" for k, v in s.items()))
+
+
 @import_.command("vllm-otlp")
 @click.argument("src", type=click.Path(dir_okay=False))
 @OUTPUT

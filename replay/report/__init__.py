@@ -1,0 +1,314 @@
+"""The replay report: measured vs predicted as one self-contained HTML file, or Markdown.
+
+``write_report(result, "run.html")`` writes ONE file, its figures embedded as base64 PNG
+(``data:`` URIs), so it can be attached to a pull request or mailed as it is.
+``write_report(result, "run.md")`` writes ``run.md`` and its figures in the folder
+``run_files/`` (``scatter.png``, ``cdf.png``, and ``timeseries.png``, ``steps.png`` when a
+measured time series or the simulated steps are given), named after the report so that
+reports of other names never overwrite each other's figures.
+
+The report opens with what was run (trace, model, GPU, TP, engine settings, calibration,
+servecal version: :func:`report_context`), then the verdict against the tolerances when
+some were given, then the comparison table of :func:`replay.compare.compare`; nothing in
+it is computed twice. Wide tables scroll sideways in HTML instead of being cut.
+
+Every file is written atomically (temporary file in the same folder, then rename), so no
+file is ever partial and no temporary is left behind. The figures are all drawn before any
+is renamed and the text is written last: an error while drawing leaves the folder (and an
+earlier report of the same name) untouched, and a report never refers to a missing figure.
+
+This module assembles the report; the measured time series and the per-window errors are in
+:mod:`.timeseries`, the figures in :mod:`.figures`, the Markdown/HTML rendering in :mod:`.render`.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from schemas.tables import atomic_output, write_text_atomic
+
+from ..compare import (MAPE_MIN_MEAS_S, REL_ERR_FLOOR_S, broken_tolerances, compare, compared_rows, err_cell,
+                       format_table, table_cells)
+from ..errors import ConfigError, ReplayError
+from .figures import STEP_COLUMNS, cdf_figure, png as png_bytes, scatter_figure, steps_figure, timeseries_figure
+from .render import ms, pct, render
+from .timeseries import (NUM_TIME_WINDOWS, TIMESERIES_COLUMNS, TimeseriesError, errors_over_time, read_timeseries,
+                         simulated_counts)
+
+__all__ = ["REPORT_FORMATS", "NUM_TIME_WINDOWS", "TIMESERIES_COLUMNS", "TimeseriesError", "errors_over_time",
+           "read_timeseries", "report_context", "report_format", "simulated_counts", "tolerance_verdict",
+           "write_report"]
+
+#: Report formats by file suffix.
+REPORT_FORMATS = {".md": "markdown", ".html": "html"}
+
+
+def report_format(path: str | os.PathLike) -> str:
+    """``"markdown"`` or ``"html"`` from the report path's suffix.
+
+    Raises
+    ------
+    ConfigError
+        For any other suffix.
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix not in REPORT_FORMATS:
+        raise ConfigError(f"--report {path}: unknown report format {suffix or '(no suffix)'!r}; "
+                          f"use {' or '.join(REPORT_FORMATS)}")
+    return REPORT_FORMATS[suffix]
+
+
+def servecal_version() -> str:
+    """The installed servecal's version ("unknown" when it is not installed as a distribution)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("servecal")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def report_context(trace=None, calibration=None, cost_model=None, cfg=None, engine=None,
+                   extra: dict | None = None) -> list[tuple[str, str]]:
+    """What a report says was run: ``(label, value)`` pairs for its header.
+
+    Parameters
+    ----------
+    trace, calibration : path, optional
+        The replayed request trace and the calibration file.
+    cost_model : replay.cost_model.RooflineCostModel, optional
+        Gives the model, the GPU and the TP degree.
+    cfg : replay.config.ReplayConfig, optional
+        Gives the scheduler and the engine settings.
+    engine : replay.engine.Engine, optional
+        The engine that ran: the KV blocks actually used (``--num-gpu-blocks`` or sized
+        from GPU memory).
+    extra : dict, optional
+        More ``label: value`` lines, appended.
+
+    Returns
+    -------
+    list of (str, str)
+        ``trace``, ``calibration``, ``model``, ``GPU``, ``TP``, ``scheduler``, ``engine``,
+        ``servecal`` (those known), then ``extra``.
+    """
+    items = []
+    if trace is not None:
+        items.append(("trace", str(trace)))
+    if calibration is not None:
+        items.append(("calibration", str(calibration)))
+    if cost_model is not None:
+        items += [("model", cost_model.model.name), ("GPU", cost_model.gpu.name), ("TP", str(cost_model.tp))]
+    if cfg is not None:
+        eng, scheduling, closed = cfg.engine, cfg.scheduling, cfg.closed_loop
+        sched = scheduling.scheduler
+        if cfg.disagg is not None and cost_model is not None:
+            from ..disagg import describe_config
+
+            sched += f": {describe_config(cost_model, cfg.disagg)}"
+        elif scheduling.replicas != 1:
+            sched += f" on {scheduling.replicas} replicas, router {scheduling.router}"
+        items.append(("scheduler", sched))
+        settings = [f"max_num_seqs={eng.max_num_seqs}", f"max_num_batched_tokens={eng.max_num_batched_tokens}"]
+        blocks = eng.num_gpu_blocks
+        if engine is not None and getattr(engine, "replicas", None):
+            blocks = engine.replicas[0].kv.num_gpu_blocks
+        if blocks is not None:
+            settings.append(f"num_gpu_blocks={blocks}")
+        settings += [f"block_size={eng.block_size}",
+                     f"enable_prefix_caching={eng.enable_prefix_caching}", f"preemption_mode={eng.preemption_mode}"]
+        if eng.max_model_len is not None:
+            settings.append(f"max_model_len={eng.max_model_len}")
+        if closed.concurrency is not None:
+            settings.append(f"closed loop: concurrency={closed.concurrency}, think_time_s={closed.think_time_s:g}")
+        items.append(("engine", ", ".join(settings)))
+    items.append(("servecal", servecal_version()))
+    items += [(str(k), str(v)) for k, v in (extra or {}).items()]
+    return items
+
+
+def tolerance_verdict(table: pd.DataFrame, tolerances: dict[str, float] | None):
+    """The report's verdict: ``(kind, line, rows)`` with ``kind`` ``"pass"``, ``"fail"`` or
+    ``"none"`` (no tolerance given), one line saying so, and a row per tolerance
+    (check, bound, error, result) as :func:`replay.compare.broken_tolerances` judges it."""
+    if not tolerances:
+        return "none", "No --tolerance given: no pass/fail verdict.", []
+    rows, failed = [], []
+    by_metric = {r["metric"]: r for _, r in table.iterrows()}
+    for key, bound in tolerances.items():
+        broken = broken_tolerances(table, {key: bound})
+        metric, _, stat = key.rpartition("_")
+        r = by_metric.get(metric)
+        if r is None:
+            err = "-"
+        elif stat == "mape":
+            err = pct(r["mape"]).lstrip("+")
+        else:
+            err = err_cell(r.get(f"meas_{stat}", np.nan), r.get(f"pred_{stat}", np.nan))
+        rows.append([key, f"{bound:.1%}", err, "FAIL" if broken else "pass"])
+        if broken:
+            failed.append(key)
+    if failed:
+        return "fail", f"FAIL: {len(failed)} of {len(tolerances)} tolerances broken ({', '.join(failed)}).", rows
+    return "pass", f"PASS: all {len(tolerances)} errors within their tolerances.", rows
+
+
+def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_timeseries=None,
+                 simulated_steps: pd.DataFrame | None = None, context: list[tuple[str, str]] | None = None,
+                 tolerances: dict[str, float] | None = None) -> list[Path]:
+    """Write the measured-vs-predicted report of a replay and its figures.
+
+    Parameters
+    ----------
+    result_df : pandas.DataFrame
+        A replay result (``replay_result/1`` columns: the trace's measured latencies and the
+        ``pred_*`` columns, seconds).
+    path : path
+        ``.html`` (one self-contained file, figures embedded) or ``.md`` (Markdown; figures
+        in the folder ``<stem>_files/`` beside it).
+    measured_timeseries : path or pandas.DataFrame, optional
+        The measured 1-second time series (``t``, ``running``, ``waiting``; see
+        :func:`read_timeseries`), with ``t`` on the trace's clock (seconds since its first
+        arrival). Adds the simulated running/waiting counts plotted against it.
+    simulated_steps : pandas.DataFrame, optional
+        The simulated step trace (:func:`replay.simulate.steps_frame`). Adds step durations
+        and tokens per step over time.
+    context : list of (str, str), optional
+        What was run, for the header (:func:`report_context`); default: the servecal version.
+    tolerances : dict, optional
+        ``{"ttft_p50": 0.1, ...}`` (``replay --tolerance``): adds the PASS/FAIL line and a
+        table of every check.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The report, then the PNG files written (none for HTML).
+
+    Raises
+    ------
+    ConfigError
+        Unknown report suffix.
+    TimeseriesError
+        A bad measured time series.
+
+    Notes
+    -----
+    The key table is :func:`replay.compare.compare`'s, formatted by
+    :func:`replay.compare.table_cells` (milliseconds, signed percent errors, or ms where
+    the measured value is below 1 ms). Figures are drawn on matplotlib's Agg canvas. PNGs
+    are saved to temporary files first and renamed, then the text is written with
+    :func:`schemas.tables.write_text_atomic`.
+    """
+    path = Path(path)
+    fmt = report_format(path)
+    ts = read_timeseries(measured_timeseries) if measured_timeseries is not None else None
+    if simulated_steps is not None:
+        missing = [c for c in STEP_COLUMNS if c not in simulated_steps]
+        if missing:
+            raise ReplayError(f"simulated steps: missing column(s) {', '.join(missing)}")
+    table = compare(result_df)
+    metrics = list(table["metric"]) if not table.empty else []
+    folder = f"{path.stem}_files"  # Markdown's figures, named after the report
+    blocks: list[tuple] = [("meta", list(context) if context else report_context())]
+    figures: list[tuple[str, object]] = []  # (file name in the folder, figure)
+
+    def figure(title: str, alt: str, name: str, fig) -> None:
+        png = png_bytes(fig)
+        blocks.extend([("h2", title), ("img", alt, f"{folder}/{name}", png)] if title else
+                      [("img", alt, f"{folder}/{name}", png)])
+        figures.append((name, png))
+
+    kind, line, checks = tolerance_verdict(table, tolerances)
+    blocks.append(("verdict", kind, line))
+
+    n_compared = int(compared_rows(result_df).sum())
+    counts = (f"Requests: {len(result_df)} in the result, {n_compared} compared (completed on both sides), "
+              f"{len(result_df) - n_compared} excluded (failed in the measured run or not completed by the simulator).")
+    blocks.append(("h2", "Measured vs predicted"))
+    if table.empty:
+        blocks += [("p", format_table(table)), ("p", counts)]
+    else:
+        blocks += [("table", *table_cells(table)),
+                   ("p", "Times in ms. err_pXX = (predicted - measured) / measured at that percentile, or "
+                         f"predicted - measured in ms where the measured value is below {REL_ERR_FLOOR_S * 1e3:g} ms; "
+                         f"mape over measured values >= {MAPE_MIN_MEAS_S * 1e3:g} ms; bias = mean predicted - mean "
+                         "measured; ks = Kolmogorov-Smirnov statistic; wass = Wasserstein-1 distance. Mean TPOT (tpot "
+                         "row) weighs each request once, mean ITL (itl row, when token times exist on both sides) each "
+                         "token gap once. " + counts)]
+    if checks:
+        blocks += [("h2", "Tolerances"), ("table", ["check", "bound", "error", "result"], checks),
+                   ("p", f"A percentile below {REL_ERR_FLOOR_S * 1e3:g} ms measured is judged against "
+                         f"{REL_ERR_FLOOR_S * 1e3:g} ms: its bound allows that fraction of {REL_ERR_FLOOR_S * 1e3:g} ms.")]
+
+    fig = scatter_figure(result_df, metrics)
+    if fig is not None:
+        figure("Per request: predicted vs measured", "scatter of predicted vs measured per request", "scatter.png", fig)
+    fig = cdf_figure(result_df, metrics)
+    if fig is not None:
+        figure("Distributions: measured and predicted CDFs", "CDFs of measured and predicted", "cdf.png", fig)
+
+    if "ttft" in metrics:
+        win = errors_over_time(result_df)
+        rows = [[f"{i + 1}", f"{r.start_s:.1f}-{r.end_s:.1f}", str(r.n), ms(r.meas_p50), ms(r.pred_p50),
+                 err_cell(r.meas_p50, r.pred_p50)] for i, r in enumerate(win.itertuples())]
+        blocks += [("h2", "Errors over time"),
+                   ("p", f"TTFT p50 in {NUM_TIME_WINDOWS} equal windows of arrival time (compared requests only)."),
+                   ("table", ["window", "arrivals (s)", "n", "meas_p50_ms", "pred_p50_ms", "err_p50"], rows)]
+
+    if ts is not None:
+        running, waiting = simulated_counts(result_df, ts["t"].to_numpy())
+        rows = []
+        for col, sim in (("running", running), ("waiting", waiting)):
+            meas = ts[col].to_numpy(float)
+            rows.append([col, f"{meas.mean():.1f}", f"{sim.mean():.1f}", f"{meas.max():.0f}", f"{sim.max():.0f}",
+                         f"{np.mean(np.abs(sim - meas)):.1f}"])
+        blocks += [("h2", "Running and waiting requests over time"),
+                   ("p", f"Measured: the {len(ts)} ticks of the time series. Simulated at the same ticks: waiting = "
+                         "arrived and not yet scheduled, running = scheduled and not yet completed.")]
+        figure("", "running and waiting requests, measured and simulated", "timeseries.png",
+               timeseries_figure(ts, running, waiting))
+        blocks.append(("table", ["requests", "meas_mean", "sim_mean", "meas_max", "sim_max", "mean_abs_diff"], rows))
+
+    if simulated_steps is not None and len(simulated_steps):
+        d = simulated_steps["step_duration_s"].to_numpy(float)
+        blocks += [("h2", "Simulated steps"),
+                   ("p", f"{d.size} steps; duration mean {ms(d.mean())} ms, p50 {ms(np.percentile(d, 50))} ms, "
+                         f"p99 {ms(np.percentile(d, 99))} ms, max {ms(d.max())} ms.")]
+        figure("", "simulated step durations and tokens per step", "steps.png", steps_figure(simulated_steps))
+
+    text = render(blocks, fmt, "servecal replay report")
+    if fmt == "html":
+        write_text_atomic(text, path)
+        return [path]
+    written = _save_atomically(figures, path.parent / folder)
+    write_text_atomic(text, path)
+    return [path] + written
+
+
+def _save_atomically(figures: list[tuple[str, bytes]], folder: Path) -> list[Path]:
+    """Write every PNG to a temporary file in ``folder``, then rename them all; on error remove
+    the temporaries (and ``folder`` when this call made it). Returns the paths written."""
+    from schemas.errors import OutputError
+
+    if not figures:
+        return []
+    made = not folder.exists()
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{folder}: cannot create the folder for the report's figures ({exc.strerror})") from None
+    try:
+        with contextlib.ExitStack() as stack:
+            for name, png in figures:
+                with open(stack.enter_context(atomic_output(folder / name)), "wb") as fh:
+                    fh.write(png)
+    except BaseException:
+        if made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+    return [folder / name for name, _ in figures]

@@ -1,0 +1,120 @@
+"""The report's measured time series and what it is compared with: the simulated running and
+waiting counts, and the TTFT error per window of arrival time."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..compare import compare
+from ..errors import ReplayError
+
+#: Equal windows of arrival time in the errors-over-time table.
+NUM_TIME_WINDOWS = 10
+
+#: Columns a measured time series must have (vLLM's 1-second ``timeseries.csv``).
+TIMESERIES_COLUMNS = ("t", "running", "waiting")
+
+
+class TimeseriesError(ReplayError):
+    """A measured time-series file is unreadable or lacks a column (names file, column, row)."""
+
+
+def read_timeseries(source) -> pd.DataFrame:
+    """A measured time series: columns ``t`` (seconds since trace start), ``running``, ``waiting``.
+
+    Parameters
+    ----------
+    source : path or pandas.DataFrame
+        A CSV such as vLLM's ``timeseries.csv`` (one row per 1 s tick: ``t, running,
+        waiting, ...``), or a frame with those columns.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``t`` (float64, s), ``running`` and ``waiting`` (float64, request counts), sorted by ``t``.
+
+    Raises
+    ------
+    TimeseriesError
+        Missing file, not CSV, a missing column, or a non-numeric / NaN / negative value
+        (the first bad row is named, counting the header as line 1).
+    """
+    where = "measured time series" if isinstance(source, pd.DataFrame) else str(source)
+    if isinstance(source, pd.DataFrame):
+        df = source
+    else:
+        try:
+            df = pd.read_csv(source)
+        except FileNotFoundError:
+            raise TimeseriesError(f"{where}: no such file") from None
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise TimeseriesError(f"{where}: not a CSV time series ({exc})") from None
+    missing = [c for c in TIMESERIES_COLUMNS if c not in df.columns]
+    if missing:
+        raise TimeseriesError(f"{where}: missing column(s) {', '.join(missing)}; "
+                              f"expected {', '.join(TIMESERIES_COLUMNS)} (vLLM's timeseries.csv)")
+    out = {}
+    for col in TIMESERIES_COLUMNS:
+        v = pd.to_numeric(df[col], errors="coerce").to_numpy(float, na_value=np.nan)
+        bad = np.flatnonzero(~np.isfinite(v) | (v < 0))
+        if bad.size:
+            raise TimeseriesError(f"{where}: column '{col}', line {bad[0] + 2}: {df[col].iloc[bad[0]]!r} "
+                                  "is not a finite number >= 0")
+        out[col] = v
+    return pd.DataFrame(out).sort_values("t", kind="stable").reset_index(drop=True)
+
+
+def simulated_counts(result: pd.DataFrame, t_s) -> tuple[np.ndarray, np.ndarray]:
+    """Simulated running and waiting requests at instants ``t_s``.
+
+    Parameters
+    ----------
+    result : pandas.DataFrame
+        A replay result (``arrival_time_s``, ``pred_queue_wait_s``, ``pred_e2e_s``, ``pred_status``).
+    t_s : array_like of float, shape (k,), seconds since trace start
+
+    Returns
+    -------
+    running, waiting : numpy.ndarray of int64, shape (k,)
+        ``waiting(t) = #{arrival <= t < first scheduled}``,
+        ``running(t) = #{first scheduled <= t < completion}``, over requests the simulator
+        completed (rejected and not-simulated requests never enter).
+
+    Notes
+    -----
+    Built from the result's per-request times only, so a request preempted back to the
+    waiting queue still counts as running until it completes.
+    """
+    ok = (result["pred_status"] == "ok").to_numpy(bool)
+    arrival = result["arrival_time_s"].to_numpy(float)[ok]
+    scheduled = arrival + result["pred_queue_wait_s"].to_numpy(float)[ok]
+    done = arrival + result["pred_e2e_s"].to_numpy(float)[ok]
+    t = np.asarray(t_s, dtype=float)
+    n_arrived, n_scheduled, n_done = (np.searchsorted(np.sort(x), t, side="right") for x in (arrival, scheduled, done))
+    return (n_scheduled - n_done).astype(np.int64), (n_arrived - n_scheduled).astype(np.int64)
+
+
+def errors_over_time(result: pd.DataFrame, num_windows: int = NUM_TIME_WINDOWS) -> pd.DataFrame:
+    """TTFT p50 of measured and predicted per equal window of arrival time.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per window: ``start_s``, ``end_s`` (arrival-time bounds, the last window
+        closed), ``n``, ``meas_p50``, ``pred_p50`` (seconds) and ``rel_err_p50`` (signed),
+        each from :func:`replay.compare.compare` on the window's requests (NaN when none).
+    """
+    arrival = result["arrival_time_s"].to_numpy(float)
+    edges = np.linspace(arrival.min(), arrival.max(), num_windows + 1) if arrival.size else np.zeros(num_windows + 1)
+    rows = []
+    for i in range(num_windows):
+        lo, hi = edges[i], edges[i + 1]
+        inside = (arrival >= lo) & ((arrival < hi) if i < num_windows - 1 else (arrival <= hi))
+        table = compare(result[inside], percentiles=(50,))
+        ttft = table[table["metric"] == "ttft"] if not table.empty else table
+        if len(ttft):
+            r = ttft.iloc[0]
+            rows.append((lo, hi, int(r["n"]), r["meas_p50"], r["pred_p50"], r["rel_err_p50"]))
+        else:
+            rows.append((lo, hi, 0, np.nan, np.nan, np.nan))
+    return pd.DataFrame(rows, columns=["start_s", "end_s", "n", "meas_p50", "pred_p50", "rel_err_p50"])

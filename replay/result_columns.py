@@ -1,0 +1,114 @@
+"""The tables a replay returns: the predicted columns of each request, the speculative-decoding
+counts, the simulated step trace (:func:`replay.simulate.replay_frame` builds them)."""
+from __future__ import annotations
+
+import math
+from operator import attrgetter
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .request import Request
+
+
+def spec_columns(engine: Engine, num_rows: int) -> dict[str, np.ndarray]:
+    """Per-request speculative-decoding columns of the replay result, by trace row.
+
+    Returns
+    -------
+    dict
+        ``pred_num_draft_tokens`` (int64: draft tokens the request's decodes verified),
+        ``pred_num_accepted_tokens`` (int64: those accepted) and ``pred_acceptance_length``
+        (float64: mean tokens emitted per verify step, ``1 + accepted / verify steps``, as
+        vLLM reports it; NaN for a request that verified no draft).
+    """
+    drafts, accepted = np.zeros(num_rows, np.int64), np.zeros(num_rows, np.int64)
+    length = np.full(num_rows, np.nan)
+    for i, (steps, d, a) in engine.spec_counts.items():
+        drafts[i], accepted[i], length[i] = d, a, 1.0 + a / steps
+    return {"pred_num_draft_tokens": drafts, "pred_num_accepted_tokens": accepted, "pred_acceptance_length": length}
+
+
+def spec_decode_stats(engine: Engine) -> dict:
+    """Speculative decoding over the whole run, as vLLM's spec-decode metrics name them.
+
+    Returns
+    -------
+    dict
+        ``num_drafts`` (verify steps: decodes that verified at least one draft),
+        ``num_draft_tokens``, ``num_accepted_tokens``, ``acceptance_rate`` (accepted /
+        draft tokens, in [0, 1]) and ``acceptance_length`` (``1 + accepted / drafts``: mean
+        tokens per verify step); the last two NaN when nothing was drafted.
+    """
+    steps = sum(c[0] for c in engine.spec_counts.values())
+    drafts = sum(c[1] for c in engine.spec_counts.values())
+    accepted = sum(c[2] for c in engine.spec_counts.values())
+    return {"num_drafts": steps, "num_draft_tokens": drafts, "num_accepted_tokens": accepted,
+            "acceptance_rate": accepted / drafts if drafts else math.nan,
+            "acceptance_length": 1.0 + accepted / steps if steps else math.nan}
+
+
+def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = False,
+                 frontend_s: np.ndarray | None = None, stream_per_token_s: float = 0.0) -> pd.DataFrame:
+    """``df`` with the predicted columns of the simulated ``reqs`` (others: status only);
+    ``pred_token_times_s`` too with ``token_times`` (the requests recorded them).
+
+    Latencies are from the client's send (``df``'s arrival): the engine's, plus
+    ``frontend_s`` (per row, seconds) on every token and ``stream_per_token_s`` per token
+    after the first; the queue wait is the engine's."""
+    n = len(df)
+    out_tokens = df["num_output_tokens"].to_numpy(np.int64)
+
+    def column(name: str, dtype) -> np.ndarray:
+        return np.fromiter(map(attrgetter(name), reqs), dtype, len(reqs))
+
+    def scattered(values: np.ndarray, fill) -> np.ndarray:  # by row; rows not simulated get ``fill``
+        if len(reqs) == n:  # every row, in order (requests_from_frame keeps the row order)
+            return values
+        out = np.full(n, fill, dtype=values.dtype)
+        out[idx] = values
+        return out
+
+    idx = column("index", np.int64) if len(reqs) != n else None
+    status_sim = column("status", object)
+    ok = status_sim == "ok"
+    arrival = column("arrival_time_s", float)
+    qw, ttft, e2e = (scattered(np.where(ok, column(name, float) - arrival, np.nan), np.nan)
+                     for name in ("first_scheduled_time_s", "first_token_time_s", "last_token_time_s"))
+    if frontend_s is not None or stream_per_token_s:
+        fe = frontend_s if frontend_s is not None else np.zeros(n)
+        ttft = ttft + fe
+        e2e = e2e + fe + stream_per_token_s * np.maximum(out_tokens - 1, 0)
+    times = None
+    if token_times:
+        times = [None] * n
+        for r in reqs:
+            if r.status == "ok" and r.token_times_s is not None:
+                shift = r.arrival_time_s - (0.0 if frontend_s is None else frontend_s[r.index])
+                times[r.index] = [t - shift + stream_per_token_s * i for i, t in enumerate(r.token_times_s)]
+    from .metrics import tpot_s
+
+    res = df.copy()
+    res["pred_queue_wait_s"] = qw
+    res["pred_ttft_s"] = ttft
+    res["pred_tpot_s"] = tpot_s(ttft, e2e, out_tokens)
+    res["pred_e2e_s"] = e2e
+    res["pred_replica_id"] = scattered(column("replica_id", np.int64), -1)
+    res["pred_num_preemptions"] = scattered(column("num_preemptions", np.int64), 0)
+    res["pred_status"] = scattered(status_sim, "not simulated: failed in trace")
+    if times is not None:
+        res["pred_token_times_s"] = times
+    return res
+
+
+def steps_frame(engine: Engine) -> pd.DataFrame:
+    """The simulated step trace (``step_trace/1`` columns) of an engine run with ``record_steps``."""
+    cols = ["replica_id", "step_start_time_s", "step_duration_s", "num_prefill_tokens", "num_prefill_seqs",
+            "num_decode_seqs", "decode_context_tokens", "prefill_context_tokens"]
+    frame = pd.DataFrame(engine.steps, columns=cols)
+    if engine.step_decode_tokens and len(engine.step_decode_tokens) == len(frame):  # speculative decoding
+        frame["num_decode_tokens"] = np.asarray(engine.step_decode_tokens, np.int64)
+    return frame
