@@ -163,7 +163,7 @@ def iter_chrome_trace(engine, result: pd.DataFrame, window: tuple[float, float] 
         the window at the arrival of the next one (None or 0: all).
     summary : dict, optional
         Filled with the fields of :class:`ChromeTraceSummary`.
-    progress : replay.progress.Bar, optional
+    progress : replay.progress.Progress, optional
         Advanced by the steps and requests written.
 
     Yields

@@ -20,7 +20,8 @@ from schemas.specs import ModelSpec
 
 from .cost_model import LINKS, Link, RooflineCostModel, StepCostModel, kv_transfer_time_s
 from .config import DisaggOptions, check_link_options
-from .engine import Engine, EngineConfig
+from .engine import Engine
+from .engine_config import EngineConfig
 from .errors import ConfigError
 from .kv_cache import make_kv_cache
 from .request import Request

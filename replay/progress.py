@@ -1,109 +1,84 @@
-"""Progress bars on stderr for long work (a large replay, a sweep, a big Chrome trace).
+"""Progress of long work, reported to a sink a front end installs (nothing is drawn here).
 
-A command turns them on for the work it runs with :func:`reporting` (off with ``--quiet``,
-and always off when stderr is not a terminal, so pipes, files and tests see nothing). Code
-that does long work asks :func:`bar` for a bar and gets None when bars are off, so it pays
-nothing then:
+Code that does long work (a large replay, a sweep, a big Chrome trace) asks :func:`bar` for
+a :class:`Progress` and gets None when no sink is installed, or when the sink declines (a
+terminal shows one bar at a time), so it pays nothing then. A front end installs its sink
+for a block with :func:`reporting_to`; the ``replay`` command's sink draws bars on stderr
+(:mod:`replay.cli.progress`):
 
->>> with reporting(enabled=True):           # the CLI
+>>> with reporting_to(sink):                   # the front end
 ...     b = bar("replaying", total=1_000_000)  # the engine
 ...     ...; b.update(1024); ...; b.close()
-
-A bar appears only once its work has run for :data:`DELAY_S` (short work prints nothing),
-redraws at most every :data:`REDRAW_S`, and only one bar is shown at a time: a bar asked
-for while another is open (the replays of a sweep's points) is None.
 """
 from __future__ import annotations
 
 import contextlib
-import sys
-import time
-
-#: Seconds of work before a bar is drawn.
-DELAY_S = 0.5
-#: Least seconds between two redraws.
-REDRAW_S = 0.2
-
-_stream = None  # the terminal bars go to, while reporting
-_open = False  # a bar is shown
+from collections.abc import Callable
+from typing import Protocol
 
 
-@contextlib.contextmanager
-def reporting(enabled: bool = True, stream=None):
-    """Turn progress bars on for the block when ``enabled`` and ``stream`` (default stderr) is a terminal."""
-    global _stream
-    stream = sys.stderr if stream is None else stream
-    before = _stream
-    tty = bool(getattr(stream, "isatty", lambda: False)())
-    _stream = stream if enabled and tty else None
-    try:
-        yield
-    finally:
-        _stream = before
-
-
-def active() -> bool:
-    """Whether bars are on (a :func:`reporting` block with a terminal)."""
-    return _stream is not None
-
-
-def bar(label: str, total: int) -> "Bar | None":
-    """A bar for ``total`` steps of work, or None when bars are off or another is open."""
-    global _open
-    if _stream is None or _open or total <= 0:
-        return None
-    _open = True
-    return Bar(label, total, _stream)
-
-
-class Bar:
-    """One progress bar (click's), drawn on ``stream`` once the work has lasted :data:`DELAY_S`."""
-
-    def __init__(self, label: str, total: int, stream):
-        self.label, self.total, self.stream = label, int(total), stream
-        self.done = 0
-        self._shown = 0
-        self._t0 = self._last = time.monotonic()
-        self._bar = None
+class Progress(Protocol):
+    """What long work reports to: steps done, then the end."""
 
     def update(self, n: int = 1) -> None:
         """``n`` more steps done."""
-        self.done += n
-        now = time.monotonic()
-        if now - self._last < REDRAW_S or now - self._t0 < DELAY_S:
-            return
-        self._last = now
-        if self._bar is None:
-            import click
-
-            self._bar = click.progressbar(length=self.total, label=self.label, file=self.stream, show_pos=False,
-                                          show_eta=True, width=24)
-            self._bar.__enter__()
-        self._bar.update(min(self.done, self.total) - self._shown)
-        self._shown = min(self.done, self.total)
 
     def close(self) -> None:
-        """The work is over: finish the line of a drawn bar; release the slot."""
-        global _open
-        if self._bar is not None:
-            self._bar.update(self.total - self._shown)  # the work is over
-            self._bar.__exit__(None, None, None)
-            self._bar = None
-        _open = False
+        """The work is over (whether or not every step was reported)."""
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc):
-        self.close()
+#: A sink: ``sink(label, total)`` -> a :class:`Progress` for ``total`` steps of work, or None.
+Sink = Callable[[str, int], "Progress | None"]
+
+_sink: Sink | None = None
+
+
+@contextlib.contextmanager
+def reporting_to(sink: Sink | None):
+    """Report the block's long work to ``sink`` (None: to nothing)."""
+    global _sink
+    before, _sink = _sink, sink
+    try:
+        yield
+    finally:
+        _sink = before
+
+
+def bar(label: str, total: int) -> Progress | None:
+    """A :class:`Progress` for ``total`` steps of work, or None when nothing is reported."""
+    if _sink is None or total <= 0:
+        return None
+    return _sink(label, total)
 
 
 @contextlib.contextmanager
 def optional_bar(label: str, total: int):
-    """:func:`bar` as a context manager; yields the bar or None, closes it at the end."""
+    """:func:`bar` as a context manager; yields the progress or None, closes it at the end."""
     b = bar(label, total)
     try:
         yield b
     finally:
         if b is not None:
             b.close()
+
+
+def counting_calls(fn, progress: Progress, every: int = 1):
+    """``fn`` that reports one step of ``progress`` per call, ``every`` calls at a time."""
+    count = 0
+
+    def counted(*args) -> None:
+        nonlocal count
+        fn(*args)
+        count += 1
+        if count == every:
+            progress.update(count)
+            count = 0
+    return counted
+
+
+def counting_items(fn, progress: Progress, arg: int = 0):
+    """``fn`` that reports as many steps of ``progress`` per call as its argument ``arg`` holds."""
+    def counted(*args) -> None:
+        fn(*args)
+        progress.update(len(args[arg]))
+    return counted

@@ -64,7 +64,7 @@ class Request:
         self.status = "waiting"
         self.replica_id = -1
         self.admission_number = 0  # order of its latest admission on its replica (ReplicaState.admit)
-        # implicit decoding (replay.schedulers.base.LazyDecodes): the replica's step index at
+        # implicit decoding (replay.schedulers.implicit_decoders.LazyDecodes): the replica's step index at
         # which it joined (-1: explicit) and its counts then
         self.lazy_step = -1
         self.lazy_computed = 0

@@ -19,7 +19,8 @@ from .closed_loop import ClosedLoop, send_times_column
 from .config import EngineOptions, ReplayConfig
 from .cost_model import LINKS, StepCostModel
 from .disagg import DisaggEngine, resolve_pools
-from .engine import Engine, EngineConfig
+from .engine import Engine
+from .engine_config import EngineConfig
 from .errors import ConfigError
 from .kv_capacity import kv_capacity_blocks
 from .request import Request

@@ -1,7 +1,8 @@
 """Test helpers shared by several test modules (not fixtures)."""
 from __future__ import annotations
 
-from replay.engine import Engine, EngineConfig
+from replay.engine import Engine
+from replay.engine_config import EngineConfig
 from schemas.calibration import Calibration, FittedParam
 from replay.request import Request
 from replay.schedulers import get_scheduler_factory

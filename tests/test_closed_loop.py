@@ -9,7 +9,8 @@ from helpers import LinearStepCost, replay_both_paths
 from replay.closed_loop import ClosedLoop, on_send_times
 from replay.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
-from replay.engine import Engine, EngineConfig
+from replay.engine import Engine
+from replay.engine_config import EngineConfig
 from replay.errors import ConfigError
 from replay.metrics import goodput_rps
 from replay.request import Request

@@ -17,7 +17,7 @@ from replay.cost_model import Link, RooflineCostModel, kv_transfer_time_s
 from replay.cost_terms import SEED_TERMS
 from schemas.cost_params import CostParams
 from replay.disagg import DisaggEngine, pool_cost_models, resolve_link
-from replay.engine import EngineConfig
+from replay.engine_config import EngineConfig
 from replay.errors import ConfigError
 from replay.kv_cache import KVCache
 from replay.metrics import from_token_times

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from helpers import LinearStepCost, replay_both_paths
-from replay.engine import Engine, EngineConfig
+from replay.engine import Engine
+from replay.engine_config import EngineConfig
 from replay.kv_cache import KVCache
 from replay.request import Request
 from replay.schedulers import BUILTIN, get_scheduler_factory

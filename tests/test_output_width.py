@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from replay import progress
+from replay.cli import progress
 from replay.compare import REL_ERR_FLOOR_S, broken_tolerances, compare, err_cell, format_table
 from replay.cost_model import RooflineCostModel
 from replay.config import EngineOptions, ReplayConfig

@@ -5,7 +5,8 @@ import pytest
 
 from helpers import LinearStepCost
 from replay.cost_model import RooflineCostModel
-from replay.engine import Engine, EngineConfig
+from replay.engine import Engine
+from replay.engine_config import EngineConfig
 from replay.kv_cache import KVCache, PrefixCachingKVCache, make_kv_cache, prompt_block_keys
 from replay.request import Request
 from replay.schedulers import get_scheduler_factory

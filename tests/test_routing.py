@@ -6,7 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from helpers import LinearStepCost
-from replay.engine import Engine, EngineConfig
+from replay.engine import Engine
+from replay.engine_config import EngineConfig
 from replay.errors import ConfigError
 from replay.kv_cache import make_kv_cache
 from replay.request import Request

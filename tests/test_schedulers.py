@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from helpers import LinearStepCost
-from replay.engine import Engine, EngineConfig
+from replay.engine import Engine
+from replay.engine_config import EngineConfig
 from replay.errors import ConfigError
 from replay.kv_cache import PrefixCachingKVCache
 from replay.metrics import goodput_rps

@@ -9,13 +9,15 @@ from hypothesis import given, settings, strategies as st
 
 from helpers import LinearStepCost, replay_both_paths
 from replay.cost_model import RooflineCostModel
-from replay.engine import Engine, EngineConfig
+from replay.engine import Engine
+from replay.engine_config import EngineConfig
 from replay.errors import ConfigError
 from replay.kv_cache import KVCache
 from replay.metrics import tpot_s
 from replay.request import Request
 from replay.schedulers import BUILTIN, get_scheduler_factory
-from replay.schedulers.base import Batch, ReplicaState, SchedulerConfig, schedule_running
+from replay.schedulers.base import Batch, ReplicaState, SchedulerConfig
+from replay.schedulers.loops import schedule_running
 from replay.config import ClosedLoopOptions, EngineOptions, RecordOptions, ReplayConfig
 from replay.result_columns import spec_decode_stats, steps_frame
 from replay.simulate import replay_frame

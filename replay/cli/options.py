@@ -104,7 +104,7 @@ def output_options(fn):
 
 def show_progress(quiet: bool) -> None:
     """Progress bars on stderr, when it is a terminal, until the current command ends (none with ``quiet``)."""
-    from ..progress import reporting
+    from .progress import reporting
 
     click.get_current_context().with_resource(reporting(enabled=not quiet))
 

@@ -1,7 +1,8 @@
 """``chunked``: vLLM v1 / Sarathi-Serve continuous batching with a token budget."""
 from __future__ import annotations
 
-from .base import Batch, ReplicaState, admit_waiting, schedule_running
+from .base import Batch, ReplicaState
+from .loops import admit_waiting, schedule_running
 
 
 class ChunkedScheduler:
@@ -24,12 +25,8 @@ class ChunkedScheduler:
     """
 
     name = "chunked"
-    #: Reads running requests only through ``schedule_running``, and with nothing waiting
-    #: schedules just its batch: the engine may keep steady decoders implicit (``LazyDecodes``)
-    #: and run them alone without asking. Declared per class, so subclasses opt in themselves.
+    #: capability flags (what they promise, and the lookup rule: :class:`~.base.Scheduler`)
     implicit_decoders = True
-    #: A decode-only batch of every running request repeats until an arrival, a completion or
-    #: a full KV cache: the engine may advance such runs in closed form.
     decode_runs = True
 
     def schedule(self, now: float, state: ReplicaState) -> Batch:

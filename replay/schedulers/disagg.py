@@ -87,9 +87,6 @@ class DecodeScheduler(ChunkedScheduler):
     """
 
     name = "disagg-decode"
-    #: Reads running requests only through ``schedule_running``, and with nothing waiting
-    #: schedules just its batch: the engine may keep steady decoders implicit (``LazyDecodes``)
-    #: and run them alone without asking. Declared per class, so subclasses opt in themselves.
     implicit_decoders = True
 
     def __init__(self, inputs_pending=None):

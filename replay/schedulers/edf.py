@@ -43,12 +43,10 @@ class EdfScheduler(ChunkedScheduler):
     """
 
     name = "edf"
-    #: Reads running requests only through ``schedule_running``, and with nothing waiting
-    #: schedules just its batch: the engine may keep steady decoders implicit (``LazyDecodes``)
-    #: and run them alone without asking. Declared per class, so subclasses opt in themselves.
     implicit_decoders = True
-    # decode_runs (inherited, True): a waiting request's deadline does not change while it
-    # waits, so the queue order, like chunked's, is fixed between arrivals and completions.
+    #: A waiting request's deadline does not change while it waits, so the queue order, like
+    #: ``chunked``'s, is fixed between arrivals and completions.
+    decode_runs = True
 
     def schedule(self, now: float, state: ReplicaState) -> Batch:
         """``chunked``'s step with the waiting queue kept in deadline order (:class:`KeyedWaiting`:

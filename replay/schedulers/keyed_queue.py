@@ -5,7 +5,7 @@ queue at every step costs O(n log n) per step, quadratic over a burst (20k simul
 arrivals: 23 s and 38 s where ``chunked`` took 1.4 s). :class:`KeyedWaiting` replaces the
 replica's ``waiting`` deque with a sorted run (the queue found at the first step, sorted once)
 and a heap (later arrivals): the engine's ``append`` (arrival), a preemption's
-``appendleft`` and :func:`~replay.schedulers.base.admit_waiting`'s ``waiting[0]`` /
+``appendleft`` and :func:`~replay.schedulers.loops.admit_waiting`'s ``waiting[0]`` /
 ``popleft()`` keep working, each in O(log n).
 
 A request's key is computed when it enters the queue: it must not change while the request
@@ -16,7 +16,8 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from .base import Batch, ReplicaState, admit_waiting, schedule_running
+from .base import Batch, ReplicaState
+from .loops import admit_waiting, schedule_running
 
 
 class KeyedWaiting:

@@ -33,9 +33,6 @@ class SjfScheduler(ChunkedScheduler):
     """
 
     name = "sjf"
-    #: Reads running requests only through ``schedule_running``, and with nothing waiting
-    #: schedules just its batch: the engine may keep steady decoders implicit (``LazyDecodes``)
-    #: and run them alone without asking. Declared per class, so subclasses opt in themselves.
     implicit_decoders = True
     #: No closed-form decode runs: aging can reorder the queue mid-run and let another head
     #: fit (e.g. a short aged prompt overtaking a swapped-out request that needs many blocks).

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import math
 
-from .base import Batch, ReplicaState, admit_waiting, schedule_running
+from .base import Batch, ReplicaState
+from .loops import admit_waiting, schedule_running
 
 
 class StaticScheduler:
@@ -31,9 +32,6 @@ class StaticScheduler:
     """
 
     name = "static"
-    #: Reads running requests only through ``schedule_running``, and with nothing waiting
-    #: schedules just its batch: the engine may keep steady decoders implicit (``LazyDecodes``)
-    #: and run them alone without asking. Declared per class, so subclasses opt in themselves.
     implicit_decoders = True
     #: The batch in flight is decode-only, holds every running request and has its blocks
     #: reserved, so it repeats until a member completes: the engine may advance it in closed form.

@@ -1,0 +1,58 @@
+"""The settings of the engine's replicas (:class:`EngineConfig`), checked by :class:`~replay.engine.Engine`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class EngineConfig:
+    """Per-replica engine settings.
+
+    Attributes
+    ----------
+    num_gpu_blocks : int
+        KV cache blocks per replica.
+    block_size : int
+        Tokens per KV block.
+    max_model_len : int | None
+        Longest prompt + output accepted; longer requests are rejected (vLLM's check).
+    record_token_times : bool
+        Keep every output token's time (needed for ITL); costs memory on big traces.
+    record_steps : bool
+        Keep one row per simulated step (the step trace of the replay).
+    enable_prefix_caching : bool
+        Share full prompt blocks between requests (vLLM v1 automatic prefix caching).
+    hash_block_size : int | None
+        Tokens per hash block of the requests' ``block_hashes`` (None: ``block_size``).
+    preemption_mode : str
+        ``"recompute"`` or ``"swap"`` (the victim's KV goes to host memory and back).
+    swap_time_per_block_s : float
+        Seconds to move one KV block over the host link; a step that swaps ``k`` blocks
+        (out and in) lasts ``k * swap_time_per_block_s`` longer.
+    record_step_requests : bool
+        With ``record_steps``, keep the ids of each step's requests (``step_requests``).
+    exact_steps : bool
+        Simulate every step one by one through the event heap, every request explicit: no
+        implicit decoders, no closed-form runs, no in-place step ends (the reference the
+        fast path is tested against).
+    spec_acceptance_rate : float
+        Speculative decoding: probability in [0, 1] that one draft token is accepted, given
+        that the drafts before it were (see :meth:`Engine.accept_drafts`).
+    seed : int
+        Seed of the engine's random draws (accepted drafts); one ``numpy.random.Generator``
+        per replica, so a run is deterministic.
+    """
+
+    num_gpu_blocks: int
+    block_size: int = 16
+    max_model_len: int | None = None
+    record_token_times: bool = False
+    record_steps: bool = False
+    enable_prefix_caching: bool = False
+    hash_block_size: int | None = None
+    preemption_mode: str = "recompute"
+    swap_time_per_block_s: float = 0.0
+    record_step_requests: bool = False
+    exact_steps: bool = False
+    spec_acceptance_rate: float = 0.0
+    seed: int = 0

@@ -1,0 +1,50 @@
+"""A step's end, request by request: the tokens each emits, the requests it completes.
+
+The engine (:meth:`~replay.engine.Engine._end_step`) calls one of these for the explicit
+requests of the batch that ended (the implicit decoders advance by themselves,
+:mod:`replay.schedulers.implicit_decoders`; speculative decodes in
+:func:`replay.spec_decode.end_spec_step`). Requests that emit their last token get status
+``"ok"``, their KV blocks freed, and are appended to ``done``.
+"""
+from __future__ import annotations
+
+
+def end_step(batch, kv, now: float, done: list) -> None:
+    """Advance the requests of the one step of ``batch`` that ended at ``now`` (seconds).
+
+    A request's computed tokens grow by what it fed; it emits a token when its computed
+    tokens reach its prompt plus what it generated (a decode, or a prompt's last chunk; an
+    intermediate chunk emits nothing).
+    """
+    for req, n in zip(batch.requests, batch.num_new_tokens):
+        c = req.num_computed_tokens = req.num_computed_tokens + n
+        g = req.num_generated_tokens
+        if c < req.num_prompt_tokens + g:
+            continue  # an intermediate prefill chunk emits nothing
+        g = req.num_generated_tokens = g + 1
+        if g == 1:
+            req.first_token_time_s = now
+        req.last_token_time_s = now
+        if req.token_times_s is not None:
+            req.token_times_s.append(now)
+        if g == req.num_output_tokens:
+            req.status = "ok"
+            kv.free(req)
+            done.append(req)
+
+
+def end_decode_run(batch, kv, now: float, done: list) -> None:
+    """Advance the requests of a closed-form run of ``k`` decode steps (``batch.run_end_times_s``)
+    that ended at ``now``: each emitted one token per step."""
+    ends = batch.run_end_times_s
+    k = len(ends)
+    for req in batch.requests:
+        req.num_computed_tokens += k
+        req.num_generated_tokens += k
+        req.last_token_time_s = now
+        if req.token_times_s is not None:
+            req.token_times_s.extend(ends)
+        if req.num_generated_tokens == req.num_output_tokens:
+            req.status = "ok"
+            kv.free(req)
+            done.append(req)
