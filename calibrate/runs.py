@@ -2,7 +2,6 @@
 its engine settings, and the measured-vs-predicted error of a calibration on each."""
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import pandas as pd
@@ -45,8 +44,8 @@ def parse_run_spec(spec: str) -> tuple[str, int | None, tuple[float, float] | No
 def load_runs(specs, cfg: ReplayConfig, read_trace) -> list[Run]:
     """The runs of ``specs`` (``FILE[#K][@START:END]``, :func:`parse_run_spec`): one per file,
     or one per value of a log's ``benchmark`` column (GuideLLM sweeps), each replayed under
-    ``cfg`` updated with the engine settings in the file's metadata (``engine``, JSON with
-    vLLM's names) where ``cfg`` kept its default. With a window, every request is replayed
+    ``cfg`` updated with the engine settings an importer recorded in the file's metadata
+    (``engine_settings``, vLLM's names) where ``cfg`` kept its default. With a window, every request is replayed
     (later arrivals share the engine with the window's requests, as they did in the measured
     run) and only the latencies of those arriving inside it are matched or scored
     (:attr:`Run.scored`): a fit on a window sees no latency from outside it.
@@ -62,7 +61,7 @@ def load_runs(specs, cfg: ReplayConfig, read_trace) -> list[Run]:
         kind, frame, meta = read_trace(path)
         if kind != REQUEST_TRACE:
             raise FitError(f"{path}: is a {kind}; only request logs can be fitted together or validated on")
-        run_cfg = _with_engine_metadata(cfg, meta)
+        run_cfg = _with_engine_metadata(cfg, meta, path)
         parts = [(path, frame)]
         if k is not None or ("benchmark" in frame and frame["benchmark"].nunique() > 1):
             if "benchmark" not in frame:
@@ -87,17 +86,26 @@ def load_runs(specs, cfg: ReplayConfig, read_trace) -> list[Run]:
     return runs
 
 
-def _with_engine_metadata(cfg: ReplayConfig, meta: dict) -> ReplayConfig:
-    """``cfg`` with the trace's recorded engine settings where ``cfg`` has its defaults."""
-    raw = (meta or {}).get("engine")
-    if not raw:
-        return cfg
+def _with_engine_metadata(cfg: ReplayConfig, meta: dict, path) -> ReplayConfig:
+    """``cfg`` with the engine settings recorded in the trace's metadata
+    (:func:`traces.io.recorded_engine_settings`) where ``cfg`` has its defaults.
+
+    Raises
+    ------
+    FitError
+        A recorded setting that is not valid, naming the file.
+    """
+    from traces.errors import TraceError
+    from traces.io import recorded_engine_settings
+
     try:
-        engine = json.loads(raw) if isinstance(raw, str) else dict(raw)
-    except (ValueError, TypeError):
+        engine = recorded_engine_settings(meta, path)
+    except TraceError as exc:
+        raise FitError(str(exc)) from None
+    if not engine:
         return cfg
     defaults, current = ReplayConfig().options(), cfg.options()
-    changes = {k: v for k, v in engine.items() if k in defaults and current[k] == defaults[k] and v is not None}
+    changes = {k: v for k, v in engine.items() if k in defaults and current[k] == defaults[k]}
     return cfg.with_options(**changes) if changes else cfg
 
 

@@ -262,3 +262,27 @@ def test_fixture_pair_imports(tmp_path):
 def test_error_class():
     with pytest.raises(TraceFormatError):
         import_blis_observe("/nonexistent/trace.yaml", data="/nonexistent/trace.csv")
+
+
+def test_calibrate_runs_take_the_recorded_settings_too(tmp_path):
+    """`calibrate fit`/`validate` read the same recorded settings as `replay` (one reader,
+    traces.io.recorded_engine_settings); an option given keeps its value; a bad recorded value is
+    one error naming the file."""
+    import pyarrow.parquet as pq
+
+    from calibrate.errors import FitError
+    from calibrate.runs import load_runs
+    from replay.config import EngineOptions, ReplayConfig
+
+    out = tmp_path / "observed.parquet"
+    assert run_cli("import", "blis-observe", write_pair(tmp_path), "-o", out).exit_code == 0
+    (run,) = load_runs([str(out)], ReplayConfig(), read_trace)
+    assert run.config.engine.max_num_seqs == 4 and run.config.engine.block_size == 16
+    (run,) = load_runs([str(out)], ReplayConfig(engine=EngineOptions(max_num_seqs=8)), read_trace)
+    assert run.config.engine.max_num_seqs == 8
+    table = pq.read_table(out)
+    meta = dict(table.schema.metadata)
+    meta[b"servecal.engine_settings"] = json.dumps({"max_num_seqs": 0}).encode()
+    pq.write_table(table.replace_schema_metadata(meta), tmp_path / "bad.parquet")
+    with pytest.raises(FitError, match=r"bad\.parquet.*max_num_seqs=0 is not a valid setting"):
+        load_runs([str(tmp_path / "bad.parquet")], ReplayConfig(), read_trace)

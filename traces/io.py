@@ -1,12 +1,15 @@
 """Reading and writing validated servecal traces."""
 from __future__ import annotations
 
+import json
 import os
 
 import pandas as pd
 
 from schemas.tables import table_kind, table_metadata, read_table, to_table, write_table
 from schemas.validate import validate
+
+from .errors import TraceFormatError
 
 
 def read_trace(path: str | os.PathLike, kind: str | None = None) -> tuple[str, pd.DataFrame, dict]:
@@ -50,3 +53,55 @@ def write_trace(frame: pd.DataFrame, kind: str, path: str | os.PathLike, metadat
     table = to_table(kind, frame, metadata)
     table = validate(table, f"{source} (rows of the imported table)" if source else str(path), kind)
     write_table(table, path)
+
+
+#: Engine settings a trace's metadata may supply (whole numbers >= 1), besides gpu_memory_utilization.
+ENGINE_INT_KEYS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "num_gpu_blocks",
+                   "tensor_parallel_size", "data_parallel_size")
+
+
+def recorded_engine_settings(metadata: dict, path) -> dict | None:
+    """The engine settings an importer recorded in a trace's metadata, or None.
+
+    Parameters
+    ----------
+    metadata : the trace's ``servecal.*`` metadata without the prefix (:func:`read_trace`'s).
+    path : the trace, for the message.
+
+    Returns
+    -------
+    dict of vLLM's names (``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``,
+    ``max_model_len``, ``num_gpu_blocks``, ``tensor_parallel_size``, ``data_parallel_size``,
+    ``gpu_memory_utilization``) from the ``engine_settings`` key (JSON, written by ``traces
+    import vllm-log`` and ``blis-observe``); other keys there are not settings a replay takes.
+
+    Raises
+    ------
+    TraceFormatError
+        A setting that is not a whole number from 1 (a fraction in (0, 1] for
+        ``gpu_memory_utilization``), or ``engine_settings`` that is not a JSON object.
+    """
+    raw = (metadata or {}).get("engine_settings")
+    if not raw:
+        return None
+    try:
+        settings = json.loads(raw)
+    except (ValueError, RecursionError):
+        settings = None
+    if not isinstance(settings, dict):
+        raise TraceFormatError(path, "metadata engine_settings is not a JSON object", column="engine_settings",
+                               expected='{"max_num_seqs": 128, ...}')
+    out = {}
+    for key, value in settings.items():
+        if key in ENGINE_INT_KEYS:
+            ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2 ** 31
+        elif key == "gpu_memory_utilization":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
+        else:
+            continue
+        if not ok:
+            raise TraceFormatError(path, f"metadata engine_settings: {key}={value!r:.40} is not a valid setting",
+                                   column="engine_settings", expected="a whole number from 1 (a fraction in (0, 1] "
+                                   "for gpu_memory_utilization)")
+        out[key] = value
+    return out or None

@@ -118,38 +118,32 @@ def multi_scheduler_config(kwargs: dict) -> tuple[ReplayConfig, DisaggOptions | 
     return replay_config(colocated), DisaggOptions(**given) if given else None
 
 
-#: Settings a trace's metadata may supply (whole numbers >= 1), besides gpu_memory_utilization.
-_TRACE_INT_KEYS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "num_gpu_blocks",
-                   "tensor_parallel_size", "data_parallel_size")
-
-
 def trace_engine_settings(path) -> dict | None:
-    """The ``engine_settings`` an importer recorded in a trace's metadata (vLLM's names; e.g.
-    ``traces import blis-observe`` from the BLIS header), or None: none recorded, or a file
-    that cannot be read here (reading the trace reports that)."""
-    import json
+    """The engine settings an importer recorded in a trace's metadata
+    (:func:`traces.io.recorded_engine_settings`), or None: none recorded, or a file that
+    cannot be read here (reading the trace reports that).
 
+    Raises
+    ------
+    DataError
+        A recorded setting that is not valid, naming the file.
+    """
     import pyarrow.parquet as pq
 
+    from schemas.tables import SCHEMA_KEY
+    from traces.errors import TraceError
+    from traces.io import recorded_engine_settings
+
     try:
-        meta = pq.read_schema(path).metadata or {}
-        settings = json.loads(meta.get(b"servecal.engine_settings", b"null"))
+        raw = pq.read_schema(path).metadata or {}
     except (OSError, ValueError, TypeError, ArithmeticError, RecursionError):
         return None
-    if not isinstance(settings, dict):
-        return None
-    out = {}
-    for key, value in settings.items():
-        if key in _TRACE_INT_KEYS:
-            ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2 ** 31
-        elif key == "gpu_memory_utilization":
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
-        else:
-            continue  # not a setting a trace may supply
-        if not ok:
-            raise DataError(f"{path}: metadata engine_settings: {key}={value!r:.40} is not a valid setting")
-        out[key] = value
-    return out or None
+    meta = {k.decode("utf-8", "replace")[len("servecal."):]: v.decode("utf-8", "replace")
+            for k, v in raw.items() if k.startswith(b"servecal.") and k != SCHEMA_KEY}
+    try:
+        return recorded_engine_settings(meta, path)
+    except TraceError as exc:
+        raise DataError(str(exc)) from None
 
 
 def engine_sources(vllm_log: str | None, cal: Calibration | None = None, cal_path=None, trace=None) -> list:
