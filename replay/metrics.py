@@ -1,30 +1,18 @@
 """Per-request latency metrics from token timestamps, and the percentiles used everywhere.
 
 Definitions (DESIGN.md, docs/CASES.md conventions): TTFT = t_1 - t_arrival;
-E2E = t_N - t_arrival; TPOT = (E2E - TTFT) / (N - 1), undefined (NaN) for N = 1;
+E2E = t_N - t_arrival; TPOT = (E2E - TTFT) / (N - 1), undefined (NaN) for N = 1
+(:func:`schemas.metrics.tpot_s`);
 ITL = the N - 1 gaps between consecutive tokens (never includes TTFT).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from schemas.metrics import tpot_s
+
 #: Percentiles reported by default.
 PERCENTILES = (50, 90, 99)
-
-
-def tpot_s(ttft_s, e2e_s, num_output_tokens):
-    """Time per output token after the first, seconds (NaN where fewer than 2 tokens).
-
-    Parameters
-    ----------
-    ttft_s, e2e_s : array_like of float, seconds
-    num_output_tokens : array_like of int
-    """
-    ttft_s, e2e_s = np.asarray(ttft_s, float), np.asarray(e2e_s, float)
-    n = np.asarray(num_output_tokens, float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = (e2e_s - ttft_s) / (n - 1)
-    return np.where(n >= 2, out, np.nan)
 
 
 def itl_s(token_times_s) -> np.ndarray:

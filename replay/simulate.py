@@ -438,7 +438,7 @@ def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = Fals
             if r.status == "ok" and r.token_times_s is not None:
                 shift = r.arrival_time_s - (0.0 if frontend_s is None else frontend_s[r.index])
                 times[r.index] = [t - shift + stream_per_token_s * i for i, t in enumerate(r.token_times_s)]
-    from .metrics import tpot_s
+    from schemas.metrics import tpot_s
 
     res = df.copy()
     res["pred_queue_wait_s"] = qw

@@ -3,6 +3,7 @@
 - ``tables``, ``validate``: the Parquet tables (request_trace/1, step_trace/1,
   replay_result/1, vllm_stats/1), their schemas and the checks that name file, row, column.
 - ``cost_params``: the cost model's parameters, declared once (unit, range, default).
+- ``metrics``: quantities derived from rows, defined once (a request's TPOT, a step's kind).
 - ``calibration``: the calibration file (calibration/2) that ``calibrate`` writes.
 - ``spec_types``, ``hf_config``, ``dtypes``, ``spec_catalog`` (re-exported by ``specs``):
   model, GPU and link specs, Hugging Face configs, the built-in catalog (``catalog/``).

@@ -35,6 +35,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from schemas.metrics import tpot_s
 from schemas.validate import token_time_limit_s
 
 from ..errors import TraceFormatError
@@ -56,7 +57,7 @@ __all__ = [
     "UNIT_NS", "EPOCH_THRESHOLD_S", "NULL_VALUES", "INVALID_POLICIES", "Progress",
     "RowStatus", "stream_csv", "csv_header", "line_of_row", "fail_at_row", "check_rows",
     "read_json", "iter_jsonl", "json_number", "relative_seconds", "time_resolution_s",
-    "is_epoch_seconds", "tpot_s", "assemble_frame", "bench_arrays_frame",
+    "is_epoch_seconds", "assemble_frame", "bench_arrays_frame",
 ]
 
 
@@ -567,13 +568,6 @@ def is_epoch_seconds(seconds_min: float) -> bool:
     return bool(seconds_min > EPOCH_THRESHOLD_S)
 
 
-def tpot_s(e2e: np.ndarray, ttft: np.ndarray, n_out: np.ndarray) -> np.ndarray:
-    """Per-request TPOT = (E2E - TTFT) / (N - 1), NaN where N < 2 (shape (n,), seconds)."""
-    n = np.asarray(n_out, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(n >= 2, (np.asarray(e2e, float) - np.asarray(ttft, float)) / (n - 1), np.nan)
-
-
 # ---------------------------------------------------------------------------
 # The output frame
 # ---------------------------------------------------------------------------
@@ -847,6 +841,6 @@ def bench_arrays_frame(path, result: dict, *, source_format: str, arrivals: str 
     meta["e2e_source"] = "latencies" if "latencies" in arrays else "ttft + sum(itls)"
     meta["token_times_missing_multi_token_chunks"] = str(chunked)
     df, m = assemble_frame(arrival, prompt, output, status=status, codes=codes,
-                           extra={"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot_s(e2e, ttft, output),
+                           extra={"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot_s(ttft, e2e, output),
                                   "token_times_s": token_times})
     return df, {**meta, **m}

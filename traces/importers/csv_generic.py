@@ -46,9 +46,11 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from schemas.metrics import tpot_s
+
 from ..errors import MappingError, TraceFormatError
 from ._common import (_ARROW_ERRORS, UNIT_NS, Progress, raw_column_names, RowStatus, assemble_frame, check_rows, csv_header, fail_at_row,
-                      is_epoch_seconds, relative_seconds, stream_csv, time_resolution_s, tpot_s)
+                      is_epoch_seconds, relative_seconds, stream_csv, time_resolution_s)
 
 __all__ = ["import_csv", "parse_mapping", "MappingError", "FIELDS"]
 
@@ -415,7 +417,7 @@ def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", 
     for name in list(extra):
         extra[name] = np.where(ok, extra[name], np.nan)
     if "tpot_s" not in extra and "ttft_s" in extra and "e2e_s" in extra:
-        extra["tpot_s"] = tpot_s(extra["e2e_s"], extra["ttft_s"], output)
+        extra["tpot_s"] = tpot_s(extra["ttft_s"], extra["e2e_s"], output)
     for fld, parts in ints.items():
         extra[fld] = np.concatenate(parts)
     ids = None

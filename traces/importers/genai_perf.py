@@ -30,8 +30,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from schemas.metrics import tpot_s
+
 from ..errors import TraceFormatError
-from ._common import RowStatus, assemble_frame, json_number, read_json, tpot_s
+from ._common import RowStatus, assemble_frame, json_number, read_json
 
 __all__ = ["import_genai_perf"]
 
@@ -186,7 +188,7 @@ def import_genai_perf(path: str | Path, experiment: int | None = None, prompt_to
     status.add(codes, 0)
     arrival = (send - send.min()) / 1e9
     df, meta = assemble_frame(arrival, prompt, output, status=status, codes=codes,
-                              extra={"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot_s(e2e, ttft, output),
+                              extra={"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot_s(ttft, e2e, output),
                                      "token_times_s": token_times})
     info = exp.get("experiment") if isinstance(exp.get("experiment"), dict) else {}
     meta.update({

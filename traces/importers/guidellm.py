@@ -35,8 +35,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from schemas.metrics import tpot_s
+
 from ..errors import TraceFormatError
-from ._common import RowStatus, assemble_frame, json_number, read_json, tpot_s
+from ._common import RowStatus, assemble_frame, json_number, read_json
 
 __all__ = ["import_guidellm", "text_block_hashes", "implied_prefix_cache_hits", "shared_leading_blocks",
            "HASH_BLOCK_TOKENS"]
@@ -417,7 +419,7 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
             end_gap.append(float(re_) - t["last_token_iteration"])
     # rows in the order read, so an error names the first bad request of the file
     status.add(codes, rows=rows)
-    tpot = tpot_s(e2e, ttft, output)
+    tpot = tpot_s(ttft, e2e, output)
     num_dropped = int((~keep).sum())
     idx = np.flatnonzero(keep)
     origin = float(np.min(start[idx]))

@@ -22,8 +22,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from schemas.metrics import tpot_s
+
 from ..errors import TraceFormatError
-from ._common import RowStatus, assemble_frame, json_number, read_json, tpot_s
+from ._common import RowStatus, assemble_frame, json_number, read_json
 
 __all__ = ["import_llmperf", "closed_loop_arrivals"]
 
@@ -137,7 +139,7 @@ def import_llmperf(path: str | Path, concurrency: int, invalid: str = "error") -
     status.add(codes, 0)
     arrival = closed_loop_arrivals(busy, concurrency)
     df, meta = assemble_frame(arrival, prompt, output, status=status, codes=codes,
-                              extra={"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot_s(e2e, ttft, output)})
+                              extra={"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot_s(ttft, e2e, output)})
     meta.update({
         "source_format": "llmperf",
         "source": str(path),

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from schemas.metrics import STEP_KINDS, step_kind
 from schemas.tables import STEP_COLUMNS
 
 from ..errors import TraceError, TraceFormatError
@@ -53,9 +54,6 @@ PER_STEP_DENSE = ("embedding", "final_layernorm")
 #: Ops that run once per step on one row per sampled sequence.
 PER_STEP_SEQUENCE = ("lm_head", "sampler")
 
-KIND_PREFILL = "prefill_only"
-KIND_DECODE = "decode_only"
-KIND_MIXED = "mixed"
 
 _FILE_KINDS = ("meta", "dense", "attention", "per_sequence")
 _SUFFIXES = {
@@ -536,7 +534,7 @@ def import_llmservingsim_profile(
 
     pc, kp = att["prefill_chunk"], att["kv_prefill"]
     nd, kd = att["n_decode"], att["kv_decode"]
-    kind = np.where(nd == 0, KIND_PREFILL, np.where(pc == 0, KIND_DECODE, KIND_MIXED))
+    kind = step_kind(pc, nd)
     tokens = pc + nd
     seqs = (pc > 0).astype(np.int64) + nd
 
@@ -557,8 +555,7 @@ def import_llmservingsim_profile(
     if not ok.any():
         raise TraceFormatError(files["attention"], "no grid point lies within the profiled "
                                "token and sequence ranges", expected=rule)
-    dropped_by_kind = {k: int(((kind == k) & ~ok).sum())
-                       for k in (KIND_PREFILL, KIND_DECODE, KIND_MIXED)}
+    dropped_by_kind = {k: int(((kind == k) & ~ok).sum()) for k in STEP_KINDS}
 
     pc, kp, nd, kd = pc[ok], kp[ok], nd[ok], kd[ok]
     kind, tokens, seqs = kind[ok], tokens[ok], seqs[ok]
@@ -604,7 +601,7 @@ def import_llmservingsim_profile(
         "num_layers": num_layers,
         "tp": tp,
         "source_files": {k: (str(p) if p is not None else None) for k, p in files.items()},
-        "rows_by_kind": {k: int((kind == k).sum()) for k in (KIND_PREFILL, KIND_DECODE, KIND_MIXED)},
+        "rows_by_kind": {k: int((kind == k).sum()) for k in STEP_KINDS},
         "num_rows": int(len(steps)),
         "dropped_out_of_range": {"count": int((~ok).sum()),
                                  "by_kind": dropped_by_kind, "rule": rule},

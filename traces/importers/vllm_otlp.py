@@ -26,8 +26,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from schemas.metrics import tpot_s
+
 from ..errors import TraceFormatError
-from ._common import Progress, RowStatus, assemble_frame, iter_jsonl, relative_seconds, tpot_s
+from ._common import Progress, RowStatus, assemble_frame, iter_jsonl, relative_seconds
 
 __all__ = ["import_vllm_otlp", "join_guidellm", "SPAN_NAME"]
 
@@ -260,7 +262,7 @@ def import_vllm_otlp(path: str | Path, invalid: str = "error", progress: Progres
     arrival = relative_seconds(ticks, 1)
     out_a = np.array(output, np.int64)
     ttft_a, e2e_a = np.array(ttft), np.array(e2e)
-    extra = {"queue_wait_s": np.array(queue), "ttft_s": ttft_a, "e2e_s": e2e_a, "tpot_s": tpot_s(e2e_a, ttft_a, out_a)}
+    extra = {"queue_wait_s": np.array(queue), "ttft_s": ttft_a, "e2e_s": e2e_a, "tpot_s": tpot_s(ttft_a, e2e_a, out_a)}
     if np.all(np.isnan(extra["queue_wait_s"])):
         del extra["queue_wait_s"]
     for col, vals in phases.items():
