@@ -20,7 +20,11 @@ import pandas as pd
 import pyarrow as pa
 
 from ..errors import TraceFormatError
-from ._common import Progress, RowStatus, assemble_frame, check_rows, relative_seconds, stream_csv, time_resolution_s
+from ._csv import stream_csv
+from ._frame import assemble_frame
+from ._rows import check_rows, RowStatus
+from ._source import Progress
+from ._time import relative_seconds, time_resolution_s
 
 __all__ = ["import_azure"]
 

@@ -20,7 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import TraceFormatError
-from ._common import Progress, RowStatus, assemble_frame, check_rows, csv_header, stream_csv
+from ._csv import csv_header, stream_csv
+from ._frame import assemble_frame
+from ._rows import check_rows, RowStatus
+from ._source import Progress
 
 __all__ = ["import_burstgpt"]
 

@@ -49,8 +49,11 @@ import pyarrow.parquet as pq
 from schemas.metrics import tpot_s
 
 from ..errors import MappingError, TraceFormatError
-from ._common import (_ARROW_ERRORS, UNIT_NS, Progress, raw_column_names, RowStatus, assemble_frame, check_rows, csv_header, fail_at_row,
-                      is_epoch_seconds, relative_seconds, stream_csv, time_resolution_s)
+from ._csv import ARROW_ERRORS, csv_header, raw_column_names, stream_csv
+from ._frame import assemble_frame
+from ._rows import check_rows, fail_at_row, RowStatus
+from ._source import Progress
+from ._time import UNIT_NS, is_epoch_seconds, relative_seconds, time_resolution_s
 
 __all__ = ["import_csv", "parse_mapping", "MappingError", "FIELDS"]
 
@@ -142,7 +145,7 @@ def _csv_types(path: Path, mapping: dict[str, str], filters: dict[str, str]) -> 
                                convert_options=pacsv.ConvertOptions(include_columns=[raw[c] for c in time_cols]))
             first = r.read_next_batch()
             inferred = {c: first.schema.field(raw[c]).type for c in time_cols}
-        except (*_ARROW_ERRORS, StopIteration, KeyError):
+        except (*ARROW_ERRORS, StopIteration, KeyError):
             inferred = {}  # the streaming read that follows names the row and column
         finally:
             if r is not None:

@@ -33,7 +33,9 @@ import pandas as pd
 from schemas.metrics import tpot_s
 
 from ..errors import TraceFormatError
-from ._common import RowStatus, assemble_frame, json_number, read_json
+from ._frame import assemble_frame
+from ._json import json_number, read_json
+from ._rows import RowStatus
 
 __all__ = ["import_genai_perf"]
 

@@ -38,7 +38,9 @@ import pandas as pd
 from schemas.metrics import tpot_s
 
 from ..errors import TraceFormatError
-from ._common import RowStatus, assemble_frame, json_number, read_json
+from ._frame import assemble_frame
+from ._json import json_number, read_json
+from ._rows import RowStatus
 
 __all__ = ["import_guidellm", "text_block_hashes", "implied_prefix_cache_hits", "shared_leading_blocks",
            "HASH_BLOCK_TOKENS"]

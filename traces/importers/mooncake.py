@@ -20,7 +20,11 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceFormatError
-from ._common import Progress, RowStatus, assemble_frame, iter_jsonl, json_number, relative_seconds, time_resolution_s
+from ._frame import assemble_frame
+from ._json import iter_jsonl, json_number
+from ._rows import RowStatus
+from ._source import Progress
+from ._time import relative_seconds, time_resolution_s
 
 __all__ = ["import_mooncake", "MOONCAKE_BLOCK_TOKENS"]
 

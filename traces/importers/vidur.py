@@ -22,7 +22,10 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from ..errors import TraceError, TraceFormatError
-from ._common import Progress, RowStatus, assemble_frame, check_rows, stream_csv
+from ._csv import stream_csv
+from ._frame import assemble_frame
+from ._rows import check_rows, RowStatus
+from ._source import Progress
 
 __all__ = ["import_vidur", "export_vidur", "VIDUR_COLUMNS"]
 

@@ -29,7 +29,11 @@ import pandas as pd
 from schemas.metrics import tpot_s
 
 from ..errors import TraceFormatError
-from ._common import Progress, RowStatus, assemble_frame, iter_jsonl, relative_seconds
+from ._frame import assemble_frame
+from ._json import iter_jsonl
+from ._rows import RowStatus
+from ._source import Progress
+from ._time import relative_seconds
 
 __all__ = ["import_vllm_otlp", "join_guidellm", "SPAN_NAME"]
 
