@@ -210,7 +210,7 @@ def import_vllm_log_cmd(src, output, timeseries_csv, align_to, log_utc_offset):
     from schemas.cli_support import check_outputs
     from schemas.tables import VLLM_STATS
 
-    from ..importers.vllm_log import import_vllm_log, timeseries_csv_frame
+    from ..importers.vllm_log.stats import import_vllm_log, timeseries_csv_frame
     from ..io import read_trace, write_trace
 
     if log_utc_offset is not None and not align_to:
