@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from schemas.atomic import atomic_output
 from schemas.metrics import step_kind
-from schemas.tables import atomic_output
 
 from .errors import ConfigError
 

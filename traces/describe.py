@@ -92,7 +92,7 @@ def plot_trace(df: pd.DataFrame, path, title: str = "") -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from schemas.tables import atomic_output
+    from schemas.atomic import atomic_output
 
     t = df["arrival_time_s"].to_numpy(float)
     span = float(t.max() - t.min()) if len(t) else 0.0

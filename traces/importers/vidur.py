@@ -108,7 +108,7 @@ def export_vidur(frame: pd.DataFrame, path: str | os.PathLike) -> dict[str, int]
     TraceError
         If no row is left to write.
     """
-    from schemas.tables import atomic_output
+    from schemas.atomic import atomic_output
 
     ok = np.ones(len(frame), bool)
     if "status" in frame:
