@@ -33,6 +33,7 @@ import pandas as pd
 
 from schemas.atomic import atomic_output
 from schemas.metrics import step_kind
+from schemas.status import OK
 
 from .errors import ConfigError
 
@@ -176,7 +177,7 @@ def iter_chrome_trace(engine, result: pd.DataFrame, window: tuple[float, float] 
     start, end = window if window is not None else (-math.inf, math.inf)
 
     # the requests: completed ones whose lifetime overlaps the window, by arrival
-    ok = (result["pred_status"] == "ok").to_numpy(bool)
+    ok = (result["pred_status"] == OK).to_numpy(bool)
     arrival = result["arrival_time_s"].to_numpy(float)
     done = arrival + result["pred_e2e_s"].to_numpy(float)
     rows = np.flatnonzero(ok & (arrival <= end) & (done >= start))
@@ -327,7 +328,7 @@ def write_chrome_trace(path, engine, result: pd.DataFrame, window: tuple[float, 
     from .progress import optional_bar
 
     summary: dict = {}
-    total = len(engine.steps) + int((result["pred_status"] == "ok").sum())
+    total = len(engine.steps) + int((result["pred_status"] == OK).sum())
     with atomic_output(path) as tmp, optional_bar("chrome trace", total) as bar:
         gz = str(path).endswith(".gz")
         with (gzip.open(tmp, "wt", compresslevel=3, encoding="utf-8") if gz else

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from schemas.status import OK, REJECTED, RUNNING, because
+
 from .cost_model import StepCostModel
 from .errors import ConfigError, ReplayError
 from .kv_cache import make_kv_cache
@@ -230,10 +232,10 @@ class Engine:
         """
         total = req.num_prompt_tokens + req.num_output_tokens
         if self.config.max_model_len is not None and total > self.config.max_model_len:
-            return "rejected: exceeds max_model_len"
+            return because(REJECTED, "exceeds max_model_len")
         kv = self.replicas[0].kv
         if kv.blocks_for(req.peak_kv_tokens) > kv.num_gpu_blocks:
-            return "rejected: exceeds KV cache capacity"
+            return because(REJECTED, "exceeds KV cache capacity")
         return None
 
     def admit(self, req: Request) -> bool:
@@ -394,7 +396,7 @@ class Engine:
         step-by-step path, so both give the same timestamps. Returns False when ``k = 1``.
         """
         blocker = self._run_blocker[rid]
-        if (blocker is not None and blocker.status == "running"
+        if (blocker is not None and blocker.status == RUNNING
                 and blocker.num_output_tokens - blocker.num_generated_tokens < _MIN_RUN):
             return False  # a running request completes within _MIN_RUN steps: no run (O(1) check)
         reqs = batch.requests
@@ -552,7 +554,7 @@ class Engine:
                 if req.token_times_s is not None:
                     req.token_times_s.extend(ends)
                 if req.num_generated_tokens == req.num_output_tokens:
-                    req.status = "ok"
+                    req.status = OK
                     kv.free(req)
                     done.append(req)
         elif batch.requests and self.spec_tokens:
@@ -570,7 +572,7 @@ class Engine:
                 if req.token_times_s is not None:
                     req.token_times_s.append(now)
                 if g == req.num_output_tokens:
-                    req.status = "ok"
+                    req.status = OK
                     kv.free(req)
                     done.append(req)
         if done:
@@ -662,7 +664,7 @@ class Engine:
             if req.token_times_s is not None:
                 req.token_times_s.extend([now] * e)
             if g == req.num_output_tokens:
-                req.status = "ok"
+                req.status = OK
                 kv.free(req)
                 done.append(req)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from schemas.metrics import tpot_s
+from schemas.status import OK
+
 
 #: Percentiles reported by default.
 PERCENTILES = (50, 90, 99)
@@ -91,7 +93,7 @@ def goodput_rps(result_df, slo_ttft_s: float | None, slo_tpot_s: float | None, p
     done = np.isfinite(e2e)
     status_col = "pred_status" if prefix else "status"
     if status_col in result_df:  # a measured row without status counts as ok
-        done &= result_df[status_col].fillna("ok").eq("ok").to_numpy(bool)
+        done &= result_df[status_col].fillna(OK).eq(OK).to_numpy(bool)
     if not done.any():
         return 0.0
     good = done.copy()

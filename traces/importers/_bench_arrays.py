@@ -92,8 +92,8 @@ def bench_arrays_frame(path, result: dict, *, source_format: str, arrivals: str 
     codes = np.zeros(n, np.int16)
     token_times = np.empty(n, dtype=object)
     chunked = 0
-    c_ttft0 = status.code("invalid: success with ttft 0", "ttfts", "ttft > 0 for a request that produced tokens")
-    c_out0 = status.code("invalid: success with 0 output tokens", "output_lens", ">= 1 token for a successful request")
+    c_ttft0 = status.invalid("success with ttft 0", "ttfts", "ttft > 0 for a request that produced tokens")
+    c_out0 = status.invalid("success with 0 output tokens", "output_lens", ">= 1 token for a successful request")
     for i in range(n):
         r = i + 1
         prompt[i] = json_number(path, arrays["input_lens"][i], column="input_lens", row=r, integer=True, minimum=1)
@@ -103,7 +103,7 @@ def bench_arrays_frame(path, result: dict, *, source_format: str, arrivals: str 
         if "successes" in arrays:
             ok = ok and bool(arrays["successes"][i])
         if not ok:
-            codes[i] = status.code(f"failed: {first_line(err) or 'unsuccessful'}")
+            codes[i] = status.failed(first_line(err) or 'unsuccessful')
             continue
         t = json_number(path, arrays["ttfts"][i], column="ttfts", row=r, minimum=0)
         itl = arrays["itls"][i]
@@ -129,7 +129,7 @@ def bench_arrays_frame(path, result: dict, *, source_format: str, arrivals: str 
             times = t + np.concatenate([[0.0], np.cumsum(gaps)])
             if times[-1] > token_time_limit_s(e2e[i]):
                 # the client's latency ends before its own last chunk: the row contradicts itself
-                codes[i] = status.code("invalid: ttft + sum(itls) is beyond the latency", "itls",
+                codes[i] = status.invalid("ttft + sum(itls) is beyond the latency", "itls",
                                        "the last token by the request's latency (ttfts + sum(itls) <= latencies)")
                 ttft[i] = e2e[i] = np.nan
                 continue

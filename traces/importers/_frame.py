@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from schemas.status import INVALID
+
 from ..errors import TraceFormatError
 from ._rows import RowStatus
 
@@ -54,7 +56,7 @@ def assemble_frame(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray
         rows = np.arange(1, n + 1, dtype=np.int64)
     keep = None
     if status.policy == "drop":
-        invalid_codes = [i for i, r in enumerate(status.reasons) if r.startswith("invalid")]
+        invalid_codes = [i for i, r in enumerate(status.reasons) if r.startswith(INVALID)]
         if invalid_codes:
             keep = ~np.isin(codes, invalid_codes)
     meta = status.metadata(codes)

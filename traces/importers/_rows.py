@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from schemas.status import FAILED, INVALID, OK, because
+
 from ..errors import TraceFormatError
 
 
@@ -47,7 +49,7 @@ class RowStatus:
     path: Path
     policy: str = "error"
     lines: bool = False
-    reasons: list = field(default_factory=lambda: ["ok"])
+    reasons: list = field(default_factory=lambda: [OK])
     _meta: dict = field(default_factory=dict)
     _chunks: list = field(default_factory=list)
 
@@ -63,6 +65,14 @@ class RowStatus:
             self._meta[reason] = (column, expected)
         return self.reasons.index(reason)
 
+    def failed(self, why: str) -> int:
+        """The code of ``failed: <why>`` (the source says the request failed)."""
+        return self.code(because(FAILED, why))
+
+    def invalid(self, rule: str, column: str | None = None, expected: str | None = None) -> int:
+        """The code of ``invalid: <rule>`` (the row breaks ``rule``; ``column`` and ``expected`` for the error)."""
+        return self.code(because(INVALID, rule), column, expected)
+
     def add(self, codes: np.ndarray, row0: int = 0, rows: np.ndarray | None = None) -> None:
         """Record the codes of rows ``row0 + 1 ...`` (or of the 1-based ``rows``).
 
@@ -70,14 +80,14 @@ class RowStatus:
         """
         codes = np.asarray(codes, dtype=np.int16)
         if self.policy == "error":
-            bad = np.flatnonzero([self.reasons[c].startswith("invalid") for c in range(len(self.reasons))])
+            bad = np.flatnonzero([self.reasons[c].startswith(INVALID) for c in range(len(self.reasons))])
             hit = np.flatnonzero(np.isin(codes, bad))
             if hit.size:
                 i = int(hit[0])
                 reason = self.reasons[int(codes[i])]
                 column, expected = self._meta[reason]
                 row = int(rows[i]) if rows is not None else row0 + i + 1
-                fail_at_row(self.path, reason.removeprefix("invalid: "), row, column=column,
+                fail_at_row(self.path, reason.removeprefix(because(INVALID, "")), row, column=column,
                             expected=expected, lines=self.lines,
                             hint="or --invalid flag to keep such rows marked, --invalid drop to leave them out")
         self._chunks.append(codes)
@@ -88,8 +98,8 @@ class RowStatus:
     def metadata(self, codes: np.ndarray) -> dict[str, str]:
         """Counts of failed and invalid rows for the file metadata (``codes`` as read)."""
         counts = np.bincount(codes, minlength=len(self.reasons)) if codes.size else np.zeros(len(self.reasons), int)
-        failed = sum(int(n) for r, n in zip(self.reasons, counts) if r.startswith("failed"))
-        invalid = sum(int(n) for r, n in zip(self.reasons, counts) if r.startswith("invalid"))
+        failed = sum(int(n) for r, n in zip(self.reasons, counts) if r.startswith(FAILED))
+        invalid = sum(int(n) for r, n in zip(self.reasons, counts) if r.startswith(INVALID))
         meta = {"num_failed": str(failed), "num_invalid": str(invalid), "invalid_policy": self.policy}
         by = {r: int(n) for r, n in zip(self.reasons[1:], counts[1:]) if n}
         if by:

@@ -63,7 +63,7 @@ def import_azure(path: str | Path, invalid: str = "error",
     """
     path = Path(path)
     status = RowStatus(path, invalid, lines=True)
-    c_zero = status.code("invalid: GeneratedTokens is 0", "GeneratedTokens", ">= 1 generated token")
+    c_zero = status.invalid("GeneratedTokens is 0", "GeneratedTokens", ">= 1 generated token")
     ts, ctx, gen = [], [], []
     for row0, batch in stream_csv(path, _TYPES, progress=progress):
         t = batch.column(0).cast(pa.int64()).to_numpy()

@@ -133,7 +133,7 @@ def import_genai_perf(path: str | Path, experiment: int | None = None, prompt_to
         raise TraceFormatError(path, f"experiment {experiment} has no requests", column="requests")
     n = len(reqs)
     status = RowStatus(path, invalid)
-    c_order = status.code("invalid: response_timestamps before the request timestamp or out of order",
+    c_order = status.invalid("response_timestamps before the request timestamp or out of order",
                           "response_timestamps", "non-decreasing timestamps after the request's")
     send = np.zeros(n, np.int64)
     prompt, output = np.zeros(n, np.int64), np.zeros(n, np.int64)
@@ -171,7 +171,7 @@ def import_genai_perf(path: str | Path, experiment: int | None = None, prompt_to
             used_usage_in += 1
         prompt[i] = json_number(path, n_in, column="prompt_tokens", row=r, integer=True, minimum=1)
         if error or not content_ts:
-            codes[i] = status.code(f"failed: {error[:100]}" if error else "failed: no content in the responses")
+            codes[i] = status.failed(error[:100] if error else "no content in the responses")
             continue
         rel = np.asarray(content_ts, np.int64) - send[i]
         if rel[0] < 0 or np.any(np.diff(rel) < 0):

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from schemas.metrics import tpot_s
+from schemas.status import OK
 
 from ..errors import TraceFormatError
 from ._frame import assemble_frame
@@ -185,9 +186,9 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
         raise TraceFormatError(path, f"benchmark {benchmark} is out of range", column="benchmarks",
                                expected=f"--benchmark 0..{len(benches) - 1} (0-based, in file order)")
     status = RowStatus(path, invalid)
-    c_order = status.code("invalid: timings out of order", None,
+    c_order = status.invalid("timings out of order", None,
                           "request_start <= first_token_iteration <= last_token_iteration")
-    c_out0 = status.code("invalid: successful with 0 output tokens", None, ">= 1 output token")
+    c_out0 = status.invalid("successful with 0 output tokens", None, ">= 1 output token")
 
     # pass 1: every request of every benchmark (the hash ratio is the whole file's)
     recs = []   # (bench, kind, index, row, req)
@@ -278,7 +279,7 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
             err = info.get("error") or req.get("error")
             reason = "incomplete" if kind == "incomplete" else "errored" + (
                 f": {str(err).strip().splitlines()[-1][:100]}" if err and str(err).strip() else "")
-            codes[j] = status.code(f"failed: {reason}")
+            codes[j] = status.failed(reason)
             if block_hashes:
                 text = texts.get(r)
                 if text is None:
@@ -357,7 +358,7 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
         meta.update({"strategy_type": str(s["type"]), "strategy_rate": str(s["rate"]),
                      "strategy_max_concurrency": str(s["max_concurrency"])})
     if block_hashes:
-        ok = df["status"].isna() | (df["status"] == "ok") if "status" in df else np.ones(len(df), bool)
+        ok = df["status"].isna() | (df["status"] == OK) if "status" in df else np.ones(len(df), bool)
         hs = df["block_hashes"].tolist()
         shared = {}
         groups = df["benchmark"].to_numpy() if "benchmark" in df else np.full(len(df), benchmark)

@@ -94,10 +94,9 @@ def import_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS,
                                        column="hash_ids")
             need = math.ceil(n_in / block_tokens)
             if len(h) != need:
-                reason = "invalid: hash_ids count"
-                c_count = status.code(reason, "hash_ids",
-                                      f"ceil(input_length / {block_tokens}) hash ids, a trailing partial block "
-                                      "included")
+                c_count = status.invalid("hash_ids count", "hash_ids",
+                                         f"ceil(input_length / {block_tokens}) hash ids, a trailing partial block "
+                                         "included")
                 code = c_count
                 if invalid == "error":
                     raise TraceFormatError(

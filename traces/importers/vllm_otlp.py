@@ -191,9 +191,9 @@ def import_vllm_otlp(path: str | Path, invalid: str = "error", progress: Progres
     """
     path = Path(path)
     status = RowStatus(path, invalid)
-    c_out0 = status.code("invalid: 0 completion tokens", _COMPLETION, ">= 1 generated token")
-    c_order = status.code("invalid: time_to_first_token > e2e", _TTFT, f"{_TTFT} <= {_E2E}")
-    c_queue = status.code("invalid: time_in_queue > time_to_first_token", _QUEUE, f"{_QUEUE} <= {_TTFT}")
+    c_out0 = status.invalid("0 completion tokens", _COMPLETION, ">= 1 generated token")
+    c_order = status.invalid("time_to_first_token > e2e", _TTFT, f"{_TTFT} <= {_E2E}")
+    c_queue = status.invalid("time_in_queue > time_to_first_token", _QUEUE, f"{_QUEUE} <= {_TTFT}")
     start, ids, prompt, output, ttft, e2e, queue, rows, codes = [], [], [], [], [], [], [], [], []
     phases = {c: [] for c in _PHASES.values()}
     other: dict[str, int] = {}
@@ -244,7 +244,7 @@ def import_vllm_otlp(path: str | Path, invalid: str = "error", progress: Progres
             st = sp.get("status") if isinstance(sp.get("status"), dict) else {}
             code = 0
             if st.get("code") in (2, "STATUS_CODE_ERROR"):
-                code = status.code(f"failed: {str(st.get('message') or 'span status error')[:100]}")
+                code = status.failed(str(st.get('message') or 'span status error')[:100])
             elif out == 0:
                 code = c_out0
             elif t > e * (1 + 1e-12):

@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.metrics import tpot_s
+from schemas.status import FAILED, INVALID, OK
 
 from ...errors import MappingError, TraceFormatError
 from .._frame import assemble_frame
@@ -114,7 +115,7 @@ def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", 
     cols = list(dict.fromkeys([*mapping.values(), *filters]))
     source = cols if parquet else csv_types(path, mapping, filters)
     status = RowStatus(path, invalid, lines=lines)
-    c_out0 = status.code("invalid: num_output_tokens is 0", mapping["num_output_tokens"],
+    c_out0 = status.invalid("num_output_tokens is 0", mapping["num_output_tokens"],
                          ">= 1 output token for an ok request")
     times: dict[str, list] = {f: [] for f in (*INSTANTS, *DURATIONS) if f in mapping}
     ints: dict[str, list] = {f: [] for f in INTEGERS if f in mapping}
@@ -179,11 +180,11 @@ def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", 
     codes = np.zeros(n, np.int16)
     if "status" in strs:
         st = pa.chunked_array(strs.pop("status")).combine_chunks()
-        st = pc.fill_null(st, "ok")
+        st = pc.fill_null(st, OK)
         uniq = pc.unique(st).to_pylist()
         for u in uniq:
-            if u != "ok":
-                c = status.code(u if u.startswith(("failed", "invalid")) else f"failed: {u}")
+            if u != OK:
+                c = status.code(u) if u.startswith((FAILED, INVALID)) else status.failed(u)
                 codes[pc.equal(st, u).to_numpy(zero_copy_only=False)] = c
     codes[(codes == 0) & (output == 0)] = c_out0
     status.add(codes, rows=rows)
