@@ -21,6 +21,7 @@ from replay.simulate import replay_frame
 from replay.parallel import worker_pool
 from replay.ray_tasks import map_on_ray, ray_session
 from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, CostParams
+from schemas.status import OK, REJECTED
 
 from .confidence import confidence_set_intervals
 from .errors import FitError
@@ -244,8 +245,8 @@ def _prepared(run: Run, cost_model: RooflineCostModel, metrics) -> Run:
         raise FitError(f"{run.name}: no measured {' or '.join(metrics)}; a request-log fit needs measured latencies")
     cfg = replace(run.config, record=RecordOptions())
     res, _ = replay_frame(run.trace, cost_model, cfg, run.metadata)
-    rejected = res["pred_status"].str.startswith("rejected").to_numpy()
-    if not (res["pred_status"] == "ok").any():
+    rejected = res["pred_status"].str.startswith(REJECTED).to_numpy()
+    if not (res["pred_status"] == OK).any():
         reasons = ", ".join(f"{n} {r}" for r, n in res["pred_status"].value_counts().items())
         raise FitError(f"{run.name}: no request can be simulated with these options ({reasons}); "
                        "check --max-model-len, --num-gpu-blocks and --gpu-memory-utilization")

@@ -6,6 +6,7 @@ import pandas as pd
 
 from replay.cost_model import FRONTEND_PARAMS, RooflineCostModel
 from schemas.cost_params import PARAMS, CostParams
+from schemas.metrics import step_kind
 
 from .errors import FitError
 from .fitting import FitResult, fit_variants, least_squares
@@ -13,12 +14,6 @@ from .fitting import FitResult, fit_variants, least_squares
 #: Extra start points of the step fit (the first start is the declared defaults).
 _STARTS = ({"eta_compute": 0.3, "eta_mem": 0.5, "n_half_tokens": 200.0},
            {"eta_compute": 0.8, "eta_mem": 0.95, "n_half_tokens": 20.0})
-
-
-def step_kind(num_prefill_tokens, num_decode_seqs) -> np.ndarray:
-    """``prefill``, ``decode`` or ``mixed`` for each step (arrays of counts)."""
-    pre, dec = np.asarray(num_prefill_tokens) > 0, np.asarray(num_decode_seqs) > 0
-    return np.where(pre & dec, "mixed", np.where(pre, "prefill", "decode"))
 
 
 class StepData:
@@ -30,7 +25,7 @@ class StepData:
         ``num_prefill_tokens, num_decode_seqs, decode_context_tokens,
         prefill_context_tokens, num_prefill_seqs`` (the arguments of ``step_time_s``).
     duration_s : float64 array, shape (n,)
-    kind : str array, shape (n,): ``prefill``, ``decode`` or ``mixed``.
+    kind : str array, shape (n,): ``prefill_only``, ``decode_only`` or ``mixed`` (:func:`schemas.metrics.step_kind`).
     weights : float64 array, shape (n,)
         With ``balance_kinds``, a kind with more rows than the median kind is down-weighted
         to count as the median one (``sqrt(n_median / n_kind)`` per row; a profiling grid's

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from schemas.tables import atomic_output
+from schemas.atomic import atomic_output
+from schemas.metrics import step_kind
+from schemas.status import OK
 
 from .errors import ConfigError
 
@@ -95,12 +97,6 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
     if math.isnan(start) or math.isnan(end) or not end > start:
         raise ConfigError(f"--chrome-trace-window {text}: END must be greater than START")
     return start, end
-
-
-def _step_name(num_prefill_tokens: int, num_decode_seqs: int) -> str:
-    if num_prefill_tokens and num_decode_seqs:
-        return "mixed"
-    return "prefill" if num_prefill_tokens else "decode"
 
 
 def _process_names(engine) -> list[str]:
@@ -181,7 +177,7 @@ def iter_chrome_trace(engine, result: pd.DataFrame, window: tuple[float, float] 
     start, end = window if window is not None else (-math.inf, math.inf)
 
     # the requests: completed ones whose lifetime overlaps the window, by arrival
-    ok = (result["pred_status"] == "ok").to_numpy(bool)
+    ok = (result["pred_status"] == OK).to_numpy(bool)
     arrival = result["arrival_time_s"].to_numpy(float)
     done = arrival + result["pred_e2e_s"].to_numpy(float)
     rows = np.flatnonzero(ok & (arrival <= end) & (done >= start))
@@ -209,12 +205,13 @@ def iter_chrome_trace(engine, result: pd.DataFrame, window: tuple[float, float] 
     for k in reversed(written):
         first_step.update(dict.fromkeys(step_ids[k], k))
     dumps = json.dumps
+    kinds = step_kind([steps[k][3] for k in written], [steps[k][5] for k in written]).tolist()
     for n, k in enumerate(written, 1):
         rid, s, dur, pf_tok, pf_seqs, dec_seqs, dec_ctx, pf_ctx = steps[k]
         in_step = step_ids[k]
         if in_step and type(in_step[0]) is not str:
             in_step = [str(i) for i in in_step]
-        yield _x(f'"{_step_name(pf_tok, dec_seqs)}"', "step", rid, _STEPS_TID, s, s + dur,
+        yield _x(f'"{kinds[n - 1]}"', "step", rid, _STEPS_TID, s, s + dur,
                  f'{{"step":{k},"num_prefill_tokens":{pf_tok},"num_prefill_seqs":{pf_seqs},'
                  f'"num_decode_seqs":{dec_seqs},"decode_context_tokens":{dec_ctx},'
                  f'"prefill_context_tokens":{pf_ctx},"requests":{dumps(in_step)}}}')
@@ -331,7 +328,7 @@ def write_chrome_trace(path, engine, result: pd.DataFrame, window: tuple[float, 
     from .progress import optional_bar
 
     summary: dict = {}
-    total = len(engine.steps) + int((result["pred_status"] == "ok").sum())
+    total = len(engine.steps) + int((result["pred_status"] == OK).sum())
     with atomic_output(path) as tmp, optional_bar("chrome trace", total) as bar:
         gz = str(path).endswith(".gz")
         with (gzip.open(tmp, "wt", compresslevel=3, encoding="utf-8") if gz else

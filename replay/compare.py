@@ -5,6 +5,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from schemas.status import OK
+
 from .metrics import PERCENTILES, itl_s, percentile
 
 #: (measured column, predicted column, label) of every compared metric.
@@ -35,9 +37,9 @@ def compared_rows(result: pd.DataFrame) -> pd.Series:
     A request that failed in the measured run is never compared, even when the simulator
     completed it (BR-17: its measured latencies, e.g. TTFT 0.0, are not latencies).
     """
-    ok = result["pred_status"] == "ok"
+    ok = result["pred_status"] == OK
     if "status" in result:
-        ok &= result["status"].isna() | (result["status"] == "ok")
+        ok &= result["status"].isna() | (result["status"] == OK)
     return ok
 
 
@@ -323,7 +325,7 @@ def scheduler_table(results: dict, slo_ttft_s: float | None = None, slo_tpot_s: 
     pred_col = {label: p for _, p, label in METRICS}
     rows = []
     for name, res in results.items():
-        ok = res["pred_status"] == "ok"
+        ok = res["pred_status"] == OK
         row = {"scheduler": name, "n_ok": int(ok.sum())}
         for label in SCHEDULER_TABLE_METRICS:
             values = res.loc[ok, pred_col[label]].to_numpy(float, na_value=np.nan)  # TPOT of 1 token is NaN

@@ -14,6 +14,8 @@ import math
 
 import numpy as np
 
+from schemas.status import RUNNING
+
 #: Shortest run of decode steps worth advancing in closed form (shorter ones go step by step).
 MIN_RUN = 8
 
@@ -54,7 +56,7 @@ class DecodeRuns:
             The end times may not be finite (the caller checks the last one).
         """
         blocker = self.blocker
-        if (blocker is not None and blocker.status == "running"
+        if (blocker is not None and blocker.status == RUNNING
                 and blocker.num_output_tokens - blocker.num_generated_tokens < MIN_RUN):
             return None  # a running request completes within MIN_RUN steps: no run (O(1) check)
         reqs = batch.requests

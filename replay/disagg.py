@@ -17,6 +17,7 @@ from functools import partial
 import numpy as np
 
 from schemas.specs import ModelSpec
+from schemas.status import OK, REJECTED, TRANSFERRING, WAITING, because
 
 from .cost_model import LINKS, Link, RooflineCostModel, StepCostModel, kv_transfer_time_s
 from .config import DisaggOptions, check_link_options
@@ -150,12 +151,12 @@ class DisaggEngine(Engine):
         """
         total = req.num_prompt_tokens + req.num_output_tokens
         if self.config.max_model_len is not None and total > self.config.max_model_len:
-            return "rejected: exceeds max_model_len"
+            return because(REJECTED, "exceeds max_model_len")
         pkv, dkv = self.replicas[0].kv, self.replicas[self.num_prefill_replicas].kv
         if pkv.blocks_for(req.num_prompt_tokens) > pkv.num_gpu_blocks:
-            return "rejected: exceeds KV cache capacity (prefill instance)"
+            return because(REJECTED, "exceeds KV cache capacity (prefill instance)")
         if dkv.blocks_for(req.peak_kv_tokens) > dkv.num_gpu_blocks:
-            return "rejected: exceeds KV cache capacity (decode instance)"
+            return because(REJECTED, "exceeds KV cache capacity (decode instance)")
         return None
 
     # -- hooks ----------------------------------------------------------------------------------
@@ -167,7 +168,7 @@ class DisaggEngine(Engine):
         p = self.num_prefill_replicas
         if rid < p:
             sched = self.schedulers[rid]
-            moving = [r for r in sched.handed_over if r.status != "ok"]  # "ok": a one-token request ended here
+            moving = [r for r in sched.handed_over if r.status != OK]  # OK: a one-token request ended here
             sched.handed_over = []
             if moving:
                 state = self.replicas[rid]
@@ -194,7 +195,7 @@ class DisaggEngine(Engine):
         self.transfers[req.index] = Transfer(src, dst, now, end)
         self._inbound[dst - self.num_prefill_replicas] += 1
         self._num_in_flight += 1
-        req.status = "transferring"
+        req.status = TRANSFERRING
         self.call_at(end, partial(self._end_transfer, req, src, dst))
 
     def _end_transfer(self, req: Request, src: int, dst: int, now: float) -> None:
@@ -206,7 +207,7 @@ class DisaggEngine(Engine):
         self._inbound[i] -= 1
         self._unadmitted[i] += 1
         self._num_in_flight -= 1
-        req.status = "waiting"
+        req.status = WAITING
         self.enqueue(dst, req, now)
 
     # -- results ---------------------------------------------------------------------------------

@@ -33,6 +33,8 @@ from functools import partial
 
 import numpy as np
 
+from schemas.status import REJECTED, because
+
 from .cost_model import StepCostModel
 from .decode_runs import DecodeRuns
 from .engine_config import EngineConfig
@@ -173,10 +175,10 @@ class Engine:
         """
         total = req.num_prompt_tokens + req.num_output_tokens
         if self.config.max_model_len is not None and total > self.config.max_model_len:
-            return "rejected: exceeds max_model_len"
+            return because(REJECTED, "exceeds max_model_len")
         kv = self.replicas[0].kv
         if kv.blocks_for(req.peak_kv_tokens) > kv.num_gpu_blocks:
-            return "rejected: exceeds KV cache capacity"
+            return because(REJECTED, "exceeds KV cache capacity")
         return None
 
     def admit(self, req: Request) -> bool:

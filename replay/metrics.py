@@ -1,30 +1,20 @@
 """Per-request latency metrics from token timestamps, and the percentiles used everywhere.
 
 Definitions (DESIGN.md, docs/CASES.md conventions): TTFT = t_1 - t_arrival;
-E2E = t_N - t_arrival; TPOT = (E2E - TTFT) / (N - 1), undefined (NaN) for N = 1;
+E2E = t_N - t_arrival; TPOT = (E2E - TTFT) / (N - 1), undefined (NaN) for N = 1
+(:func:`schemas.metrics.tpot_s`);
 ITL = the N - 1 gaps between consecutive tokens (never includes TTFT).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from schemas.metrics import tpot_s
+from schemas.status import OK
+
+
 #: Percentiles reported by default.
 PERCENTILES = (50, 90, 99)
-
-
-def tpot_s(ttft_s, e2e_s, num_output_tokens):
-    """Time per output token after the first, seconds (NaN where fewer than 2 tokens).
-
-    Parameters
-    ----------
-    ttft_s, e2e_s : array_like of float, seconds
-    num_output_tokens : array_like of int
-    """
-    ttft_s, e2e_s = np.asarray(ttft_s, float), np.asarray(e2e_s, float)
-    n = np.asarray(num_output_tokens, float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = (e2e_s - ttft_s) / (n - 1)
-    return np.where(n >= 2, out, np.nan)
 
 
 def itl_s(token_times_s) -> np.ndarray:
@@ -103,7 +93,7 @@ def goodput_rps(result_df, slo_ttft_s: float | None, slo_tpot_s: float | None, p
     done = np.isfinite(e2e)
     status_col = "pred_status" if prefix else "status"
     if status_col in result_df:  # a measured row without status counts as ok
-        done &= result_df[status_col].fillna("ok").eq("ok").to_numpy(bool)
+        done &= result_df[status_col].fillna(OK).eq(OK).to_numpy(bool)
     if not done.any():
         return 0.0
     good = done.copy()

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+from schemas.status import WAITING
+
 
 class Request:
     """One request inside the engine.
@@ -61,7 +63,7 @@ class Request:
         self.token_times_s = [] if record_token_times else None
         self.num_preemptions = 0
         self.num_recomputed_tokens = 0
-        self.status = "waiting"
+        self.status = WAITING
         self.replica_id = -1
         self.admission_number = 0  # order of its latest admission on its replica (ReplicaState.admit)
         # implicit decoding (replay.schedulers.implicit_decoders.LazyDecodes): the replica's step index at

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from schemas.status import NOT_SIMULATED, OK, because
+
 if TYPE_CHECKING:
     from .engine import Engine
     from .request import Request
@@ -74,7 +76,7 @@ def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = Fals
 
     idx = column("index", np.int64) if len(reqs) != n else None
     status_sim = column("status", object)
-    ok = status_sim == "ok"
+    ok = status_sim == OK
     arrival = column("arrival_time_s", float)
     qw, ttft, e2e = (scattered(np.where(ok, column(name, float) - arrival, np.nan), np.nan)
                      for name in ("first_scheduled_time_s", "first_token_time_s", "last_token_time_s"))
@@ -86,10 +88,10 @@ def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = Fals
     if token_times:
         times = [None] * n
         for r in reqs:
-            if r.status == "ok" and r.token_times_s is not None:
+            if r.status == OK and r.token_times_s is not None:
                 shift = r.arrival_time_s - (0.0 if frontend_s is None else frontend_s[r.index])
                 times[r.index] = [t - shift + stream_per_token_s * i for i, t in enumerate(r.token_times_s)]
-    from .metrics import tpot_s
+    from schemas.metrics import tpot_s
 
     res = df.copy()
     res["pred_queue_wait_s"] = qw
@@ -98,7 +100,7 @@ def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = Fals
     res["pred_e2e_s"] = e2e
     res["pred_replica_id"] = scattered(column("replica_id", np.int64), -1)
     res["pred_num_preemptions"] = scattered(column("num_preemptions", np.int64), 0)
-    res["pred_status"] = scattered(status_sim, "not simulated: failed in trace")
+    res["pred_status"] = scattered(status_sim, because(NOT_SIMULATED, "failed in trace"))
     if times is not None:
         res["pred_token_times_s"] = times
     return res

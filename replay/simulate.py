@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from schemas.specs import GpuSpec, ModelSpec
+from schemas.status import OK
 
 from .closed_loop import ClosedLoop, send_times_column
 from .config import EngineOptions, ReplayConfig
@@ -72,7 +73,7 @@ def requests_from_frame(df: pd.DataFrame, record_token_times: bool = False, slo_
     keep = [True] * n
     if "status" in df:
         status = df["status"]
-        keep = (status.isna() | (status == "ok")).tolist()
+        keep = (status.isna() | (status == OK)).tolist()
     slos = []
     for col, default in (("slo_ttft_s", slo_ttft_s), ("slo_tpot_s", slo_tpot_s)):
         v = np.full(n, np.inf if default is None else float(default))

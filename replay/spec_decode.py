@@ -11,6 +11,8 @@ import inspect
 
 import numpy as np
 
+from schemas.status import OK
+
 from .errors import ConfigError
 
 
@@ -97,6 +99,6 @@ def end_spec_step(batch, kv, now: float, done: list, accept_drafts, counts: dict
         if req.token_times_s is not None:
             req.token_times_s.extend([now] * e)
         if g == req.num_output_tokens:
-            req.status = "ok"
+            req.status = OK
             kv.free(req)
             done.append(req)

@@ -8,6 +8,8 @@ requests of the batch that ended (the implicit decoders advance by themselves,
 """
 from __future__ import annotations
 
+from schemas.status import OK
+
 
 def end_step(batch, kv, now: float, done: list) -> None:
     """Advance the requests of the one step of ``batch`` that ended at ``now`` (seconds).
@@ -28,7 +30,7 @@ def end_step(batch, kv, now: float, done: list) -> None:
         if req.token_times_s is not None:
             req.token_times_s.append(now)
         if g == req.num_output_tokens:
-            req.status = "ok"
+            req.status = OK
             kv.free(req)
             done.append(req)
 
@@ -45,6 +47,6 @@ def end_decode_run(batch, kv, now: float, done: list) -> None:
         if req.token_times_s is not None:
             req.token_times_s.extend(ends)
         if req.num_generated_tokens == req.num_output_tokens:
-            req.status = "ok"
+            req.status = OK
             kv.free(req)
             done.append(req)

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .atomic import write_text_atomic
 from .cost_params import PARAMS, check_value
 from .errors import SchemaError
 from .specs import GpuSpec, ModelSpec
@@ -116,8 +117,6 @@ class Calibration:
 
     def write(self, path: str | os.PathLike) -> None:
         """Write the JSON atomically."""
-        from .tables import write_text_atomic  # pyarrow: not for readers of calibrations
-
         write_text_atomic(json.dumps(self.to_dict(), indent=2, default=_json_default) + "\n", path)
 
     @classmethod

@@ -8,6 +8,7 @@ import functools
 
 import click
 
+from .atomic import check_writable, expect_outputs, release_sigint
 from .errors import SchemaError
 
 
@@ -35,8 +36,6 @@ def user_errors(data_errors: tuple = (), usage_errors: tuple = ()):
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            from .tables import expect_outputs, release_sigint  # pyarrow: not at --help time
-
             inputs = []
             for name in INPUT_PARAMS:
                 v = kwargs.get(name)
@@ -86,8 +85,6 @@ def check_outputs(inputs, outputs: dict) -> None:
         Naming the option.
     """
     import os
-
-    from .tables import check_writable
 
     seen = {os.path.realpath(p): "input" for p in inputs if p}
     for option, path in outputs.items():

@@ -8,10 +8,10 @@ nothing heavy itself; :func:`run` starts catching interrupts before the command'
 imported (by name, so the one-way layering of the packages stays as it is) and maps:
 
 * Ctrl-C at any moment -> one line on stderr, exit code 130 (128 + SIGINT), no traceback;
-  an output not yet renamed into place is never left behind (:func:`schemas.tables.atomic_output`);
+  an output not yet renamed into place is never left behind (:func:`schemas.atomic.atomic_output`);
 * a Ctrl-C after the command's last output was renamed into place is deferred: the command
   finishes and exits with its own code (its work is complete; see
-  :func:`schemas.tables.atomic_output` and :func:`schemas.cli_support.user_errors`);
+  :func:`schemas.atomic.atomic_output` and :func:`schemas.cli_support.user_errors`);
 * numerical RuntimeWarnings of numpy and the fitting libraries (``invalid value encountered
   in divide``, ``Mean of empty slice``, ...) are not printed: the data rules are checked by
   validation, which names the file and row; such warnings only repeat an arithmetic detail.

@@ -1,25 +1,21 @@
-"""Arrow schemas of the servecal tables and atomic Parquet I/O.
+"""Arrow schemas of the servecal tables, and reading and writing them as Parquet.
 
 Every table is Parquet with key ``servecal.schema`` in the file metadata naming its
 kind and version (``request_trace/1``, ``step_trace/1``, ``replay_result/1``,
 ``vllm_stats/1``).
-Times are float64 seconds; token counts int64.
+Times are float64 seconds; token counts int64. Files are written atomically
+(:mod:`schemas.atomic`).
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import re
-import signal
-import tempfile
-import threading
-import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import OutputError, SchemaError
+from .atomic import atomic_output
+from .errors import SchemaError
 from .kinds import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE, VLLM_STATS
 
 SCHEMA_KEY = b"servecal.schema"
@@ -143,196 +139,10 @@ def to_table(kind: str, data: "dict | object", extra_metadata: dict[str, str] | 
     return table.replace_schema_metadata(meta)
 
 
-@contextlib.contextmanager
-def atomic_output(path: str | os.PathLike):
-    """Yield a temporary path beside ``path``; rename it to ``path`` only if the block succeeds.
-
-    A failure (or an interrupt) never leaves a partial or overwritten output file. The
-    result gets the usual permissions (0666 less the umask), not mkstemp's private 0600.
-
-    Examples
-    --------
-    >>> with atomic_output("plot.png") as tmp:          # doctest: +SKIP
-    ...     fig.savefig(tmp, format="png")
-    """
-    path = Path(path)
-    check_writable(path)
-    remove_stale_temp_files(path.parent)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=TEMP_SUFFIX, dir=path.parent)
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write ({exc.strerror})") from None
-    os.close(fd)
-    try:
-        yield tmp
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with _sigint_deferred() as pending:
-            os.replace(tmp, path)
-            last = _output_done(path)
-        if pending and not last:
-            raise KeyboardInterrupt
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-#: Suffix of the temporary files of :func:`atomic_output` (``.NAME.PID.XXXXXXXX.tmp``).
-TEMP_SUFFIX = ".tmp"
-_TEMP_RE = re.compile(r"^\..+?\.(?:(?P<pid>\d+)\.)?[a-z0-9_]{8}\.tmp$")
-#: When this process started (its import of this module): older temp files are another run's.
-_RUN_STARTED_S = time.time()
-
-
-def remove_stale_temp_files(folder: str | os.PathLike) -> list[str]:
-    """Remove the temporary files a killed servecal run left in ``folder``; return their names.
-
-    Only files named as :func:`atomic_output` names them (``.NAME.PID.XXXXXXXX.tmp``, or
-    ``.NAME.XXXXXXXX.tmp`` of older versions), last modified before this run started, and
-    whose process is gone (a running servecal process keeps its own). Nothing else is touched;
-    a file that cannot be removed is left as it is.
-    """
-    removed = []
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return removed
-    for e in entries:
-        m = _TEMP_RE.match(e.name)
-        if m is None:
-            continue
-        try:
-            if not e.is_file(follow_symlinks=False) or e.stat(follow_symlinks=False).st_mtime >= _RUN_STARTED_S:
-                continue
-            pid = m.group("pid")
-            if pid is not None and int(pid) != os.getpid() and _alive(int(pid)):
-                continue
-            os.unlink(e.path)
-            removed.append(e.name)
-        except (OSError, ValueError):
-            continue
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
-
-
-#: Outputs of the running command that are still to be written (see :func:`expect_outputs`).
-_expected: set[str] | None = None
-
-
-def expect_outputs(paths) -> None:
-    """Declare the outputs the running command will write (None: not tracked).
-
-    Once the last of them is renamed into place, a Ctrl-C no longer aborts the command: its
-    work is done, so the interrupt is deferred until the command returns and the command
-    exits with its own code. Called by :func:`schemas.cli_support.user_errors`.
-    """
-    global _expected
-    _expected = None if paths is None else {os.path.realpath(p) for p in paths}
-
-
-def _output_done(path) -> bool:
-    """Record that ``path`` is in place; True when it was the command's last declared output."""
-    if _expected is None:
-        return False
-    _expected.discard(os.path.realpath(path))
-    if _expected:
-        return False
-    _hold_sigint()
-    return True
-
-
-_held = {"handler": None, "pending": False}
-
-
-def _hold_sigint() -> None:
-    """From now on until :func:`release_sigint`, a Ctrl-C is recorded, not raised."""
-    if _held["handler"] is not None or threading.current_thread() is not threading.main_thread():
-        return
-    def note(signum, frame):
-        _held["pending"] = True
-    try:
-        _held["handler"] = signal.signal(signal.SIGINT, note)
-    except (ValueError, TypeError):
-        _held["handler"] = None
-
-
-def release_sigint() -> bool:
-    """Restore Ctrl-C after :func:`_hold_sigint`; return whether one arrived meanwhile."""
-    h, pending = _held["handler"], _held["pending"]
-    _held["handler"], _held["pending"] = None, False
-    if h is not None:
-        signal.signal(signal.SIGINT, h)
-    return pending
-
-
-@contextlib.contextmanager
-def _sigint_deferred():
-    """Hold Ctrl-C during the rename (yields a list that is non-empty if one arrived)."""
-    pending: list = []
-    if threading.current_thread() is not threading.main_thread():
-        yield pending
-        return
-    def note(signum, frame):
-        pending.append(signum)
-    was_holding = _held["handler"] is not None  # an output written after the last declared one
-    try:
-        old = signal.signal(signal.SIGINT, note)
-    except (ValueError, TypeError):
-        yield pending
-        return
-    try:
-        yield pending
-    finally:
-        if _held["handler"] is not None and not was_holding:  # the last output: keep holding, remember the original
-            _held["handler"] = old
-            _held["pending"] = _held["pending"] or bool(pending)
-            pending.clear()
-        else:
-            signal.signal(signal.SIGINT, old)  # the original, or the hold's own handler
-            if was_holding:
-                _held["pending"] = _held["pending"] or bool(pending)
-                pending.clear()
-
-
-def check_writable(path: str | os.PathLike) -> None:
-    """Raise :class:`OutputError` unless ``path`` names a file in an existing, writable folder.
-
-    Commands call it for every output before doing any work, so that a run with a bad
-    second output does not replace its first one.
-    """
-    path = Path(path)
-    if not path.name or path.is_dir():
-        raise OutputError(f"{path}: is a directory; expected a file name")
-    parent = path.parent
-    if not parent.is_dir():
-        raise OutputError(f"{path}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"{path}: folder {parent} is not writable")
-
-
 def write_table(table: pa.Table, path: str | os.PathLike) -> None:
-    """Write ``table`` to Parquet atomically (see :func:`atomic_output`)."""
+    """Write ``table`` to Parquet atomically (see :func:`schemas.atomic.atomic_output`)."""
     with atomic_output(path) as tmp:
         pq.write_table(table, tmp)
-
-
-def write_text_atomic(text: str, path: str | os.PathLike) -> None:
-    """Write ``text`` atomically (see :func:`atomic_output`)."""
-    with atomic_output(path) as tmp:
-        Path(tmp).write_text(text)
 
 
 def table_kind(table: pa.Table) -> str | None:

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import Problem, ValidationError
+from .status import OK
 from .tables import COLUMNS_BY_KIND, REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE, VLLM_STATS, table_kind
 
 _MAX_ROWS = 5
@@ -190,7 +191,7 @@ def _not_ok_rows(cols, n: int) -> np.ndarray:
     st = cols.get("status")
     if st is None:
         return np.zeros(n, bool)
-    return pc.fill_null(pc.not_equal(st, "ok"), False).to_numpy(zero_copy_only=False)
+    return pc.fill_null(pc.not_equal(st, OK), False).to_numpy(zero_copy_only=False)
 
 
 def _has_duplicates(ids: pa.ChunkedArray) -> bool:

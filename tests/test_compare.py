@@ -5,7 +5,8 @@ import pytest
 from click.testing import CliRunner
 
 from replay.compare import MAPE_MIN_MEAS_S, broken_tolerances, compare, format_table, metric_values
-from replay.metrics import from_token_times, mean_tpot_and_itl, percentile, tpot_s
+from replay.metrics import from_token_times, mean_tpot_and_itl, percentile
+from schemas.metrics import tpot_s
 
 
 def result_frame(**cols):

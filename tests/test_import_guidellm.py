@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from traces.cli import main
-from traces.importers.guidellm import (implied_prefix_cache_hits, import_guidellm, shared_leading_blocks,
-                                       text_block_hashes)
+from traces.importers.block_hashes import implied_prefix_cache_hits, shared_leading_blocks, text_block_hashes
+from traces.importers.guidellm import import_guidellm
 from traces.io import read_trace
 
 DATA = Path(__file__).parent / "data"

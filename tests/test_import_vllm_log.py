@@ -17,7 +17,7 @@ from calibrate.umbrella import main as servecal
 from schemas.calibration import Calibration, FittedParam
 from schemas.specs import get_gpu, get_model
 from traces.cli import main
-from traces.importers.guidellm import implied_prefix_cache_hits
+from traces.importers.block_hashes import implied_prefix_cache_hits
 from traces.importers.vllm_log import engine_settings_from_vllm_log, read_vllm_log
 from traces.io import read_trace
 

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 import schemas.tables as tables
 from calibrate.umbrella import main as servecal
-from schemas.tables import REQUEST_TRACE, remove_stale_temp_files, to_table, write_table
+from schemas.atomic import remove_stale_temp_files
+from schemas.tables import REQUEST_TRACE, to_table, write_table
 
 BIN = Path(sys.executable).parent
 
@@ -142,7 +143,7 @@ def test_numerical_warnings_do_not_reach_the_terminal():
 
 def test_an_output_written_after_the_last_declared_one_does_not_leave_ctrl_c_held(tmp_path):
     """vllm-log writes its --timeseries-csv after its -o: Ctrl-C is the default again afterwards."""
-    from schemas.tables import expect_outputs, release_sigint, write_text_atomic
+    from schemas.atomic import expect_outputs, release_sigint, write_text_atomic
 
     expect_outputs([tmp_path / "a.txt"])
     write_text_atomic("a", tmp_path / "a.txt")  # the last declared output: Ctrl-C held from here

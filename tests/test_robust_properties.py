@@ -12,7 +12,7 @@ from schemas.errors import ValidationError
 from schemas.tables import REQUEST_TRACE, to_table
 from schemas.validate import validate
 from traces.errors import TraceFormatError
-from traces.importers._common import json_number
+from traces.importers._json import json_number
 
 ANY_JSON_SCALAR = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(10 ** 400), max_value=10 ** 400),
                             st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5))

@@ -13,7 +13,7 @@ from replay.engine import Engine
 from replay.engine_config import EngineConfig
 from replay.errors import ConfigError
 from replay.kv_cache import KVCache
-from replay.metrics import tpot_s
+from schemas.metrics import tpot_s
 from replay.request import Request
 from replay.schedulers import BUILTIN, get_scheduler_factory
 from replay.schedulers.base import Batch, ReplicaState, SchedulerConfig

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from schemas.status import OK
 from schemas.tables import MEASURED_METRICS, STEP_TRACE, VLLM_STATS
 
 
@@ -49,7 +50,7 @@ def describe_frame(kind: str, df: pd.DataFrame) -> dict:
             v = v[np.isfinite(v)]
             out[c] = dict(zip([f"p{x}" for x in q], np.percentile(v, q)))
     if "status" in df:
-        out["status_counts"] = df["status"].fillna("ok").value_counts().to_dict()
+        out["status_counts"] = df["status"].fillna(OK).value_counts().to_dict()
     return out
 
 
@@ -92,7 +93,7 @@ def plot_trace(df: pd.DataFrame, path, title: str = "") -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from schemas.tables import atomic_output
+    from schemas.atomic import atomic_output
 
     t = df["arrival_time_s"].to_numpy(float)
     span = float(t.max() - t.min()) if len(t) else 0.0

@@ -14,6 +14,7 @@ from schemas.cli_support import DataError, user_errors, version_option
 from schemas.kinds import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE
 from schemas.errors import SpecError
 from schemas.specs import get_model
+from schemas.status import OK, REJECTED
 
 from ..errors import ConfigError, ReplayError
 from ..text import wrap
@@ -170,16 +171,16 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     click.echo(wrap(f"replaying {len(frame)} requests: model {m.name}, {where}, max_num_seqs={eng.max_num_seqs}, "
                     f"max_num_batched_tokens={eng.max_num_batched_tokens}{loop}"))
     result, engine = replay_frame(frame, cost_model, cfg, meta)
-    n_ok = int((result["pred_status"] == "ok").sum())
-    rejected = result["pred_status"].str.startswith("rejected").sum()
+    n_ok = int((result["pred_status"] == OK).sum())
+    rejected = result["pred_status"].str.startswith(REJECTED).sum()
     kv = f"{engine.replicas[0].kv.num_gpu_blocks} blocks"
     if isinstance(engine, DisaggEngine):
         kv = f"prefill {kv}, decode {engine.replicas[engine.num_prefill_replicas].kv.num_gpu_blocks} blocks"
     click.echo(wrap(f"simulated {engine.num_steps} steps; {n_ok} completed, {rejected} rejected, "
                     f"{int(result['pred_num_preemptions'].sum())} preemptions; "
                     f"KV cache {kv} x {eng.block_size} tokens"))
-    skipped = ~result["pred_status"].isin(["ok"]) & ~result["pred_status"].str.startswith("rejected")
-    for reason, count in result.loc[~(result["pred_status"] == "ok"), "pred_status"].value_counts().items():
+    skipped = ~result["pred_status"].isin([OK]) & ~result["pred_status"].str.startswith(REJECTED)
+    for reason, count in result.loc[~(result["pred_status"] == OK), "pred_status"].value_counts().items():
         click.echo(f"  {count} {reason}")
     if skipped.all() or n_ok == 0:
         click.echo("warning: no request completed in the simulation; nothing to compare", err=True)

@@ -7,6 +7,7 @@ from schemas.calibration import Calibration
 from schemas.cli_support import DataError, user_errors
 from schemas.kinds import REQUEST_TRACE
 from schemas.specs import get_model
+from schemas.status import OK
 
 from ..errors import ConfigError, ReplayError
 from .engine_settings import calibrated_cost_model
@@ -56,7 +57,7 @@ def describe_load(trace: str, calibration_path: str, model: str | None) -> str:
     if kind != REQUEST_TRACE:
         raise DataError(f"{trace}: is a {kind}; --calibration needs a request trace")
     if "status" in frame:
-        frame = frame[frame["status"].isna() | (frame["status"] == "ok")]
+        frame = frame[frame["status"].isna() | (frame["status"] == OK)]
     load = offered_load(frame["arrival_time_s"], frame["num_prompt_tokens"], frame["num_output_tokens"], cost_model)
     lines = [f"offered load on 1 x {cost_model.gpu.name} ({cost_model.model.name}), one request at a time:",
              f"  lambda = {load['arrival_rate_per_s']:.4g} req/s, E[S] = {load['mean_service_s'] * 1e3:.1f} ms, "

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from schemas.tables import atomic_output, write_text_atomic
+from schemas.atomic import atomic_output, write_text_atomic
 
 from ..compare import (MAPE_MIN_MEAS_S, REL_ERR_FLOOR_S, broken_tolerances, compare, compared_rows, err_cell,
                        format_table, table_cells)
@@ -201,7 +201,7 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
     :func:`replay.compare.table_cells` (milliseconds, signed percent errors, or ms where
     the measured value is below 1 ms). Figures are drawn on matplotlib's Agg canvas. PNGs
     are saved to temporary files first and renamed, then the text is written with
-    :func:`schemas.tables.write_text_atomic`.
+    :func:`schemas.atomic.write_text_atomic`.
     """
     path = Path(path)
     fmt = report_format(path)

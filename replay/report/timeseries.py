@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from schemas.status import OK
+
 from ..compare import compare
 from ..errors import ReplayError
 
@@ -85,7 +87,7 @@ def simulated_counts(result: pd.DataFrame, t_s) -> tuple[np.ndarray, np.ndarray]
     Built from the result's per-request times only, so a request preempted back to the
     waiting queue still counts as running until it completes.
     """
-    ok = (result["pred_status"] == "ok").to_numpy(bool)
+    ok = (result["pred_status"] == OK).to_numpy(bool)
     arrival = result["arrival_time_s"].to_numpy(float)[ok]
     scheduled = arrival + result["pred_queue_wait_s"].to_numpy(float)[ok]
     done = arrival + result["pred_e2e_s"].to_numpy(float)[ok]

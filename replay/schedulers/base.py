@@ -14,6 +14,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from schemas.status import RUNNING, SWAPPED, WAITING
+
 from ..kv_cache import KVCache
 from ..request import Request
 
@@ -169,9 +171,9 @@ class ReplicaState:
         if req.first_scheduled_time_s != req.first_scheduled_time_s:  # NaN: first time
             req.first_scheduled_time_s = now
         req.last_scheduled_time_s = now
-        if req.status == "swapped":
+        if req.status == SWAPPED:
             self.num_swap_blocks += self.kv.blocks_for(req.num_computed_tokens)
-        req.status = "running"
+        req.status = RUNNING
         self.num_admissions += 1
         req.admission_number = self.num_admissions
         self.running.append(req)
@@ -189,14 +191,14 @@ class ReplicaState:
         if self.preemption_mode == "swap":
             self.num_swap_blocks += req.num_blocks
             self.kv.free(req)
-            req.status = "swapped"
+            req.status = SWAPPED
         else:
             self.kv.free(req)
             # the dropped KV, plus the pending token of a decoding request (BR-08: 30 + 3 = 33); a
             # request preempted again mid-recompute counts only what it had recomputed so far
             req.num_recomputed_tokens += req.num_computed_tokens + (1 if req.is_decoding else 0)
             req.num_computed_tokens = 0
-            req.status = "waiting"
+            req.status = WAITING
         req.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(req)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from schemas.status import OK
+
 from ..kv_cache import KVCache
 from ..request import Request
 from .base import capability
@@ -132,7 +134,7 @@ class LazyDecodes:
         bs = state.kv.block_size
         for req in done:
             self.materialize(req, bs)
-            req.status = "ok"
+            req.status = OK
             state.kv.free(req)
         return done
 

@@ -64,7 +64,7 @@ def check_output_path(path: str) -> None:
 
 def write_sweep_table(table: pd.DataFrame, path: str) -> None:
     """Write a sweep table as Parquet or CSV (by suffix), atomically (seconds, requests/s)."""
-    from schemas.tables import atomic_output
+    from schemas.atomic import atomic_output
 
     check_output_path(path)
     with atomic_output(path) as tmp:

@@ -204,7 +204,8 @@ def import_csv_cmd(src, output, mapping, time_unit, filters, invalid):
         --map end_time_us=end_time --map input_tokens=num_prompt_tokens \\
         --map output_tokens=num_output_tokens --map request_id=request_id
     """
-    from ..importers.csv_generic import import_csv, parse_mapping
+    from ..importers.csv_generic import import_csv
+    from ..importers.csv_generic.mapping import parse_mapping
 
     fmap = parse_mapping(mapping)
     with progress("csv", src) as bar:

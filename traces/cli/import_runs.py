@@ -243,7 +243,7 @@ def import_vllm_log_cmd(src, output, timeseries_csv, align_to, log_utc_offset):
     from schemas.cli_support import check_outputs
     from schemas.tables import VLLM_STATS
 
-    from ..importers.vllm_log import import_vllm_log, timeseries_csv_frame
+    from ..importers.vllm_log.stats import import_vllm_log, timeseries_csv_frame
     from ..io import read_trace, write_trace
 
     if log_utc_offset is not None and not align_to:
@@ -262,7 +262,7 @@ def import_vllm_log_cmd(src, output, timeseries_csv, align_to, log_utc_offset):
         meta["aligned_to"] = str(align_to)
     write_trace(frame, VLLM_STATS, output, meta, source=src)
     if timeseries_csv:
-        from schemas.tables import write_text_atomic
+        from schemas.atomic import write_text_atomic
 
         write_text_atomic(timeseries_csv_frame(frame).to_csv(index=False, float_format="%.6g"), timeseries_csv)
     s = json.loads(meta["engine_settings"])

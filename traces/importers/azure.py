@@ -20,7 +20,11 @@ import pandas as pd
 import pyarrow as pa
 
 from ..errors import TraceFormatError
-from ._common import Progress, RowStatus, assemble_frame, check_rows, relative_seconds, stream_csv, time_resolution_s
+from ._csv import stream_csv
+from ._frame import assemble_frame
+from ._rows import check_rows, RowStatus
+from ._source import Progress
+from ._time import relative_seconds, time_resolution_s
 
 __all__ = ["import_azure"]
 
@@ -59,7 +63,7 @@ def import_azure(path: str | Path, invalid: str = "error",
     """
     path = Path(path)
     status = RowStatus(path, invalid, lines=True)
-    c_zero = status.code("invalid: GeneratedTokens is 0", "GeneratedTokens", ">= 1 generated token")
+    c_zero = status.invalid("GeneratedTokens is 0", "GeneratedTokens", ">= 1 generated token")
     ts, ctx, gen = [], [], []
     for row0, batch in stream_csv(path, _TYPES, progress=progress):
         t = batch.column(0).cast(pa.int64()).to_numpy()

@@ -47,8 +47,13 @@ import pandas as pd
 import pyarrow as pa
 import yaml
 
+from schemas.metrics import tpot_s
+
 from ..errors import TraceFormatError
-from ._common import Progress, RowStatus, assemble_frame, check_rows, csv_header, stream_csv, tpot_s
+from ._csv import csv_header, stream_csv
+from ._frame import assemble_frame
+from ._rows import RowStatus, check_rows
+from ._source import Progress
 
 __all__ = ["import_blis_observe", "read_blis_header", "blis_file_pair", "ENGINE_KEYS"]
 
@@ -379,23 +384,23 @@ def import_blis_observe(path: str | Path, data: str | Path | None = None, invali
 
     status = RowStatus(path, invalid, lines=True)
     codes = np.zeros(n, np.int16)
-    rules = [(ok & real & (send == 0), "invalid: ok without a send time", "send_time_us",
+    rules = [(ok & real & (send == 0), "ok without a send time", "send_time_us",
               "the client's epoch send time (mode real)"),
-             (ok & ((first < send) | (last < first)), "invalid: chunk times out of order", "first_chunk_time_us",
+             (ok & ((first < send) | (last < first)), "chunk times out of order", "first_chunk_time_us",
               "send_time_us <= first_chunk_time_us <= last_chunk_time_us"),
-             (ok & (output == 0), "invalid: ok with 0 output tokens", "output_tokens", ">= 1 token"),
-             (prompt < 1, "invalid: prompt of 0 tokens", "input_tokens", ">= 1 prompt token")]
-    for mask, reason, col, expected in reversed(rules):  # the first rule broken wins
-        codes[mask] = status.code(reason, col, expected)
+             (ok & (output == 0), "ok with 0 output tokens", "output_tokens", ">= 1 token"),
+             (prompt < 1, "prompt of 0 tokens", "input_tokens", ">= 1 prompt token")]
+    for mask, rule, col, expected in reversed(rules):  # the first rule broken wins
+        codes[mask] = status.invalid(rule, col, expected)
     for i in np.flatnonzero(~ok & (codes == 0)):
         msg = (c.get("error_message", [None] * n)[i] or "").strip().splitlines()
-        codes[i] = status.code(f"failed: {c['status'][i] or 'unknown'}" + (f": {msg[-1][:100]}" if msg else ""))
+        codes[i] = status.failed(f"{c['status'][i] or 'unknown'}" + (f": {msg[-1][:100]}" if msg else ""))
     status.add(codes, 0)
 
     good = codes == 0
     ttft = np.where(good & streaming, (first - send) / 1e6, np.nan)
     e2e = np.where(good, (last - send) / 1e6, np.nan)
-    extra = {"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot_s(e2e, ttft, output)}
+    extra = {"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot_s(ttft, e2e, output)}
 
     cls = c.get("slo_class", np.full(n, None, object))
     targets = json.loads(meta.get("goodput_slo_targets", "{}"))

@@ -19,8 +19,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.status import OK
+
 from ..errors import TraceFormatError
-from ._common import Progress, RowStatus, assemble_frame, check_rows, csv_header, stream_csv
+from ._csv import csv_header, stream_csv
+from ._frame import assemble_frame
+from ._rows import check_rows, RowStatus
+from ._source import Progress
 
 __all__ = ["import_burstgpt"]
 
@@ -63,9 +68,9 @@ def import_burstgpt(path: str | Path, model: str | None = None, invalid: str = "
     path = Path(path)
     has_log_type = "Log Type" in csv_header(path)
     status = RowStatus(path, invalid, lines=True)
-    c_total = status.code("invalid: Total tokens != Request tokens + Response tokens", "Total tokens",
+    c_total = status.invalid("Total tokens != Request tokens + Response tokens", "Total tokens",
                           "Total tokens = Request tokens + Response tokens")
-    c_failed = status.code("failed: zero response tokens")
+    c_failed = status.failed("zero response tokens")
     models: dict[str, int] = {}
     ts, req, resp, rows = [], [], [], []
     whole = True
@@ -106,7 +111,7 @@ def import_burstgpt(path: str | Path, model: str | None = None, invalid: str = "
     del rel, req, resp, rows
     ta = df["arrival_time_s"].to_numpy()
     if "status" in df:
-        ta = ta[df["status"].astype(object).eq("ok").to_numpy()]
+        ta = ta[df["status"].astype(object).eq(OK).to_numpy()]
     span = float(ta[-1] - ta[0]) if ta.size else 0.0
     meta.update({
         "source_format": "burstgpt",

@@ -30,8 +30,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from schemas.metrics import tpot_s
+
 from ..errors import TraceFormatError
-from ._common import RowStatus, assemble_frame, json_number, read_json, tpot_s
+from ._frame import assemble_frame
+from ._json import json_number, read_json
+from ._rows import RowStatus
 
 __all__ = ["import_genai_perf"]
 
@@ -129,7 +133,7 @@ def import_genai_perf(path: str | Path, experiment: int | None = None, prompt_to
         raise TraceFormatError(path, f"experiment {experiment} has no requests", column="requests")
     n = len(reqs)
     status = RowStatus(path, invalid)
-    c_order = status.code("invalid: response_timestamps before the request timestamp or out of order",
+    c_order = status.invalid("response_timestamps before the request timestamp or out of order",
                           "response_timestamps", "non-decreasing timestamps after the request's")
     send = np.zeros(n, np.int64)
     prompt, output = np.zeros(n, np.int64), np.zeros(n, np.int64)
@@ -167,7 +171,7 @@ def import_genai_perf(path: str | Path, experiment: int | None = None, prompt_to
             used_usage_in += 1
         prompt[i] = json_number(path, n_in, column="prompt_tokens", row=r, integer=True, minimum=1)
         if error or not content_ts:
-            codes[i] = status.code(f"failed: {error[:100]}" if error else "failed: no content in the responses")
+            codes[i] = status.failed(error[:100] if error else "no content in the responses")
             continue
         rel = np.asarray(content_ts, np.int64) - send[i]
         if rel[0] < 0 or np.any(np.diff(rel) < 0):
@@ -186,7 +190,7 @@ def import_genai_perf(path: str | Path, experiment: int | None = None, prompt_to
     status.add(codes, 0)
     arrival = (send - send.min()) / 1e9
     df, meta = assemble_frame(arrival, prompt, output, status=status, codes=codes,
-                              extra={"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot_s(e2e, ttft, output),
+                              extra={"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot_s(ttft, e2e, output),
                                      "token_times_s": token_times})
     info = exp.get("experiment") if isinstance(exp.get("experiment"), dict) else {}
     meta.update({

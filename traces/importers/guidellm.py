@@ -28,122 +28,25 @@ are read. Latencies are recomputed from ``timings`` (see :func:`import_guidellm`
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from schemas.metrics import tpot_s
+from schemas.status import OK
+
 from ..errors import TraceFormatError
-from ._common import RowStatus, assemble_frame, json_number, read_json, tpot_s
+from ._frame import assemble_frame
+from ._json import json_number, read_json
+from ._rows import RowStatus
+from .block_hashes import HASH_BLOCK_TOKENS, implied_prefix_cache_hits, shared_leading_blocks, text_block_hashes
 
-__all__ = ["import_guidellm", "text_block_hashes", "implied_prefix_cache_hits", "shared_leading_blocks",
-           "HASH_BLOCK_TOKENS"]
-
-#: Tokens per block of the derived ``block_hashes``: vLLM's default KV block size, so the
-#: replay's prefix cache (``replay/kv_cache.py``) uses one hash per engine block.
-HASH_BLOCK_TOKENS = 16
+__all__ = ["import_guidellm"]
 
 _LISTS = ("successful", "errored", "incomplete")
 
-
-# ---------------------------------------------------------------------------
-# Block hashes from prompt text
-# ---------------------------------------------------------------------------
-
-def text_block_hashes(text: str, num_tokens: int, chars_per_token: float,
-                      block_tokens: int = HASH_BLOCK_TOKENS) -> np.ndarray:
-    """Chained prefix hashes of the full ``block_tokens``-token blocks of a prompt, from its text.
-
-    Parameters
-    ----------
-    text : str
-        The prompt as sent.
-    num_tokens : int
-        The prompt's token count (the server's).
-    chars_per_token : float
-        One ratio for the whole file: total prompt characters / total prompt tokens.
-    block_tokens : int
-        Tokens per block.
-
-    Returns
-    -------
-    ndarray of int64, shape (num_tokens // block_tokens,)
-        Hash ``k`` = BLAKE2b (8 bytes, big-endian, signed) of the UTF-8 text up to character
-        ``round((k + 1) * block_tokens * chars_per_token)``. Equal hashes mean equal text up to
-        the block's end, so equal prefixes (Mooncake-style chained hashes: block ``k`` of two
-        prompts is shared exactly when their texts agree up to its boundary).
-
-    Notes
-    -----
-    An approximation of the token boundaries: a tokenizer would place them exactly, this
-    places them at a constant number of characters per token. Blocks past the end of the
-    text (a prompt with fewer characters per token than the file's) hash the whole text.
-    """
-    n = int(num_tokens) // block_tokens
-    out = np.empty(n, np.int64)
-    h = hashlib.blake2b(digest_size=8)
-    prev = 0
-    for k in range(n):
-        end = min(int(round((k + 1) * block_tokens * chars_per_token)), len(text))
-        if end > prev:
-            h.update(text[prev:end].encode("utf-8"))
-            prev = end
-        out[k] = int.from_bytes(h.copy().digest(), "big", signed=True)
-    return out
-
-
-def implied_prefix_cache_hits(block_hashes, num_prompt_tokens, block_tokens: int = HASH_BLOCK_TOKENS) -> np.ndarray:
-    """Prefix-cache hit (tokens) of each request in order, with an unbounded cache.
-
-    Parameters
-    ----------
-    block_hashes : sequence of int64 arrays (chained prefix hashes, one per full block) or None
-    num_prompt_tokens : sequence of int
-    block_tokens : int
-
-    Returns
-    -------
-    ndarray of int64, shape (n,)
-        Leading blocks already seen in an earlier request, times ``block_tokens``, capped at
-        ``(n - 1) // block_tokens`` blocks so the last prompt token is computed (vLLM v1,
-        ``KVCacheManager.get_computed_blocks``). vLLM's "Prefix cache hit rate" is
-        ``sum(hits) / sum(prompt tokens)`` over the requests it has looked up (its
-        ``CachingMetrics``, last 1000 requests), so this gives the rate the hashes imply.
-    """
-    seen: set[int] = set()
-    hits = np.zeros(len(num_prompt_tokens), np.int64)
-    for i, (hs, n) in enumerate(zip(block_hashes, num_prompt_tokens)):
-        if hs is None:
-            continue
-        cap = (int(n) - 1) // block_tokens
-        m = 0
-        for h in hs[:cap]:
-            if int(h) not in seen:
-                break
-            m += 1
-        hits[i] = m * block_tokens
-        seen.update(int(h) for h in hs)
-    return hits
-
-
-def shared_leading_blocks(block_hashes) -> int:
-    """Leading blocks whose hash is the same in every one of ``block_hashes`` (non-empty)."""
-    hs = [h for h in block_hashes if h is not None]
-    if not hs:
-        return 0
-    m = min(len(h) for h in hs)
-    first = hs[0]
-    for k in range(m):
-        if any(h[k] != first[k] for h in hs[1:]):
-            return k
-    return m
-
-
-# ---------------------------------------------------------------------------
-# The report
-# ---------------------------------------------------------------------------
 
 def _prompt_text(path, req: dict, row: int, where: str) -> str:
     """The prompt text of a request from ``request_args`` (dict, JSON or Python repr)."""
@@ -244,7 +147,7 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
         ``strategy_max_concurrency``; ``time_origin_unix_s`` (the epoch of ``arrival_time_s =
         0``); with hashes ``hash_block_tokens`` = 16 (read by replay), ``chars_per_token``,
         ``shared_prefix_blocks`` (JSON: per benchmark, the leading blocks all its prompts
-        share) and ``implied_prefix_cache_hit_rate`` (:func:`implied_prefix_cache_hits` over
+        share) and ``implied_prefix_cache_hit_rate`` (:func:`.block_hashes.implied_prefix_cache_hits` over
         the imported requests in arrival order).
 
     Raises
@@ -261,7 +164,7 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
     text: one characters-per-token ratio for the whole file, ``r = sum(len(prompt)) /
     sum(prompt_tokens)`` over every request of every benchmark (so a benchmark imported
     alone gets the same hashes), puts the end of block ``k`` at character ``round((k + 1) *
-    16 * r)``; see :func:`text_block_hashes`. Two prompts share block ``k`` exactly when their
+    16 * r)``; see :func:`.block_hashes.text_block_hashes`. Two prompts share block ``k`` exactly when their
     texts agree up to that character. This is an approximation (a tokenizer would be exact):
     on the real sweep (r = 4.936 chars/token; each benchmark's prompts open with their own
     1,024-token prefix, 4,996-5,149 characters) it finds 63-65 shared leading blocks per
@@ -283,9 +186,9 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
         raise TraceFormatError(path, f"benchmark {benchmark} is out of range", column="benchmarks",
                                expected=f"--benchmark 0..{len(benches) - 1} (0-based, in file order)")
     status = RowStatus(path, invalid)
-    c_order = status.code("invalid: timings out of order", None,
+    c_order = status.invalid("timings out of order", None,
                           "request_start <= first_token_iteration <= last_token_iteration")
-    c_out0 = status.code("invalid: successful with 0 output tokens", None, ">= 1 output token")
+    c_out0 = status.invalid("successful with 0 output tokens", None, ">= 1 output token")
 
     # pass 1: every request of every benchmark (the hash ratio is the whole file's)
     recs = []   # (bench, kind, index, row, req)
@@ -376,7 +279,7 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
             err = info.get("error") or req.get("error")
             reason = "incomplete" if kind == "incomplete" else "errored" + (
                 f": {str(err).strip().splitlines()[-1][:100]}" if err and str(err).strip() else "")
-            codes[j] = status.code(f"failed: {reason}")
+            codes[j] = status.failed(reason)
             if block_hashes:
                 text = texts.get(r)
                 if text is None:
@@ -417,7 +320,7 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
             end_gap.append(float(re_) - t["last_token_iteration"])
     # rows in the order read, so an error names the first bad request of the file
     status.add(codes, rows=rows)
-    tpot = tpot_s(e2e, ttft, output)
+    tpot = tpot_s(ttft, e2e, output)
     num_dropped = int((~keep).sum())
     idx = np.flatnonzero(keep)
     origin = float(np.min(start[idx]))
@@ -455,7 +358,7 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
         meta.update({"strategy_type": str(s["type"]), "strategy_rate": str(s["rate"]),
                      "strategy_max_concurrency": str(s["max_concurrency"])})
     if block_hashes:
-        ok = df["status"].isna() | (df["status"] == "ok") if "status" in df else np.ones(len(df), bool)
+        ok = df["status"].isna() | (df["status"] == OK) if "status" in df else np.ones(len(df), bool)
         hs = df["block_hashes"].tolist()
         shared = {}
         groups = df["benchmark"].to_numpy() if "benchmark" in df else np.full(len(df), benchmark)

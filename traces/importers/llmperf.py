@@ -22,8 +22,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from schemas.metrics import tpot_s
+
 from ..errors import TraceFormatError
-from ._common import RowStatus, assemble_frame, json_number, read_json, tpot_s
+from ._frame import assemble_frame
+from ._json import json_number, read_json
+from ._rows import RowStatus
 
 __all__ = ["import_llmperf", "closed_loop_arrivals"]
 
@@ -101,8 +105,8 @@ def import_llmperf(path: str | Path, concurrency: int, invalid: str = "error") -
         raise TraceFormatError(path, "has no requests", expected="a non-empty list of per-request objects")
     n = len(obj)
     status = RowStatus(path, invalid)
-    c_order = status.code("invalid: ttft_s > end_to_end_latency_s", "ttft_s", "ttft_s <= end_to_end_latency_s")
-    c_out0 = status.code("invalid: success with 0 output tokens", "number_output_tokens", ">= 1")
+    c_order = status.invalid("ttft_s > end_to_end_latency_s", "ttft_s", "ttft_s <= end_to_end_latency_s")
+    c_out0 = status.invalid("success with 0 output tokens", "number_output_tokens", ">= 1")
     prompt, output = np.zeros(n, np.int64), np.zeros(n, np.int64)
     ttft, e2e, busy = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
     codes = np.zeros(n, np.int16)
@@ -115,7 +119,7 @@ def import_llmperf(path: str | Path, concurrency: int, invalid: str = "error") -
                 raise TraceFormatError(path, "missing field", row=r, column=f)
         code = rec.get("error_code")
         if code not in (None, "", 0) or rec.get("error_msg"):
-            codes[i] = status.code(f"failed: {code} {str(rec.get('error_msg') or '')[:100]}".rstrip())
+            codes[i] = status.failed(f"{code} {str(rec.get('error_msg') or '')[:100]}".rstrip())
             prompt[i] = json_number(path, rec["number_input_tokens"], column="number_input_tokens", row=r,
                                     integer=True, minimum=1)
             e = rec.get("end_to_end_latency_s")
@@ -137,7 +141,7 @@ def import_llmperf(path: str | Path, concurrency: int, invalid: str = "error") -
     status.add(codes, 0)
     arrival = closed_loop_arrivals(busy, concurrency)
     df, meta = assemble_frame(arrival, prompt, output, status=status, codes=codes,
-                              extra={"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot_s(e2e, ttft, output)})
+                              extra={"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot_s(ttft, e2e, output)})
     meta.update({
         "source_format": "llmperf",
         "source": str(path),

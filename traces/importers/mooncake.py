@@ -20,7 +20,11 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceFormatError
-from ._common import Progress, RowStatus, assemble_frame, iter_jsonl, json_number, relative_seconds, time_resolution_s
+from ._frame import assemble_frame
+from ._json import iter_jsonl, json_number
+from ._rows import RowStatus
+from ._source import Progress
+from ._time import relative_seconds, time_resolution_s
 
 __all__ = ["import_mooncake", "MOONCAKE_BLOCK_TOKENS"]
 
@@ -90,10 +94,9 @@ def import_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS,
                                        column="hash_ids")
             need = math.ceil(n_in / block_tokens)
             if len(h) != need:
-                reason = "invalid: hash_ids count"
-                c_count = status.code(reason, "hash_ids",
-                                      f"ceil(input_length / {block_tokens}) hash ids, a trailing partial block "
-                                      "included")
+                c_count = status.invalid("hash_ids count", "hash_ids",
+                                         f"ceil(input_length / {block_tokens}) hash ids, a trailing partial block "
+                                         "included")
                 code = c_count
                 if invalid == "error":
                     raise TraceFormatError(

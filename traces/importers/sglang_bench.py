@@ -22,7 +22,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import TraceFormatError
-from ._common import bench_arrays_frame, iter_jsonl
+from ._bench_arrays import bench_arrays_frame
+from ._json import iter_jsonl
 
 __all__ = ["import_sglang_bench"]
 
@@ -51,7 +52,7 @@ def import_sglang_bench(path: str | Path, run: int | None = None, arrivals: str 
     TraceFormatError
         A truncated or non-JSON line; no run with per-request arrays (saved without
         ``--output-details``); several such runs and no ``run``; ``run`` out of range;
-        every error of :func:`~traces.importers._common.bench_arrays_frame`.
+        every error of :func:`~traces.importers._bench_arrays.bench_arrays_frame`.
     """
     path = Path(path)
     records = list(iter_jsonl(path))

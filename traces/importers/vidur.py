@@ -21,8 +21,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from schemas.status import OK
+
 from ..errors import TraceError, TraceFormatError
-from ._common import Progress, RowStatus, assemble_frame, check_rows, stream_csv
+from ._csv import stream_csv
+from ._frame import assemble_frame
+from ._rows import check_rows, RowStatus
+from ._source import Progress
 
 __all__ = ["import_vidur", "export_vidur", "VIDUR_COLUMNS"]
 
@@ -58,7 +63,7 @@ def import_vidur(path: str | Path, invalid: str = "error",
     """
     path = Path(path)
     status = RowStatus(path, invalid, lines=True)
-    c_zero = status.code("invalid: num_decode_tokens is 0", "num_decode_tokens", ">= 1 decode token")
+    c_zero = status.invalid("num_decode_tokens is 0", "num_decode_tokens", ">= 1 decode token")
     arr, pre, dec = [], [], []
     for row0, batch in stream_csv(path, _TYPES, progress=progress):
         a = batch.column(0).to_numpy()
@@ -105,12 +110,12 @@ def export_vidur(frame: pd.DataFrame, path: str | os.PathLike) -> dict[str, int]
     TraceError
         If no row is left to write.
     """
-    from schemas.tables import atomic_output
+    from schemas.atomic import atomic_output
 
     ok = np.ones(len(frame), bool)
     if "status" in frame:
         st = frame["status"].astype(object)
-        ok = (st.isna() | (st == "ok")).to_numpy()
+        ok = (st.isna() | (st == OK)).to_numpy()
     sub = frame.loc[ok]
     if sub.empty:
         raise TraceError(f"{path}: no ok requests to export")

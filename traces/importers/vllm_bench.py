@@ -24,7 +24,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import TraceFormatError
-from ._common import bench_arrays_frame, read_json
+from ._bench_arrays import bench_arrays_frame
+from ._json import read_json
 
 __all__ = ["import_vllm_bench"]
 

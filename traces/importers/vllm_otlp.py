@@ -26,8 +26,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from schemas.metrics import tpot_s
+
 from ..errors import TraceFormatError
-from ._common import Progress, RowStatus, assemble_frame, iter_jsonl, relative_seconds, tpot_s
+from ._frame import assemble_frame
+from ._json import iter_jsonl
+from ._rows import RowStatus
+from ._source import Progress
+from ._time import relative_seconds
 
 __all__ = ["import_vllm_otlp", "join_guidellm", "SPAN_NAME"]
 
@@ -185,9 +191,9 @@ def import_vllm_otlp(path: str | Path, invalid: str = "error", progress: Progres
     """
     path = Path(path)
     status = RowStatus(path, invalid)
-    c_out0 = status.code("invalid: 0 completion tokens", _COMPLETION, ">= 1 generated token")
-    c_order = status.code("invalid: time_to_first_token > e2e", _TTFT, f"{_TTFT} <= {_E2E}")
-    c_queue = status.code("invalid: time_in_queue > time_to_first_token", _QUEUE, f"{_QUEUE} <= {_TTFT}")
+    c_out0 = status.invalid("0 completion tokens", _COMPLETION, ">= 1 generated token")
+    c_order = status.invalid("time_to_first_token > e2e", _TTFT, f"{_TTFT} <= {_E2E}")
+    c_queue = status.invalid("time_in_queue > time_to_first_token", _QUEUE, f"{_QUEUE} <= {_TTFT}")
     start, ids, prompt, output, ttft, e2e, queue, rows, codes = [], [], [], [], [], [], [], [], []
     phases = {c: [] for c in _PHASES.values()}
     other: dict[str, int] = {}
@@ -238,7 +244,7 @@ def import_vllm_otlp(path: str | Path, invalid: str = "error", progress: Progres
             st = sp.get("status") if isinstance(sp.get("status"), dict) else {}
             code = 0
             if st.get("code") in (2, "STATUS_CODE_ERROR"):
-                code = status.code(f"failed: {str(st.get('message') or 'span status error')[:100]}")
+                code = status.failed(str(st.get('message') or 'span status error')[:100])
             elif out == 0:
                 code = c_out0
             elif t > e * (1 + 1e-12):
@@ -260,7 +266,7 @@ def import_vllm_otlp(path: str | Path, invalid: str = "error", progress: Progres
     arrival = relative_seconds(ticks, 1)
     out_a = np.array(output, np.int64)
     ttft_a, e2e_a = np.array(ttft), np.array(e2e)
-    extra = {"queue_wait_s": np.array(queue), "ttft_s": ttft_a, "e2e_s": e2e_a, "tpot_s": tpot_s(e2e_a, ttft_a, out_a)}
+    extra = {"queue_wait_s": np.array(queue), "ttft_s": ttft_a, "e2e_s": e2e_a, "tpot_s": tpot_s(ttft_a, e2e_a, out_a)}
     if np.all(np.isnan(extra["queue_wait_s"])):
         del extra["queue_wait_s"]
     for col, vals in phases.items():

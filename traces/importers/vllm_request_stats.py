@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceFormatError
-from ._common import json_number
+from ._json import json_number
 
 _FIELDS = ("request_id", "input_toks", "output_toks", "arrival_time", "queued_ts", "scheduled_ts",
            "first_token_ts", "last_token_ts")

@@ -24,13 +24,15 @@ cache hit rate is hits / queried prompt tokens over the most recent requests (it
 index) is read too.
 
 The log's timestamps carry no time zone (the server's local clock); ``t_s`` is relative
-to the first stats line unless a trace's origin is given (:func:`import_vllm_log`).
+to the first stats line unless a trace's origin is given (:func:`.stats.import_vllm_log`).
+
+``settings``: the V1 defaults and how a log's values resolve; ``stats``: the stats lines as a
+``vllm_stats/1`` frame (``traces import vllm-log``).
 """
 from __future__ import annotations
 
 import ast
 import datetime as dt
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -39,34 +41,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import TraceFormatError
-
-__all__ = ["engine_settings_from_vllm_log", "read_vllm_log", "import_vllm_log", "timeseries_csv_frame", "VllmLog",
-           "V1_DEFAULTS", "DEFAULTS_VERSION"]
-
-#: The vLLM version whose defaults fill settings absent from a log.
-DEFAULTS_VERSION = "0.11.0"
-
-#: vLLM V1 defaults (``vllm serve``, CUDA) of the settings servecal uses, when the log has
-#: neither the option nor a line showing its resolved value. ``None`` means the default
-#: depends on the hardware or model and cannot be known from the log. Source: vLLM 0.11.0
-#: ``vllm/engine/arg_utils.py`` (``EngineArgs`` fields and ``_set_default_args``) and
-#: ``vllm/config/cache.py``.
-V1_DEFAULTS: dict[str, tuple[object, str]] = {
-    "tensor_parallel_size": (1, "EngineArgs default"),
-    "pipeline_parallel_size": (1, "EngineArgs default"),
-    "data_parallel_size": (1, "EngineArgs default"),
-    "enable_prefix_caching": (True, "V1 default for generative models"),
-    "enable_chunked_prefill": (True, "V1 default for generative models"),
-    "block_size": (16, "CacheConfig default on CUDA"),
-    "gpu_memory_utilization": (0.9, "EngineArgs default"),
-    "max_num_seqs": (None, "GPU-dependent V1 API-server default: 1024 on GPUs with >= 70 GiB other than A100, "
-                           "else 256"),
-    "max_num_batched_tokens": (None, "GPU-dependent V1 API-server default: 8192 on GPUs with >= 70 GiB other than "
-                                     "A100, else 2048 (printed as 'Chunked prefill is enabled with "
-                                     "max_num_batched_tokens=N' when chunked prefill is on)"),
-    "max_model_len": (None, "from the model's config.json (printed as 'Using max model len N')"),
-}
+from ...errors import TraceFormatError
+from .settings import resolve_settings
 
 _TS_ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?")
 _TS_VLLM = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?")
@@ -87,7 +63,9 @@ _CONFIG_KEYS = {"tensor_parallel_size": int, "pipeline_parallel_size": int, "dat
                 "enable_prefix_caching": bool, "chunked_prefill_enabled": bool, "dtype": str, "max_seq_len": int,
                 "enforce_eager": bool, "kv_cache_dtype": str, "quantization": str, "served_model_name": str,
                 "model": str, "seed": int}
-_STATS_COLUMNS = ["t_s", "engine", "prompt_throughput_tokens_per_s", "generation_throughput_tokens_per_s", "running",
+
+#: The ``vllm_stats/1`` columns of a stats line, in order.
+STATS_COLUMNS = ["t_s", "engine", "prompt_throughput_tokens_per_s", "generation_throughput_tokens_per_s", "running",
                   "waiting", "kv_cache_usage_frac", "prefix_cache_hit_rate_frac"]
 
 
@@ -311,33 +289,9 @@ def read_vllm_log(path: str | Path) -> VllmLog:
     if not vllm_seen:
         raise TraceFormatError(path, "has no vLLM log line", expected="the stdout of 'vllm serve'")
 
-    settings: dict = {}
-    sources: dict = {}
-    # 1. what the user asked for
-    for k, v in nda.items():
-        settings[k] = v
-        sources[k] = "non-default args"
-    # 2. values the engine printed once resolved win (they agree with 1 when both exist)
-    for k, (v, src) in found.items():
-        if k == "model" and "model" in settings:
-            continue
-        settings[k] = v
-        sources[k] = src
-    if isinstance(settings.get("served_model_name"), list) and len(settings["served_model_name"]) == 1:
-        settings["served_model_name"] = settings["served_model_name"][0]
-    # 3. the block size: KV cache tokens / blocks when both are printed
-    if "block_size" not in settings and settings.get("gpu_kv_cache_size_tokens") and settings.get("num_gpu_blocks"):
-        tokens, blocks = settings["gpu_kv_cache_size_tokens"], settings["num_gpu_blocks"]
-        if tokens % blocks == 0:
-            settings["block_size"] = tokens // blocks
-            sources["block_size"] = f"GPU KV cache size / num_gpu_blocks = {tokens} / {blocks}"
-    # 4. defaults
-    for k, (v, why) in V1_DEFAULTS.items():
-        if k not in settings:
-            settings[k] = v
-            sources[k] = f"default (vLLM {DEFAULTS_VERSION} V1): {why}"
+    settings, sources = resolve_settings(nda, found)
 
-    frame = pd.DataFrame(stats, columns=["time", "line", "engine", *_STATS_COLUMNS[2:]])
+    frame = pd.DataFrame(stats, columns=["time", "line", "engine", *STATS_COLUMNS[2:]])
     if len(frame):
         for e, g in frame.groupby("engine"):
             back = np.flatnonzero(np.diff(g["time"].to_numpy()) < np.timedelta64(0))
@@ -368,7 +322,7 @@ def engine_settings_from_vllm_log(path: str | Path) -> dict:
         ``gpu_kv_cache_size_tokens`` (tokens), ``available_kv_cache_memory_gib``,
         ``model_weights_gib`` (GiB); ``block_size`` = KV cache tokens / blocks when both are
         printed. Settings servecal uses that the log lacks get vLLM 0.11.0's V1 defaults
-        (:data:`V1_DEFAULTS`); those that depend on the GPU (``max_num_seqs``,
+        (:data:`.settings.V1_DEFAULTS`); those that depend on the GPU (``max_num_seqs``,
         ``max_num_batched_tokens``) or the model (``max_model_len``) are ``None`` then.
         Where each value came from: :func:`read_vllm_log` ``.sources``.
 
@@ -380,125 +334,3 @@ def engine_settings_from_vllm_log(path: str | Path) -> dict:
     """
     return read_vllm_log(path).settings
 
-
-def _jsonable(v):
-    if isinstance(v, (str, int, float, bool)) or v is None:
-        return v
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    return repr(v)
-
-
-def import_vllm_log(path: str | Path, origin_unix_s: float | None = None,
-                    utc_offset_hours: float | None = None) -> tuple[pd.DataFrame, dict]:
-    """The stats series of a vLLM log as a ``vllm_stats/1`` frame, and the settings as metadata.
-
-    Parameters
-    ----------
-    path : str or Path
-    origin_unix_s : float, optional
-        Put ``t_s`` on a trace's clock: seconds since this epoch instant (a request trace's
-        ``time_origin_unix_s`` metadata, written by ``traces import guidellm`` and
-        ``vllm-otlp``). Default: ``t_s`` = 0 at the first stats line.
-    utc_offset_hours : float, optional
-        With ``origin_unix_s``: the log clock's offset from UTC (e.g. -8 for PST). Default:
-        the multiple of 15 minutes that puts the first stats line closest to the origin
-        (vLLM writes its first stats line within 10 s of the first request), reported in the
-        metadata as inferred.
-
-    Returns
-    -------
-    frame : pandas.DataFrame
-        ``t_s`` (s), ``engine`` (index), ``prompt_throughput_tokens_per_s`` and
-        ``generation_throughput_tokens_per_s`` (vLLM's averages over the interval ending at
-        ``t_s``), ``running``, ``waiting`` (requests), ``kv_cache_usage_frac`` and
-        ``prefix_cache_hit_rate_frac`` (fractions in [0, 1]; the hit rate null when the line
-        has none). Sorted by time, engines interleaved.
-    metadata : dict
-        ``engine_settings`` and ``engine_settings_sources`` (JSON), ``non_default_args``
-        (JSON; non-JSON values as their repr), ``vllm_version``, ``time_origin``,
-        ``first_stats_line_time`` (the log's clock), ``stats_interval_s`` (median gap).
-
-    Raises
-    ------
-    TraceFormatError
-        As :func:`read_vllm_log`, and a log without stats lines (a server run with
-        ``--disable-log-stats``).
-    """
-    path = Path(path)
-    log = read_vllm_log(path)
-    st = log.stats
-    if st.empty:
-        raise TraceFormatError(path, "has no stats lines ('Engine NNN: Avg prompt throughput: ...')",
-                               column="Avg prompt throughput",
-                               expected="a log of a server run without --disable-log-stats that served requests")
-    st = st.sort_values(["time", "engine"], kind="stable").reset_index(drop=True)
-    t_first = st["time"].iloc[0]
-    rel = (st["time"] - t_first).dt.total_seconds().to_numpy()
-    meta = {
-        "source_format": "vllm-log",
-        "source": str(path),
-        "vllm_version": str(log.settings.get("vllm_version", "")),
-        "engine_settings": json.dumps(_jsonable(log.settings)),
-        "engine_settings_sources": json.dumps(log.sources),
-        "non_default_args": json.dumps(_jsonable(log.non_default_args)),
-        "first_stats_line_time": t_first.isoformat(),
-        "log_first_line_time": log.first_line_time.isoformat() if log.first_line_time else "",
-        "log_clock": "naive local time as written in the log" + ("" if log.year_known else " (no year in the log)"),
-        "num_stats_lines": str(len(st)),
-        "num_engines": str(st["engine"].nunique()),
-    }
-    gaps = np.diff(rel[st["engine"].to_numpy() == st["engine"].iloc[0]])
-    if gaps.size:
-        meta["stats_interval_s"] = f"{float(np.median(gaps)):.3f}"
-    if origin_unix_s is None:
-        t = rel
-        meta["time_origin"] = "first stats line"
-    else:
-        naive_epoch = (t_first - dt.datetime(1970, 1, 1)).total_seconds()
-        if utc_offset_hours is None:
-            q = round((naive_epoch - origin_unix_s) / 900.0) * 900.0
-            utc_offset_hours = q / 3600.0
-            how = "inferred (first stats line nearest the trace origin, 15-min steps)"
-        else:
-            how = "given"
-        first = naive_epoch - utc_offset_hours * 3600.0 - origin_unix_s
-        t = rel + first
-        meta.update({"time_origin": f"trace origin {origin_unix_s!r} (unix s)",
-                     "log_utc_offset_hours": f"{utc_offset_hours:g}", "log_utc_offset_source": how,
-                     "first_stats_line_t_s": f"{first:.3f}"})
-    df = pd.DataFrame({"t_s": t, **{c: st[c].to_numpy() for c in _STATS_COLUMNS[1:]}})
-    df["prefix_cache_hit_rate_frac"] = df["prefix_cache_hit_rate_frac"].astype(float)
-    return df, meta
-
-
-def timeseries_csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """The stats series in the layout ``replay --report --measured-timeseries`` reads.
-
-    Columns ``t, prompt_throughput, gen_throughput, running, waiting, kv_cache_pct,
-    prefix_cache_hit_pct`` (as the 1-second ``timeseries.csv`` of the LLMServingSim runs;
-    percentages 0-100). Several engines (data-parallel ranks) are summed per stats tick
-    (their lines' times rounded to 1 s), KV usage and hit rate averaged.
-    """
-    frame = frame[frame["t_s"] >= 0]
-    if frame["engine"].nunique() <= 1:
-        return pd.DataFrame({
-            "t": frame["t_s"].to_numpy(),
-            "prompt_throughput": frame["prompt_throughput_tokens_per_s"].to_numpy(),
-            "gen_throughput": frame["generation_throughput_tokens_per_s"].to_numpy(),
-            "running": frame["running"].to_numpy(),
-            "waiting": frame["waiting"].to_numpy(),
-            "kv_cache_pct": frame["kv_cache_usage_frac"].to_numpy() * 100.0,
-            "prefix_cache_hit_pct": frame["prefix_cache_hit_rate_frac"].to_numpy() * 100.0,
-        })
-    g = frame.assign(t=frame["t_s"].round(0)).groupby("t", sort=True)
-    return pd.DataFrame({
-        "prompt_throughput": g["prompt_throughput_tokens_per_s"].sum(),
-        "gen_throughput": g["generation_throughput_tokens_per_s"].sum(),
-        "running": g["running"].sum(),
-        "waiting": g["waiting"].sum(),
-        "kv_cache_pct": g["kv_cache_usage_frac"].mean() * 100.0,
-        "prefix_cache_hit_pct": g["prefix_cache_hit_rate_frac"].mean() * 100.0,
-    }).reset_index()

@@ -33,215 +33,32 @@ Latencies are differences of two instants, so both must be on the same clock: a 
 column (seconds since the run started) and an epoch column (seconds since 1970) are never
 subtracted from each other; that is an error naming both columns. A column is "epoch"
 when its smallest value is beyond 1e8 s (1973), or when it is a date-time.
+
+``mapping``: the fields and ``parse_mapping``; ``columns``: reading the mapped columns;
+``clocks``: time columns and their differences.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
-from ..errors import MappingError, TraceFormatError
-from ._common import (_ARROW_ERRORS, UNIT_NS, Progress, raw_column_names, RowStatus, assemble_frame, check_rows, csv_header, fail_at_row,
-                      is_epoch_seconds, relative_seconds, stream_csv, time_resolution_s, tpot_s)
+from schemas.metrics import tpot_s
+from schemas.status import FAILED, INVALID, OK
 
-__all__ = ["import_csv", "parse_mapping", "MappingError", "FIELDS"]
+from ...errors import MappingError, TraceFormatError
+from .._frame import assemble_frame
+from .._rows import check_rows, fail_at_row, RowStatus
+from .._source import Progress
+from .._time import UNIT_NS, relative_seconds, time_resolution_s
+from .clocks import concat_time, difference_s, time_ticks
+from .columns import batches, csv_types, is_parquet
+from .mapping import DURATIONS, INSTANTS, INTEGERS, LATENCY_OF, STRINGS, parse_mapping
 
-INSTANTS = ("arrival_time_s", "send_time", "scheduled_time", "first_token_time", "end_time")
-DURATIONS = ("queue_wait_s", "ttft_s", "tpot_s", "e2e_s", "slo_ttft_s", "slo_tpot_s")
-INTEGERS = ("num_prompt_tokens", "num_output_tokens", "num_cached_tokens", "replica_id", "priority")
-STRINGS = ("request_id", "status")
-#: Every field ``--map`` may name.
-FIELDS = (*STRINGS, *INTEGERS, *INSTANTS, *DURATIONS)
-#: Instant -> the latency it yields (instant minus send time).
-_LATENCY_OF = {"scheduled_time": "queue_wait_s", "first_token_time": "ttft_s", "end_time": "e2e_s"}
-
-
-def parse_mapping(pairs) -> dict[str, str]:
-    """``["src=field", ...]`` -> ``{field: src}``.
-
-    Raises
-    ------
-    MappingError
-        Not ``SOURCE=FIELD``, an unknown field, a field mapped twice, a latency given both
-        as an instant and as a duration, or no prompt/output/arrival mapping.
-    """
-    out: dict[str, str] = {}
-    for p in pairs:
-        src, sep, fld = str(p).rpartition("=")
-        src, fld = src.strip(), fld.strip()
-        if not sep or not src or not fld:
-            raise MappingError(f"--map {p!r}: expected SOURCE_COLUMN=FIELD")
-        if fld not in FIELDS:
-            raise MappingError(f"--map {p!r}: unknown field {fld!r}; fields: {', '.join(FIELDS)}")
-        if fld in out:
-            raise MappingError(f"--map: field {fld!r} is mapped twice ({out[fld]!r} and {src!r})")
-        out[fld] = src
-    for inst, dur in _LATENCY_OF.items():
-        if inst in out and dur in out:
-            raise MappingError(f"--map: {dur} is given twice, as the duration {out[dur]!r} and through the instant "
-                               f"{inst} {out[inst]!r}; map one")
-    missing = [f for f in ("num_prompt_tokens", "num_output_tokens") if f not in out]
-    if "arrival_time_s" not in out and "send_time" not in out:
-        missing.append("arrival_time_s or send_time")
-    if missing:
-        raise MappingError(f"--map: no column mapped to {', '.join(missing)}")
-    return out
-
-
-@dataclass
-class _Time:
-    """One time column as read: ticks (int64 or float64) of ``tick_ns`` ns; datetime or number."""
-
-    ticks: np.ndarray
-    tick_ns: float
-    datetime: bool
-    source: str
-
-    def seconds_min(self) -> float:
-        return float(self.ticks.min()) * self.tick_ns / 1e9
-
-    def clock(self) -> str:
-        if self.datetime or is_epoch_seconds(self.seconds_min()):
-            return "epoch"
-        return "relative"
-
-
-def _is_parquet(path: Path) -> bool:
-    if path.suffix.lower() in (".parquet", ".pq"):
-        return True
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(4) == b"PAR1"
-    except OSError:
-        return False
-
-
-def _csv_types(path: Path, mapping: dict[str, str], filters: dict[str, str]) -> dict[str, pa.DataType]:
-    """Arrow types to read each needed CSV column with (time columns inferred from the first block)."""
-    header = csv_header(path)
-    need = {*mapping.values(), *filters}
-    missing = [c for c in need if c not in header]
-    if missing:
-        raise TraceFormatError(path, f"has no column {', '.join(repr(c) for c in sorted(missing))}", line=1,
-                               expected=f"one of the header's columns: {', '.join(header)}")
-    time_cols = [mapping[f] for f in (*INSTANTS, *DURATIONS) if f in mapping]
-    inferred: dict[str, pa.DataType] = {}
-    if time_cols:
-        raw = raw_column_names(path, dict.fromkeys(time_cols))  # the names as written, spaces kept
-        r = None
-        try:
-            r = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 20, use_threads=False),
-                               convert_options=pacsv.ConvertOptions(include_columns=[raw[c] for c in time_cols]))
-            first = r.read_next_batch()
-            inferred = {c: first.schema.field(raw[c]).type for c in time_cols}
-        except (*_ARROW_ERRORS, StopIteration, KeyError):
-            inferred = {}  # the streaming read that follows names the row and column
-        finally:
-            if r is not None:
-                r.close()
-    types: dict[str, pa.DataType] = {c: pa.string() for c in filters}
-    for fld, col in mapping.items():
-        if fld in STRINGS:
-            types[col] = pa.string()
-        elif fld in INTEGERS:
-            types[col] = pa.int64()
-        else:
-            t = inferred.get(col, pa.float64())
-            if pa.types.is_integer(t):
-                types[col] = pa.int64()
-            elif pa.types.is_timestamp(t) or pa.types.is_date(t):
-                types[col] = pa.timestamp("ns", getattr(t, "tz", None))
-            elif pa.types.is_string(t) and fld in INSTANTS:
-                types[col] = pa.string()
-            else:
-                types[col] = pa.float64()
-    return types
-
-
-def _batches(path: Path, types_or_cols, parquet: bool, progress, allow_null: tuple = ()):
-    if parquet:
-        try:
-            pf = pq.ParquetFile(path)
-        except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
-            raise TraceFormatError(path, f"not a readable Parquet file ({str(exc)[:200]})") from None
-        try:
-            names = pf.schema_arrow.names
-        except UnicodeDecodeError:
-            raise TraceFormatError(path, "has column names that are not UTF-8 text") from None
-        missing = [c for c in types_or_cols if c not in names]
-        if missing:
-            raise TraceFormatError(path, f"has no column {', '.join(repr(c) for c in sorted(missing))}",
-                                   expected=f"one of its columns: {', '.join(names)}")
-        row0 = 0
-        try:
-            for batch in pf.iter_batches(batch_size=1 << 20, columns=list(dict.fromkeys(types_or_cols))):
-                yield row0, batch
-                row0 += batch.num_rows
-        except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
-            raise TraceFormatError(path, f"not a readable Parquet file ({str(exc)[:200]})") from None
-    else:
-        yield from stream_csv(path, types_or_cols, progress=progress, allow_null=allow_null)
-
-
-def _time_ticks(path, col: pa.Array, name: str, unit: str, rows: np.ndarray,
-                lines: bool) -> tuple[np.ndarray, float, bool]:
-    """(ticks, tick_ns, is_datetime) of one batch of a time column (``rows``: their 1-based source rows)."""
-    typ = col.type
-    if pa.types.is_dictionary(typ):
-        col, typ = col.cast(typ.value_type), typ.value_type
-    if pa.types.is_timestamp(typ):
-        return col.cast(pa.int64()).to_numpy(), UNIT_NS[typ.unit], True
-    if pa.types.is_date(typ):
-        return col.cast(pa.timestamp("ns")).cast(pa.int64()).to_numpy(), 1, True
-    if pa.types.is_duration(typ):
-        return col.cast(pa.int64()).to_numpy(), UNIT_NS[typ.unit], False
-    if pa.types.is_integer(typ):
-        return col.cast(pa.int64()).to_numpy(), UNIT_NS[unit], False
-    if pa.types.is_floating(typ) or pa.types.is_decimal(typ):
-        v = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
-        check_rows(path, ~np.isfinite(v), 0, "is NaN or infinite", column=name, expected="a finite time",
-                   lines=lines, rows=rows)
-        return v, UNIT_NS[unit], False
-    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
-        s = pd.Series(col.to_numpy(zero_copy_only=False))
-        try:
-            ts = pd.to_datetime(s, format="ISO8601", utc=True)
-        except (ValueError, TypeError, OverflowError):
-            for i, v in enumerate(s):
-                try:
-                    pd.to_datetime(v, format="ISO8601", utc=True)
-                except (ValueError, TypeError, OverflowError):
-                    fail_at_row(path, f"value {str(v)[:40]!r} is not a date-time or a number", int(rows[i]),
-                                column=name, expected="ISO 8601, e.g. 2024-05-10T00:00:00.250Z", lines=lines)
-            raise
-        return ts.astype("int64").to_numpy(), 1, True
-    raise TraceFormatError(path, f"column has type {typ}", column=name,
-                           expected="numbers, date-times or Arrow timestamp/duration")
-
-
-def _concat_time(path, parts: list, name: str) -> _Time:
-    kinds = {(p[0].dtype.kind, p[1], p[2]) for p in parts}
-    if len(kinds) > 1:
-        raise TraceFormatError(path, "mixes kinds of values (numbers and date-times, or several units)", column=name,
-                               expected="one kind of time value in the whole column")
-    return _Time(np.concatenate([p[0] for p in parts]), parts[0][1], parts[0][2], name)
-
-
-def _difference_s(a: _Time, b: _Time) -> np.ndarray:
-    """``a - b`` row by row in seconds, subtracting in a common tick first."""
-    tick = min(a.tick_ns, b.tick_ns)
-    if a.ticks.dtype.kind == "i" and b.ticks.dtype.kind == "i":
-        ra, rb = int(a.tick_ns // tick), int(b.tick_ns // tick)
-        d = a.ticks * ra - b.ticks * rb
-        return relative_seconds(d, tick, 0)
-    d = a.ticks.astype(np.float64) * (a.tick_ns / tick) - b.ticks.astype(np.float64) * (b.tick_ns / tick)
-    return d * (tick / 1e9)
+__all__ = ["import_csv"]
 
 
 def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", filters: dict[str, str] | None = None,
@@ -293,19 +110,19 @@ def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", 
     filters = dict(filters or {})
     if not path.exists():
         raise TraceFormatError(path, "no such file")
-    parquet = _is_parquet(path)
+    parquet = is_parquet(path)
     lines = not parquet
     cols = list(dict.fromkeys([*mapping.values(), *filters]))
-    source = cols if parquet else _csv_types(path, mapping, filters)
+    source = cols if parquet else csv_types(path, mapping, filters)
     status = RowStatus(path, invalid, lines=lines)
-    c_out0 = status.code("invalid: num_output_tokens is 0", mapping["num_output_tokens"],
+    c_out0 = status.invalid("num_output_tokens is 0", mapping["num_output_tokens"],
                          ">= 1 output token for an ok request")
     times: dict[str, list] = {f: [] for f in (*INSTANTS, *DURATIONS) if f in mapping}
     ints: dict[str, list] = {f: [] for f in INTEGERS if f in mapping}
     strs: dict[str, list] = {f: [] for f in STRINGS if f in mapping}
     rows_parts = []
     nullable = tuple(c for c in filters) + ((mapping["status"],) if "status" in mapping else ())
-    for row0, batch in _batches(path, source, parquet, progress, nullable):
+    for row0, batch in batches(path, source, parquet, progress, nullable):
         names = batch.schema.names
         col = {n: batch.column(names.index(n)) for n in cols}
         keep = np.ones(batch.num_rows, bool)
@@ -326,7 +143,7 @@ def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", 
                 fail_at_row(path, "missing value", int(rows[i]), column=mapping[fld], expected="a value in every row",
                             lines=lines)
             if fld in times:
-                times[fld].append(_time_ticks(path, a, mapping[fld], time_unit, rows, lines))
+                times[fld].append(time_ticks(path, a, mapping[fld], time_unit, rows, lines))
             elif fld in ints:
                 if not pa.types.is_integer(a.type):
                     if pa.types.is_floating(a.type):
@@ -355,7 +172,7 @@ def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", 
         raise TraceFormatError(path, f"has no rows{what}", expected="one row per request")
     rows = np.concatenate(rows_parts)
     n = rows.size
-    tcols = {f: _concat_time(path, parts, mapping[f]) for f, parts in times.items()}
+    tcols = {f: concat_time(path, parts, mapping[f]) for f, parts in times.items()}
     prompt = np.concatenate(ints.pop("num_prompt_tokens"))
     output = np.concatenate(ints.pop("num_output_tokens"))
 
@@ -363,11 +180,11 @@ def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", 
     codes = np.zeros(n, np.int16)
     if "status" in strs:
         st = pa.chunked_array(strs.pop("status")).combine_chunks()
-        st = pc.fill_null(st, "ok")
+        st = pc.fill_null(st, OK)
         uniq = pc.unique(st).to_pylist()
         for u in uniq:
-            if u != "ok":
-                c = status.code(u if u.startswith(("failed", "invalid")) else f"failed: {u}")
+            if u != OK:
+                c = status.code(u) if u.startswith((FAILED, INVALID)) else status.failed(u)
                 codes[pc.equal(st, u).to_numpy(zero_copy_only=False)] = c
     codes[(codes == 0) & (output == 0)] = c_out0
     status.add(codes, rows=rows)
@@ -391,7 +208,7 @@ def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", 
     if arr_t.ticks.dtype.kind == "i":
         meta["time_resolution_s"] = f"{time_resolution_s(arr_t.ticks - origin, int(arr_t.tick_ns)):g}"
     extra: dict[str, np.ndarray] = {}
-    for inst, lat in _LATENCY_OF.items():
+    for inst, lat in LATENCY_OF.items():
         if inst not in tcols:
             continue
         x = tcols[inst]
@@ -402,7 +219,7 @@ def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", 
                       f"different clocks, so {lat} = {x.source} - {send_t.source} would be meaningless",
                 column=x.source,
                 expected="instants on one clock: map the send time that shares the latency columns' clock to send_time")
-        extra[lat] = _difference_s(x, send_t)
+        extra[lat] = difference_s(x, send_t)
     for d in DURATIONS:
         if d in tcols:
             t = tcols[d]
@@ -415,7 +232,7 @@ def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", 
     for name in list(extra):
         extra[name] = np.where(ok, extra[name], np.nan)
     if "tpot_s" not in extra and "ttft_s" in extra and "e2e_s" in extra:
-        extra["tpot_s"] = tpot_s(extra["e2e_s"], extra["ttft_s"], output)
+        extra["tpot_s"] = tpot_s(extra["ttft_s"], extra["e2e_s"], output)
     for fld, parts in ints.items():
         extra[fld] = np.concatenate(parts)
     ids = None
@@ -441,3 +258,4 @@ def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", 
                            extra=extra)
     meta.update(m)
     return df, meta
+
