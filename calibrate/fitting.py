@@ -20,7 +20,7 @@ import numpy as np
 from schemas.cost_params import PARAMS, VARIANTS, CostParams
 
 from .errors import FitError
-from .identify import assess
+from .identify import assess, flat_range
 from .summary import fmt
 
 
@@ -85,18 +85,22 @@ def inert_params(cost_model, names) -> dict:
 
 def unseen_params(residual: Callable[[CostParams], np.ndarray], cost_model, names) -> dict:
     """Parameters among ``names`` that do not change ``residual`` at all, from the model's
-    values to the middle of their range (the data never exercise their term: no prefill
-    chunk with KV history in a decode-only log): name -> why. One residual evaluation each.
-    They do not count against the rows a fit needs; the fit then reports each as having no
-    effect, with the range that fits, and holds it at its declared value."""
+    value to the middle of either side of their range (the data never exercise their term:
+    no prefill chunk with KV history in a decode-only log): name -> why, with the range of
+    values that fit the data equally. Two residual evaluations each (more for those found)."""
+
     p0 = cost_model.params
     base = residual(p0)
     out = {}
     for n in names:
         spec = PARAMS[n]
-        probe = spec.upper if math.isnan(spec.default) else (spec.default + spec.upper) / 2
-        if probe != p0[n] and np.array_equal(residual(p0.replace(**{n: probe})), base):
-            out[n] = "no effect on these data"
+        if math.isnan(p0[n]):
+            continue
+        probes = {(spec.lower + p0[n]) / 2, (p0[n] + spec.upper) / 2} - {p0[n]}
+        if probes and all(np.array_equal(residual(p0.replace(**{n: v})), base) for v in probes):
+            lo, hi = flat_range(lambda x: residual(p0.replace(**{k: v * PARAMS[k].fit_scale for k, v in x.items()})),
+                                 {n: p0[n] / spec.fit_scale}, n, base)
+            out[n] = f"no effect on these data: any value in [{fmt(n, lo)}, {fmt(n, hi)}] fits them equally"
     return out
 
 
@@ -148,12 +152,14 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
         why.update(inert_params(cost_model, [n for n in candidates if n not in hold]))
         for n, reason in not_seen.items():
             why.setdefault(n, reason)
+        for n, reason in unseen.items():  # held: a free parameter without effect stalls the solver
+            why.setdefault(n, f"NOT IDENTIFIED ({reason}); held at its declared value")
         free = {n: start_of[n] for n in PARAMS if n in candidates and n not in why}
         for n in PARAMS:
             if n not in free and n not in hold:
                 hold[n] = start_of[n]
                 why.setdefault(n, "not in the model's terms")
-        require_rows(residuals[0], len([n for n in free if n not in unseen]), residuals[1])
+        require_rows(residuals[0], len(free), residuals[1])
         previous = [{k: f.params[k].value for k in free} for f in fits]
         if VARIANTS[v] is None and previous:  # the blend from the nested variants' optima only
             free, previous = previous[0], previous[1:]
@@ -161,6 +167,8 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
         best, info = least_squares(residual, free, hold, rel_step=rel_step, starts=extra, **kw)
         params, corr, warns = assess(best, residual, list(free), hold, assess_step, fixed_reason=why, robust=robust,
                                      data_cov=data_cov)
+        warns = [f"{n}: not identified by these data ({r}); held at {fmt(n, start_of[n])}" for n, r in unseen.items()
+                 if why.get(n, "").startswith("NOT IDENTIFIED")] + warns
         for _ in range(len(free)):  # hold what the data cannot identify at its declared value, refit the rest
             unknown = [n for n in free if not params[n].identifiable
                        and params[n].bound.startswith(("cannot be told apart", "no effect"))]

@@ -108,7 +108,7 @@ def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostPara
             if m is not None:
                 why = f"cannot be told apart from {m} (r={r:+.2f})"
             else:
-                lo, hi = _flat_range(f, scaled, n, f0)
+                lo, hi = flat_range(f, scaled, n, f0)
                 why = f"no effect on these data: any value in [{fmt(n, lo)}, {fmt(n, hi)}] fits them equally"
             params[n] = FittedParam(v, None, False, why)
         elif rss == 0.0 and data_cov is None:
@@ -174,7 +174,7 @@ def _separable(jac: np.ndarray, names: list) -> tuple[list, dict]:
     return active, partner_of
 
 
-def _flat_range(f, scaled: dict, name: str, f0: np.ndarray, points: int = 24) -> tuple[float, float]:
+def flat_range(f, scaled: dict, name: str, f0: np.ndarray, points: int = 24) -> tuple[float, float]:
     """The range of ``name`` (natural units) around its value over which the residuals do
     not change at all: what little the data say of a parameter without effect on them."""
     spec = PARAMS[name]
