@@ -1,5 +1,8 @@
 """What every servecal CLI shares: turning user errors into one message and an exit code.
 
+It lives in the lowest CLI (``traces``), so the ``replay`` and ``calibrate`` commands import it
+under the one-way layering while the data layer (``schemas``) stays free of click.
+
 Exit codes: 1 invalid data (a bad file), 2 usage (a bad option), 3 a broken tolerance.
 """
 from __future__ import annotations
@@ -8,7 +11,7 @@ import functools
 
 import click
 
-from .errors import SchemaError
+from schemas.errors import SchemaError
 
 
 class DataError(click.ClickException):
@@ -35,7 +38,7 @@ def user_errors(data_errors: tuple = (), usage_errors: tuple = ()):
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            from .tables import expect_outputs, release_sigint  # pyarrow: not at --help time
+            from schemas.tables import expect_outputs, release_sigint  # pyarrow: not at --help time
 
             inputs = []
             for name in INPUT_PARAMS:
@@ -87,7 +90,7 @@ def check_outputs(inputs, outputs: dict) -> None:
     """
     import os
 
-    from .tables import check_writable
+    from schemas.tables import check_writable
 
     seen = {os.path.realpath(p): "input" for p in inputs if p}
     for option, path in outputs.items():
