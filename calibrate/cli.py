@@ -6,7 +6,7 @@ import textwrap
 import click
 
 from schemas.calibration import sha256_of
-from schemas.cli_support import user_errors, version_option
+from traces.cli.support import user_errors, version_option
 from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, VARIANTS, CostParams, check_value
 from schemas.errors import SpecError
 from schemas.kinds import REQUEST_TRACE, STEP_TRACE

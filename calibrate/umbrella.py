@@ -5,7 +5,7 @@ import click
 
 from replay.cli import main as replay_main
 from replay.cli.describe_load import add_load_to_describe
-from schemas.cli_support import version_option
+from traces.cli.support import version_option
 from traces.cli import main as traces_main
 
 

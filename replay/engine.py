@@ -37,8 +37,8 @@ from schemas.status import REJECTED, because
 
 from .cost_model import StepCostModel
 from .decode_runs import DecodeRuns
-from .engine_config import EngineConfig
-from .errors import ConfigError, ReplayError
+from .engine_config import EngineConfig, check_settings
+from .errors import ReplayError
 from .events import CALL, LATE_CALL, STEP_END, WAKE, completion_bound_s
 from .kv_cache import make_kv_cache
 from .progress import bar as progress_bar
@@ -89,16 +89,13 @@ class Engine:
 
     def __init__(self, cost_model: StepCostModel, scheduler_factory, scheduler_config: SchedulerConfig,
                  engine_config: EngineConfig, num_replicas: int = 1, router=None):
-        if num_replicas < 1:
-            raise ConfigError("--replicas must be >= 1")
+        check_settings(engine_config, scheduler_config, num_replicas)
         self.cost_model = cost_model
         self.cost_models: list[StepCostModel] = [cost_model] * num_replicas
         self.on_step_end = None
         self.on_request_done = None
         self.arrival_bound = None
         self.config = engine_config
-        if engine_config.preemption_mode not in ("recompute", "swap"):
-            raise ConfigError(f"--preemption-mode must be recompute or swap, not {engine_config.preemption_mode!r}")
         self.replicas = [ReplicaState(i, scheduler_config,
                                       make_kv_cache(engine_config.num_gpu_blocks, engine_config.block_size,
                                                     engine_config.enable_prefix_caching, engine_config.hash_block_size),
@@ -120,12 +117,6 @@ class Engine:
         self.num_steps = 0
         # speculative decoding (K draft tokens per decode; 0: off)
         self.spec_tokens = scheduler_config.num_speculative_tokens
-        if self.spec_tokens < 0:
-            raise ConfigError(f"--speculative-tokens must be >= 0, not {self.spec_tokens}")
-        if not 0.0 <= engine_config.spec_acceptance_rate <= 1.0:
-            raise ConfigError(f"--spec-acceptance-rate must be in [0, 1], not {engine_config.spec_acceptance_rate}")
-        if scheduler_config.long_prefill_token_threshold < 0:
-            raise ConfigError("--long-prefill-token-threshold must be >= 0 (0: no cap)")
         self._rngs = [np.random.default_rng([engine_config.seed, rid]) for rid in range(num_replicas)]
         self.accept_drafts = self.sample_accepted_drafts
         self.spec_counts: dict[int, list[int]] = {}

@@ -1,7 +1,10 @@
-"""The settings of the engine's replicas (:class:`EngineConfig`), checked by :class:`~replay.engine.Engine`."""
+"""The settings of the engine's replicas (:class:`EngineConfig`) and their checks (:func:`check_settings`,
+called by :class:`~replay.engine.Engine`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from .errors import ConfigError
 
 
 @dataclass
@@ -56,3 +59,29 @@ class EngineConfig:
     exact_steps: bool = False
     spec_acceptance_rate: float = 0.0
     seed: int = 0
+
+
+def check_settings(engine_config: EngineConfig, scheduler_config, num_replicas: int) -> None:
+    """Refuse settings an engine cannot simulate, before it is built.
+
+    Parameters
+    ----------
+    engine_config : EngineConfig
+    scheduler_config : replay.schedulers.base.SchedulerConfig
+    num_replicas : int
+
+    Raises
+    ------
+    ConfigError
+        Naming the option as the command line spells it.
+    """
+    if num_replicas < 1:
+        raise ConfigError("--replicas must be >= 1")
+    if engine_config.preemption_mode not in ("recompute", "swap"):
+        raise ConfigError(f"--preemption-mode must be recompute or swap, not {engine_config.preemption_mode!r}")
+    if scheduler_config.num_speculative_tokens < 0:
+        raise ConfigError(f"--speculative-tokens must be >= 0, not {scheduler_config.num_speculative_tokens}")
+    if not 0.0 <= engine_config.spec_acceptance_rate <= 1.0:
+        raise ConfigError(f"--spec-acceptance-rate must be in [0, 1], not {engine_config.spec_acceptance_rate}")
+    if scheduler_config.long_prefill_token_threshold < 0:
+        raise ConfigError("--long-prefill-token-threshold must be >= 0 (0: no cap)")

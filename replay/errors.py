@@ -10,6 +10,10 @@ class ConfigError(ReplayError, ValueError):
     """An option or a combination of options cannot be simulated (names the option)."""
 
 
+class TimeseriesError(ReplayError):
+    """A measured time-series file is unreadable or lacks a column (names file, column, row)."""
+
+
 class CalibrationFileError(ReplayError):
     """A calibration JSON is missing, malformed or of an unknown version (names the file)."""
 

@@ -6,7 +6,7 @@ traceback (during their start-up imports, or in the middle of a task) before the
 reports anything. :func:`map_in_processes` starts its workers with SIGINT ignored (the
 disposition is inherited through ``exec``, and Python keeps an inherited "ignore"), so only
 the parent sees the interrupt; it then terminates the workers and lets the interrupt go on
-(the console scripts exit with 130, see :mod:`schemas.console`).
+(the console scripts exit with 130, see :mod:`traces.console`).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import threading
 
 def _init(initializer, initargs):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from schemas.console import quiet_warnings
+    from traces.console import quiet_warnings
 
     quiet_warnings()
     if initializer is not None:

@@ -10,6 +10,6 @@
 - ``calibration``: the calibration file (calibration/2) that ``calibrate`` writes.
 - ``spec_types``, ``hf_config``, ``dtypes``, ``spec_catalog`` (re-exported by ``specs``):
   model, GPU and link specs, Hugging Face configs, the built-in catalog (``catalog/``).
-- ``errors``, ``cli_support``, ``console``: error types, the CLI's error mapping, the
-  console-script entry (exit 130 on Ctrl-C).
+- ``errors``: the error types (the command-line error mapping is
+  :mod:`traces.cli.support`; the console-script entry :mod:`traces.console`).
 """

@@ -115,7 +115,7 @@ def expect_outputs(paths) -> None:
 
     Once the last of them is renamed into place, a Ctrl-C no longer aborts the command: its
     work is done, so the interrupt is deferred until the command returns and the command
-    exits with its own code. Called by :func:`schemas.cli_support.user_errors`.
+    exits with its own code. Called by :func:`traces.cli.support.user_errors`.
     """
     global _expected
     _expected = None if paths is None else {os.path.realpath(p) for p in paths}

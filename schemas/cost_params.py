@@ -14,11 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from .errors import SchemaError
-
-
-class ParamError(SchemaError, ValueError):
-    """A cost parameter unknown, not a number, or outside its declared range."""
+from .errors import ParamError
 
 
 @dataclass(frozen=True)

@@ -56,5 +56,9 @@ class SpecError(SchemaError):
     """A model or GPU spec is unknown, incomplete or inconsistent."""
 
 
+class ParamError(SchemaError, ValueError):
+    """A cost parameter unknown, not a number, or outside its declared range (:mod:`schemas.cost_params`)."""
+
+
 class OutputError(SchemaError):
     """An output file cannot be written (missing folder, not writable, same as an input)."""

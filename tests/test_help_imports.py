@@ -13,7 +13,7 @@ HEAVY = ("numpy", "pandas", "pyarrow", "scipy", "matplotlib", "lmfit", "replay.e
 
 _PROBE = """
 import json, sys
-from schemas.console import _invoke
+from traces.console import _invoke
 sys.argv = [{prog!r}, *{args!r}]
 code = _invoke({spec!r})
 print(json.dumps({{"code": code, "heavy": [m for m in {heavy!r} if m in sys.modules]}}))

@@ -5,9 +5,8 @@ import pytest
 from click.testing import CliRunner
 
 from replay.compare import compare, table_cells
-from replay.errors import ConfigError
-from replay.report import (NUM_TIME_WINDOWS, TimeseriesError, errors_over_time, read_timeseries, simulated_counts,
-                           write_report)
+from replay.errors import ConfigError, TimeseriesError
+from replay.report import NUM_TIME_WINDOWS, errors_over_time, read_timeseries, simulated_counts, write_report
 from test_compare import make_cli_inputs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -5,5 +5,6 @@
   GenAI-Perf, llmperf, Azure, BurstGPT, Mooncake, Vidur, any CSV, LLMServingSim profiles).
 - ``synth``, ``transform``, ``describe``: synthetic workloads, windows and rate scaling,
   a trace's statistics.
-- ``cli/``: the ``traces`` command.
+- ``cli/``: the ``traces`` command, and (``cli/support``) the error mapping and ``--version``
+  every servecal command shares; ``console``: the process entry of every console script.
 """

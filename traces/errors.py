@@ -69,5 +69,9 @@ class TraceFormatError(TraceError):
         super().__init__(msg)
 
 
+class DistError(TraceError):
+    """A length distribution spec (``traces synth --prompt-tokens``) cannot be parsed."""
+
+
 class MappingError(TraceError):
     """A ``--map`` option of ``traces import csv`` is malformed or names an unknown field (a usage error)."""

@@ -4,11 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .errors import TraceError
-
-
-class DistError(TraceError):
-    """A length distribution spec cannot be parsed."""
+from .errors import DistError, TraceError
 
 
 def parse_dist(spec: str):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from schemas.calibration import Calibration
-from schemas.cli_support import DataError, user_errors, version_option
+from traces.cli.support import DataError, user_errors, version_option
 from schemas.kinds import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE
 from schemas.errors import SpecError
 from schemas.specs import get_model

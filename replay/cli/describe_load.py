@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from schemas.calibration import Calibration
-from schemas.cli_support import DataError, user_errors
+from traces.cli.support import DataError, user_errors
 from schemas.kinds import REQUEST_TRACE
 from schemas.specs import get_model
 from schemas.status import OK

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from schemas.calibration import Calibration
-from schemas.cli_support import DataError
+from traces.cli.support import DataError
 
 from ..errors import ConfigError
 from .options import DISAGG_OPTIONS

@@ -36,10 +36,9 @@ from ..compare import (MAPE_MIN_MEAS_S, REL_ERR_FLOOR_S, broken_tolerances, comp
 from ..errors import ConfigError, ReplayError
 from .figures import STEP_COLUMNS, cdf_figure, png as png_bytes, scatter_figure, steps_figure, timeseries_figure
 from .render import ms, pct, render
-from .timeseries import (NUM_TIME_WINDOWS, TIMESERIES_COLUMNS, TimeseriesError, errors_over_time, read_timeseries,
-                         simulated_counts)
+from .timeseries import NUM_TIME_WINDOWS, TIMESERIES_COLUMNS, errors_over_time, read_timeseries, simulated_counts
 
-__all__ = ["REPORT_FORMATS", "NUM_TIME_WINDOWS", "TIMESERIES_COLUMNS", "TimeseriesError", "errors_over_time",
+__all__ = ["REPORT_FORMATS", "NUM_TIME_WINDOWS", "TIMESERIES_COLUMNS", "errors_over_time",
            "read_timeseries", "report_context", "report_format", "simulated_counts", "tolerance_verdict",
            "write_report"]
 
@@ -192,7 +191,7 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
     ------
     ConfigError
         Unknown report suffix.
-    TimeseriesError
+    replay.errors.TimeseriesError
         A bad measured time series.
 
     Notes

@@ -8,17 +8,13 @@ import pandas as pd
 from schemas.status import OK
 
 from ..compare import compare
-from ..errors import ReplayError
+from ..errors import TimeseriesError
 
 #: Equal windows of arrival time in the errors-over-time table.
 NUM_TIME_WINDOWS = 10
 
 #: Columns a measured time series must have (vLLM's 1-second ``timeseries.csv``).
 TIMESERIES_COLUMNS = ("t", "running", "waiting")
-
-
-class TimeseriesError(ReplayError):
-    """A measured time-series file is unreadable or lacks a column (names file, column, row)."""
 
 
 def read_timeseries(source) -> pd.DataFrame:

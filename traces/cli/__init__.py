@@ -10,7 +10,7 @@ import os
 
 import click
 
-from schemas.cli_support import version_option
+from .support import version_option
 from schemas.kinds import REQUEST_TRACE, STEP_TRACE
 
 from ._shared import OUTPUT, file_errors, option_errors

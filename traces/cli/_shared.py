@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from schemas.cli_support import user_errors
+from .support import user_errors
 from schemas.kinds import REQUEST_TRACE
 
 from ..errors import TraceError

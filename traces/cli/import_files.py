@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from schemas.cli_support import user_errors
+from .support import user_errors
 from schemas.errors import SchemaError
 from schemas.kinds import REQUEST_TRACE, STEP_TRACE
 

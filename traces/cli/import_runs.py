@@ -240,7 +240,7 @@ def import_vllm_log_cmd(src, output, timeseries_csv, align_to, log_utc_offset):
     """
     import json
 
-    from schemas.cli_support import check_outputs
+    from .support import check_outputs
     from schemas.tables import VLLM_STATS
 
     from ..importers.vllm_log.stats import import_vllm_log, timeseries_csv_frame

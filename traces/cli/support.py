@@ -1,5 +1,8 @@
 """What every servecal CLI shares: turning user errors into one message and an exit code.
 
+It lives in the lowest CLI (``traces``), so the ``replay`` and ``calibrate`` commands import it
+under the one-way layering while the data layer (``schemas``) stays free of click.
+
 Exit codes: 1 invalid data (a bad file), 2 usage (a bad option), 3 a broken tolerance.
 """
 from __future__ import annotations
@@ -8,8 +11,8 @@ import functools
 
 import click
 
-from .atomic import check_writable, expect_outputs, release_sigint
-from .errors import SchemaError
+from schemas.atomic import check_writable, expect_outputs, release_sigint
+from schemas.errors import SchemaError
 
 
 class DataError(click.ClickException):

@@ -11,11 +11,15 @@ imported (by name, so the one-way layering of the packages stays as it is) and m
   an output not yet renamed into place is never left behind (:func:`schemas.atomic.atomic_output`);
 * a Ctrl-C after the command's last output was renamed into place is deferred: the command
   finishes and exits with its own code (its work is complete; see
-  :func:`schemas.atomic.atomic_output` and :func:`schemas.cli_support.user_errors`);
+  :func:`schemas.atomic.atomic_output` and :func:`traces.cli.support.user_errors`);
 * numerical RuntimeWarnings of numpy and the fitting libraries (``invalid value encountered
   in divide``, ``Mean of empty slice``, ...) are not printed: the data rules are checked by
   validation, which names the file and row; such warnings only repeat an arithmetic detail.
   The filter is passed on to worker processes through ``PYTHONWARNINGS``.
+
+It sits in ``traces`` (the lowest package with a CLI) beside ``cli/``, not in it: importing
+``traces.cli`` runs the ``traces`` group's imports (click and the commands), which would come
+before the first line here and widen the start-up window in which a Ctrl-C is a traceback.
 """
 from __future__ import annotations
 
