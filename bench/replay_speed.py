@@ -225,7 +225,8 @@ def run_request_fit(args):
     from 50 % to 110 % of ``rate`` (one log: at ``rate``), fitted jointly.
 
     Only the fit is timed, and one replay of the first log for the ratio. Returns wall, peak
-    RSS in MB, the fitted parameters, the number of replays and one replay's wall time.
+    RSS in MB, the fitted parameters, the number of replays (the fit's and its confidence
+    set's) and one replay's wall time.
     """
     n, rate, logs = args
     import numpy as np
@@ -248,7 +249,8 @@ def run_request_fit(args):
     t = time.perf_counter()
     fit = fit_requests(runs, cm)[0]
     wall = time.perf_counter() - t
-    return wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, fit.values(), fit.stats["n_replays"], one
+    replays = fit.stats["n_replays"] + fit.stats["confidence_set"]["n_evals"] * len(runs)
+    return wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, fit.values(), replays, one
 
 
 def capacity_rps(n: int = 20000) -> float:

@@ -1,12 +1,12 @@
 """The discrete-event engine: arrivals, steps of each replica, completions.
 
-A heap of ``(time, priority, seq, event)`` drives the simulation; ``seq`` is a
-per-engine counter, so equal times resolve deterministically (:mod:`replay.events`): arrivals
+A heap of ``(time, priority, seq, event)`` drives the simulation; equal times resolve
+deterministically (``seq`` a per-engine counter; :mod:`replay.events`): arrivals
 and callbacks (:meth:`Engine.call_at`, e.g. a KV transfer done), then step ends, then callbacks
 scheduled with ``after_step_ends=True`` (closed-loop sends, :mod:`replay.closed_loop`), then
 the wake-up of an idle replica (so it sees every request that arrived at that instant).
-At every step end of a replica its scheduler picks the next batch; the cost model gives
-the step's duration; at the step's end tokens are emitted and requests completed.
+At each step end the replica's scheduler picks the next batch, the cost model prices it,
+and at its end tokens are emitted and requests completed.
 
 Speed without changing a timestamp (``--exact-steps`` turns all of it off, and property
 tests check the fast path against it):
@@ -15,9 +15,7 @@ tests check the fast path against it):
   (:mod:`replay.schedulers.implicit_decoders`), so a decode step costs O(1) for all of
   them, and a step of those alone repeats in place while nothing else can happen;
 * for policies that declare ``decode_runs``, runs of identical decode steps are priced in one
-  vectorised call (:mod:`replay.decode_runs`);
-* a step whose end is the next event of the simulation is ended without a trip through
-  the heap (:meth:`Engine._start_step`).
+  vectorised call (:mod:`replay.decode_runs`); a step ending at the next event skips the heap.
 
 Speculative decoding (``SchedulerConfig.num_speculative_tokens`` K > 0): a decode verifies up
 to ``K + 1`` positions and emits ``1 +`` the accepted drafts (:attr:`Engine.accept_drafts`,

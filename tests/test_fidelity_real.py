@@ -7,7 +7,7 @@ E2E, p50 TPOT; they measure 0-3 %, bench/FIDELITY.md). At 1.09 req/s the prefill
 runs at a utilization near 1, where TTFT is queueing and amplifies a step-time error about
 twentyfold; it was -11 % before the chunked-prefill attention term
 (replay.cost_terms.PrefillAttentionKV), and its declared efficiency's range from the two
-profiles (0.47-0.61) moves it between +2 % and -7 %.
+profiles (0.47-0.61) moves it between +10 % and -12 %.
 Qwen3-30B-A3B (MoE, DP 2 + expert parallelism) fitted on its own log: every p50/p90 TTFT,
 TPOT and E2E within 5 %.
 """
