@@ -127,6 +127,17 @@ def test_tolerance_typo_is_a_usage_error(files):
     assert res.exit_code == 2 and "--tolerance" in res.output and "replaying" not in res.output
 
 
+@pytest.mark.parametrize("value", ["ttft_p50=-0.1", "ttft_p50=nan", "ttft_p50", "ttft_p50=x"])
+def test_negative_or_missing_tolerance_is_a_usage_error_without_assert(value):
+    """Checked by a condition, not an assert (python -O strips asserts)."""
+    import click
+
+    from replay.cli.options import parse_tolerances
+
+    with pytest.raises(click.BadParameter, match="expected metric_stat=fraction"):
+        parse_tolerances(value)
+
+
 def test_tp_must_divide_attention_heads(files):
     res = invoke("replay", files / "t.parquet", "--calibration", files / "cal.json", "--tp", 3)
     assert res.exit_code == 2 and "does not divide the 32 attention heads" in res.output
