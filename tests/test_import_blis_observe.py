@@ -190,6 +190,9 @@ def test_missing_column(tmp_path):
 @pytest.mark.parametrize("col, value, where, rule", [
     (11, "abc", "row 2 (line 3), column 'output_tokens'", "value 'abc' is not a whole number"),
     (10, "-5", "row 2 (line 3), column 'input_tokens'", "value is negative or too large"),
+    # a prompt of 2**53 tokens would build 2**49 block hashes: refused as the data contract's
+    # MAX_TOKENS before any work (found by the long fuzz: a hang)
+    (10, "9007199254740993", "row 2 (line 3), column 'input_tokens'", "value is negative or too large"),
     (9, "yes", "row 2 (line 3), column 'streaming'", "value is not a boolean; expected true or false"),
     (0, "0", "row 2 (line 3), column 'request_id'", "duplicate request_id"),
     (21, str(T0 + 400_000), "row 2 (line 3), column 'first_chunk_time_us'", "chunk times out of order"),
