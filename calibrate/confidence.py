@@ -60,7 +60,8 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
     -------
     params : dict name -> FittedParam, the free ones with ``ci95`` the set's extent,
         ``identifiable`` when that extent is within +-1.96 x :data:`MAX_REL_STDERR` of
-        the value, else NOT IDENTIFIED with the parameter it moves with named;
+        the value, else NOT IDENTIFIED with the parameter it moves with named (at a bound
+        of its range: NOT IDENTIFIED with the one side the data give);
     warnings : list of str, one per parameter NOT IDENTIFIED;
     stats : ``{"threshold", "g_optimum", "dof", "rule", "n_evals"}``.
 
@@ -97,8 +98,16 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
     corr = a_inv / np.sqrt(np.outer(np.diag(a_inv), np.diag(a_inv)).clip(1e-300))
     out, warns = dict(params), []
     for i, n in enumerate(free):
-        p = params[n]
+        p, spec = params[n], PARAMS[n]
         lo, hi = float(pts[:, i].min()), float(pts[:, i].max())
+        width = spec.upper - spec.lower
+        at_lo, at_hi = p.value - spec.lower <= 1e-6 * width, spec.upper - p.value <= 1e-6 * width
+        if at_lo or at_hi:  # a bound is a result: the data give one side (as calibrate.identify.assess says it)
+            why = f"at its {'lower' if at_lo else 'upper'} bound; the data give " + (
+                f"<= {fmt(n, hi)}" if at_lo else f">= {fmt(n, lo)}")
+            out[n] = FittedParam(p.value, p.stderr, False, why, True, (lo, hi))
+            warns.append(f"{n}: NOT IDENTIFIED, {why}")
+            continue
         half = (hi - lo) / 2
         ok = half <= 1.96 * MAX_REL_STDERR * abs(p.value) and np.all(np.isfinite(pts[:, i]))
         if ok:

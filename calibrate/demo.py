@@ -18,7 +18,7 @@ from replay.cost_model import RooflineCostModel, cost_model_from_calibration
 from replay.config import EngineOptions, RecordOptions, ReplayConfig, SchedulingOptions
 from replay.result_columns import steps_frame
 from replay.simulate import replay_frame
-from schemas.calibration import sha256_of
+from schemas.calibration import FittedParam, sha256_of
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
 from schemas.tables import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE
@@ -88,7 +88,8 @@ def demo(out_dir, num_requests, rate, noise, seed):
     for name, p in best.params.items():
         if p.vary:
             v, ci, state = param_cells(name, p)
-            click.echo(f"     {name:22s} {TRUTH[name]:>9.4g} {v:>10s} {ci:>20s}  {state}"[:100])
+            true = param_cells(name, FittedParam(TRUTH[name]))[0]
+            click.echo(f"     {name:22s} {true:>9s} {v:>10s} {ci:>20s}  {state}"[:100])
 
     pred, _ = replay_frame(trace, cost_model_from_calibration(cal), replace(cfg, record=RecordOptions()))
     write_trace(pred, REPLAY_RESULT, out / "replay.parquet", {"source": "servecal demo (synthetic)"})

@@ -23,7 +23,7 @@ def param_cells(name: str, p: FittedParam) -> tuple[str, str, str]:
         bound = p.bound.split("the data give ")[-1] if p.bound and "the data give " in p.bound else ""
         return val, bound if bound != "nothing more" else "", "NOT IDENTIFIED"
     ci = p.ci95 or ((p.value - 1.96 * p.stderr, p.value + 1.96 * p.stderr) if p.stderr is not None else None)
-    return val, f"[{ci[0] / scale:.3g}, {ci[1] / scale:.3g}]" if ci else "", "identified"
+    return val, f"[{ci[0] / scale:.4g}, {ci[1] / scale:.4g}]" if ci else "", "identified"
 
 
 def summary_lines(fit: FitResult) -> list[str]:

@@ -289,3 +289,10 @@ def test_calibrate_runs_take_the_recorded_settings_too(tmp_path):
     pq.write_table(table.replace_schema_metadata(meta), tmp_path / "bad.parquet")
     with pytest.raises(FitError, match=r"bad\.parquet.*max_num_seqs=0 is not a valid setting"):
         load_runs([str(tmp_path / "bad.parquet")], ReplayConfig(), read_trace)
+
+
+def test_missing_header_says_so(tmp_path):
+    """A header that does not exist is named as missing (as every importer says it), not as
+    a header without its CSV."""
+    res = run_cli("import", "blis-observe", tmp_path / "trace.yaml", "-o", tmp_path / "o.parquet")
+    assert res.exit_code == 1 and "trace.yaml: cannot open (No such file or directory)" in res.output

@@ -33,9 +33,11 @@ def blis_file_pair(path: str | Path, data: str | Path | None = None) -> tuple[Pa
     Raises
     ------
     TraceFormatError
-        The partner file does not exist.
+        ``path`` or the partner file does not exist.
     """
     path = Path(path)
+    if not path.exists():
+        raise TraceFormatError(path, "cannot open (No such file or directory)")
     if data is not None:
         if path.suffix.lower() == ".csv":
             raise TraceFormatError(path, "is a CSV file, given with --data", expected="the header YAML "
