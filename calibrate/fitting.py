@@ -159,6 +159,9 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
             if n not in free and n not in hold:
                 hold[n] = start_of[n]
                 why.setdefault(n, "not in the model's terms")
+        if not free:
+            raise FitError("no parameter left to fit: each is fixed (--fix), set by the variant, or without "
+                           "effect on these data; free one with --free or drop a --fix")
         require_rows(residuals[0], len(free), residuals[1])
         previous = [{k: f.params[k].value for k in free} for f in fits]
         if VARIANTS[v] is None and previous:  # the blend from the nested variants' optima only

@@ -8,6 +8,7 @@ Logs of one deployment at different loads or limits are what tell the terms apar
 from __future__ import annotations
 
 import os
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
@@ -95,9 +96,13 @@ class _QuantileResidual:
             draws = []
             for m, q_meas in meas.items():
                 v = pd.to_numeric(rows[m], errors="coerce").to_numpy(float)
-                q = np.nanpercentile(v[idx], self.quantiles, axis=1).T
+                with np.errstate(all="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # a resample without a measured value
+                    q = np.nanpercentile(v[idx], self.quantiles, axis=1).T
                 draws.append((q - q_meas) / np.maximum(q_meas, 1e-3))
-            blocks.append(np.cov(np.hstack(draws), rowvar=False))
+            draws = np.hstack(draws)
+            draws = draws[np.all(np.isfinite(draws), axis=1)]  # resamples with no measured value of a metric
+            blocks.append(np.cov(draws, rowvar=False) if len(draws) > 1 else np.zeros((draws.shape[1],) * 2))
         out = np.zeros((sum(b.shape[0] for b in blocks),) * 2)
         k = 0
         for b in blocks:
@@ -227,7 +232,7 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
                                                                                     runner=runner)
     delta = tuple(f"{n}: NOT IDENTIFIED" for n, p in best.params.items() if p.vary)
     best.warnings = [w for w in best.warnings if not w.startswith(delta)] + warns
-    best.stats["ci_method"] = "confidence set"
+    best.stats["ci_method"] = "confidence set" if best.stats["confidence_set"]["n_evals"] else "stderr"
     return fits
 
 

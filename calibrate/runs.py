@@ -27,7 +27,7 @@ def parse_run_spec(spec: str) -> tuple[str, int | None, tuple[float, float] | No
     """
     rest, at, window = spec.rpartition("@") if "@" in spec else (spec, "", "")
     path, sep, k = rest.rpartition("#") if "#" in rest else (rest, "", "")
-    if sep and not k.isdigit():
+    if sep and not (k.isascii() and k.isdigit()):  # not '²', which isdigit() takes and int() refuses
         raise FitError(f"{spec}: expected FILE[#K][@START:END] with K a benchmark number")
     span = None
     if at:

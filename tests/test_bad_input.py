@@ -172,3 +172,52 @@ def test_calibration_with_a_broken_model_spec_names_the_file(files):
     (files / "bad.json").write_text(json.dumps(d).replace('"tp": 1', '"tp": ' + "9" * 5000))
     res = invoke("replay", files / "t.parquet", "--calibration", files / "bad.json")
     assert res.exit_code == 1 and "bad.json" in res.output and "Traceback" not in res.output
+
+
+# --- faults found by a tester trying to break the fits (each a kind, fixed for every command) ---
+
+@pytest.mark.parametrize("cmd", [
+    ["calibrate", "fit", "{t}#0", "-o", "{t}"],
+    ["calibrate", "fit", "{t}@0:1", "-o", "{t}"],
+    ["calibrate", "validate", "--fit-on", "{t}", "--score-on", "{t}", "--table-out", "{t}"],
+    ["calibrate", "validate", "--fit-on", "{t}#0", "--score-on", "{t}", "-o", "{t}"],
+])
+def test_a_fit_never_writes_over_its_input(files, cmd):
+    """FILE#K and FILE@START:END read FILE: an output of that name is refused before any work."""
+    t = files / "t.parquet"
+    before = t.read_bytes()
+    res = invoke(*[a.format(t=t) for a in cmd], "--model", "llama-3.1-8b", "--gpu", "h100-80gb")
+    assert res.exit_code == 2 and "the same file as the input" in res.output
+    assert t.read_bytes() == before
+
+
+def test_blis_output_is_not_the_csv_beside_the_header(tmp_path):
+    from pathlib import Path
+
+    for suffix in ("yaml", "csv"):
+        (tmp_path / f"a.{suffix}").write_bytes((Path(__file__).parent / "data" / f"blis_observe_trace.{suffix}")
+                                               .read_bytes())
+    before = (tmp_path / "a.csv").read_bytes()
+    res = invoke("traces", "import", "blis-observe", tmp_path / "a.yaml", "-o", tmp_path / "a.csv")
+    assert res.exit_code == 2 and "the same file as the input" in res.output
+    assert (tmp_path / "a.csv").read_bytes() == before
+
+
+def test_a_benchmark_number_in_other_digits_is_one_error(files):
+    res = invoke("calibrate", "fit", f"{files / 't.parquet'}#²", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                 "-o", files / "c.json")
+    assert res.exit_code == 1 and "with K a benchmark number" in res.output
+
+
+def test_nothing_left_to_fit_is_one_error(files):
+    res = invoke("calibrate", "fit", files / "t.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                 "--variants", "max", "--free", "overlap", "-o", files / "c.json")
+    assert res.exit_code == 1 and "no parameter left to fit" in res.output
+
+
+def test_a_tiny_log_fits_without_a_confidence_set(files):
+    """Three requests do not vary under resampling the way a covariance needs: the fit says
+    its intervals come from the delta method instead of failing (was: LinAlgError)."""
+    res = invoke("calibrate", "fit", files / "t.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                 "--variants", "max", "-o", files / "c.json")
+    assert res.exit_code == 0, res.output

@@ -164,8 +164,11 @@ def import_blis_observe_cmd(src, output, data, invalid):
       traces import blis-observe trace.yaml -o observed.parquet
       traces import blis-observe header.yaml --data requests.csv -o observed.parquet
     """
+    from ..importers.blis_header import blis_file_pair
     from ..importers.blis_observe import import_blis_observe
+    from .support import check_outputs
 
+    check_outputs(blis_file_pair(src, data), {"-o/--output": output})  # the CSV beside SRC is an input too
     frame, meta = import_blis_observe(src, data=data, invalid=invalid)
     write_requests(frame, meta, output)
     if meta.get("engine_settings"):

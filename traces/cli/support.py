@@ -22,8 +22,9 @@ class DataError(click.ClickException):
 
 
 #: Parameter names of the files commands read and write, checked by :func:`user_errors`.
-INPUT_PARAMS = ("src", "sources", "file", "trace", "calibration_path", "measured_timeseries")
-OUTPUT_PARAMS = ("output", "steps_out", "chrome_trace", "report", "sweep_out", "plot")
+INPUT_PARAMS = ("src", "sources", "file", "trace", "traces", "fit_on", "score_on", "data", "calibration_path",
+                "measured_timeseries")
+OUTPUT_PARAMS = ("output", "steps_out", "chrome_trace", "report", "sweep_out", "plot", "table_out")
 
 
 def user_errors(data_errors: tuple = (), usage_errors: tuple = ()):
@@ -74,6 +75,20 @@ def version_option():
     return click.version_option(package_name="servecal", prog_name="servecal")
 
 
+def _file_read(path) -> str:
+    """The file an input names: ``FILE`` of a run spec ``FILE#K`` or ``FILE@START:END``
+    (``calibrate``'s), when only that exists."""
+    import os
+
+    text = str(path)
+    if not os.path.exists(text):
+        for sep in ("#", "@"):
+            head = text.split(sep, 1)[0]
+            if head != text and os.path.exists(head):
+                return head
+    return text
+
+
 def check_outputs(inputs, outputs: dict) -> None:
     """Refuse before any work an output that is an input or another output, or unwritable.
 
@@ -89,7 +104,7 @@ def check_outputs(inputs, outputs: dict) -> None:
     """
     import os
 
-    seen = {os.path.realpath(p): "input" for p in inputs if p}
+    seen = {os.path.realpath(_file_read(p)): "input" for p in inputs if p}
     for option, path in outputs.items():
         if not path:
             continue

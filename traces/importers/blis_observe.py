@@ -69,6 +69,9 @@ _STRINGS = ("status", "streaming", "slo_class", "prefix_group", "error_message")
 _TRUE, _FALSE = {"1", "t", "T", "TRUE", "true", "True"}, {"0", "f", "F", "FALSE", "false", "False"}
 #: Timestamps must stay below this (2**62 us, ~146,000 years), so differences fit int64.
 _MAX_US = 2 ** 62
+#: Longest prompt whose prefix-cache blocks are derived (one hash per block: 2**23 tokens is 524,288
+#: hashes, about a second), above any model's context today.
+_MAX_HASHED_PROMPT = 2 ** 23
 #: A send later than its scheduled arrival by more than this is reported (the client held it back).
 _LATE_SEND_S = 0.1
 
@@ -250,6 +253,10 @@ def import_blis_observe(path: str | Path, data: str | Path | None = None, invali
     groups = c.get("prefix_group")
     if groups is not None and any(groups):
         block = json.loads(meta.get("engine_settings", "{}")).get("block_size", 16)
+        grouped = np.array([bool(g) for g in groups])
+        check_rows(path, grouped & (prompt > _MAX_HASHED_PROMPT), 0, "prompt too long to derive its prefix-cache "
+                   "blocks", column="input_tokens", expected=f"<= {_MAX_HASHED_PROMPT:,} tokens in a prefix_group",
+                   lines=True)
         extra["block_hashes"] = _prefix_hashes(groups, prefix, prompt, ids, block)
         meta["hash_block_tokens"] = str(block)
     warm = int(meta["warm_up_requests"])
