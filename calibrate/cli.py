@@ -139,14 +139,31 @@ def cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, t
                              terms=parse_names(terms, list(TERMS), "--terms"))
 
 
-def engine_options(replay_kwargs: dict, tp: int, dp: int, expert_parallel: bool) -> tuple:
-    """Fill the replay options (and TP, DP, expert parallelism) not given from ``--vllm-log``;
-    print what was taken; return the hardware settings."""
+def engine_options(replay_kwargs: dict, tp: int, dp: int, expert_parallel: bool, first_trace=None) -> tuple:
+    """Fill the replay options (and TP, DP, expert parallelism) not given from ``--vllm-log``,
+    then TP and DP from the settings recorded in the first trace (the runs are of one
+    deployment); print what was taken and what differs; return the hardware settings and
+    the names of the replay options set here (given, or from the log), which the traces'
+    own recorded settings do not override (:func:`calibrate.runs.load_runs`)."""
+    from replay.cli.engine_settings import trace_engine_settings
+
+    from .runs import parse_run_spec
+
+    ctx = click.get_current_context()
     kw = {**replay_kwargs, "tp": tp, "dp": dp, "expert_parallel": expert_parallel}
+    before = dict(kw)
     for line in fill_engine_options(kw, engine_sources(replay_kwargs.pop("vllm_log", None))):
         click.echo(line, err=True)
+    set_here = frozenset(k for k in replay_kwargs if kw[k] != before[k] or ctx.get_parameter_source(k) not in
+                         (None, click.core.ParameterSource.DEFAULT))
+    if first_trace is not None:
+        recorded = trace_engine_settings(parse_run_spec(first_trace)[0]) or {}
+        hardware = {k: kw[k] for k in ("tp", "dp", "expert_parallel")}
+        for line in fill_engine_options(hardware, [(f"trace {first_trace}", recorded)]):
+            click.echo(line, err=True)
+        kw.update(hardware)
     replay_kwargs.update({k: v for k, v in kw.items() if k in replay_kwargs})
-    return kw["tp"], kw["dp"], kw["expert_parallel"]
+    return kw["tp"], kw["dp"], kw["expert_parallel"], set_here
 
 
 def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose):
@@ -208,7 +225,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
     from .step_fit import StepData, bootstrap_ci95, fit_steps, set_ci95
     from .summary import to_calibration
 
-    tp, dp, expert_parallel = engine_options(replay_kwargs, tp, dp, expert_parallel)
+    tp, dp, expert_parallel, set_here = engine_options(replay_kwargs, tp, dp, expert_parallel, traces[0])
     cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
     fixed = parse_fixed(fix)
     paths = [parse_run_spec(t)[0] for t in traces]
@@ -242,7 +259,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
             from replay.ray_tasks import check_ray
 
             check_ray()
-        runs = load_runs(traces, replay_config(replay_kwargs), read_trace)
+        runs = load_runs(traces, replay_config(replay_kwargs), read_trace, keep=set_here)
         for r in runs:
             warn_metadata_mismatch(r.metadata, cm.model, cm.gpu, tp)
             warning = check_limits(r.name, r.trace, r.config.engine.max_num_seqs, dp)
@@ -295,10 +312,10 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
     from .step_fit import set_ci95
     from .summary import to_calibration
 
-    tp, dp, expert_parallel = engine_options(replay_kwargs, tp, dp, expert_parallel)
+    tp, dp, expert_parallel, set_here = engine_options(replay_kwargs, tp, dp, expert_parallel, fit_on[0])
     cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
     cfg = replay_config(replay_kwargs)
-    train, test = load_runs(fit_on, cfg, read_trace), load_runs(score_on, cfg, read_trace)
+    train, test = load_runs(fit_on, cfg, read_trace, keep=set_here), load_runs(score_on, cfg, read_trace, keep=set_here)
     names = parse_names(variants or "max,sum,blend", list(VARIANTS), "--variants")
     fits = fit_request_runs(train, cm, names, parse_names(free, list(PARAMS), "--free"), parse_fixed(fix), jobs,
                             None, verbose)

@@ -41,11 +41,12 @@ def parse_run_spec(spec: str) -> tuple[str, int | None, tuple[float, float] | No
     return path, (int(k) if sep else None), span
 
 
-def load_runs(specs, cfg: ReplayConfig, read_trace) -> list[Run]:
+def load_runs(specs, cfg: ReplayConfig, read_trace, keep=frozenset()) -> list[Run]:
     """The runs of ``specs`` (``FILE[#K][@START:END]``, :func:`parse_run_spec`): one per file,
     or one per value of a log's ``benchmark`` column (GuideLLM sweeps), each replayed under
     ``cfg`` updated with the engine settings an importer recorded in the file's metadata
-    (``engine_settings``, vLLM's names) where ``cfg`` kept its default. With a window, every request is replayed
+    (``engine_settings``, vLLM's names), except the options named in ``keep`` (given on the
+    command line or taken from the server's log: they win). With a window, every request is replayed
     (later arrivals share the engine with the window's requests, as they did in the measured
     run) and only the latencies of those arriving inside it are matched or scored
     (:attr:`Run.scored`): a fit on a window sees no latency from outside it.
@@ -61,7 +62,7 @@ def load_runs(specs, cfg: ReplayConfig, read_trace) -> list[Run]:
         kind, frame, meta = read_trace(path)
         if kind != REQUEST_TRACE:
             raise FitError(f"{path}: is a {kind}; only request logs can be fitted together or validated on")
-        run_cfg = _with_engine_metadata(cfg, meta, path)
+        run_cfg = _with_engine_metadata(cfg, meta, path, keep)
         parts = [(path, frame)]
         if k is not None or ("benchmark" in frame and frame["benchmark"].nunique() > 1):
             if "benchmark" not in frame:
@@ -86,9 +87,9 @@ def load_runs(specs, cfg: ReplayConfig, read_trace) -> list[Run]:
     return runs
 
 
-def _with_engine_metadata(cfg: ReplayConfig, meta: dict, path) -> ReplayConfig:
+def _with_engine_metadata(cfg: ReplayConfig, meta: dict, path, keep=frozenset()) -> ReplayConfig:
     """``cfg`` with the engine settings recorded in the trace's metadata
-    (:func:`traces.io.recorded_engine_settings`) where ``cfg`` has its defaults.
+    (:func:`traces.io.recorded_engine_settings`) but for the options in ``keep``.
 
     Raises
     ------
@@ -104,8 +105,7 @@ def _with_engine_metadata(cfg: ReplayConfig, meta: dict, path) -> ReplayConfig:
         raise FitError(str(exc)) from None
     if not engine:
         return cfg
-    defaults, current = ReplayConfig().options(), cfg.options()
-    changes = {k: v for k, v in engine.items() if k in defaults and current[k] == defaults[k]}
+    changes = {k: v for k, v in engine.items() if k in cfg.options() and k not in keep}
     return cfg.with_options(**changes) if changes else cfg
 
 

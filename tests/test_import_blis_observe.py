@@ -281,8 +281,11 @@ def test_calibrate_runs_take_the_recorded_settings_too(tmp_path):
     assert run_cli("import", "blis-observe", write_pair(tmp_path), "-o", out).exit_code == 0
     (run,) = load_runs([str(out)], ReplayConfig(), read_trace)
     assert run.config.engine.max_num_seqs == 4 and run.config.engine.block_size == 16
-    (run,) = load_runs([str(out)], ReplayConfig(engine=EngineOptions(max_num_seqs=8)), read_trace)
-    assert run.config.engine.max_num_seqs == 8
+    # given on the command line (or from the server's log), the option wins, even at its default value
+    for value in (8, 256):
+        (run,) = load_runs([str(out)], ReplayConfig(engine=EngineOptions(max_num_seqs=value)), read_trace,
+                           keep={"max_num_seqs"})
+        assert run.config.engine.max_num_seqs == value
     table = pq.read_table(out)
     meta = dict(table.schema.metadata)
     meta[b"servecal.engine_settings"] = json.dumps({"max_num_seqs": 0}).encode()
