@@ -7,6 +7,7 @@ import click
 
 from schemas.calibration import sha256_of
 from traces.cli.support import user_errors, version_option
+from traces.text import wrap_error
 from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, VARIANTS, CostParams, check_value
 from schemas.errors import SpecError
 from schemas.kinds import REQUEST_TRACE, STEP_TRACE
@@ -366,16 +367,43 @@ def model_from_options(model: str | None, model_config: str | None):
 
 
 @main.command()
-def catalog():
-    """List the built-in models and GPUs with their sources.
+@click.option("--name", "name", default=None, metavar="KEY",
+              help="Print every value of one model or GPU, with its source.")
+@_errors
+def catalog(name):
+    """List the built-in models and GPUs: one table each, within 100 columns.
 
     \b
     Example:
       calibrate catalog
+      calibrate catalog --name llama-3.1-8b
     """
+    from replay.text import WIDTH, render_table, wrap
+
+    gpus, models = list_gpus(), list_models()
+    if name is not None:
+        rows = [r for r in gpus + models if r["key"] == name]
+        if not rows:
+            raise click.UsageError(wrap_error(f"--name {name}: no such model or GPU key; the keys are the first "
+                                              "column of 'calibrate catalog'"))
+        for k, v in rows[0].items():
+            text = f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}"
+            click.echo(textwrap.fill(text, WIDTH, subsequent_indent="    ", break_long_words=False,
+                                     break_on_hyphens=False))
+        return
     click.echo("GPUs:")
-    for row in list_gpus():
-        click.echo("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+    kw = max(len(r["key"]) for r in gpus + models)
+    for g in gpus:
+        nums = (f"{g['peak_flops'] / 1e12:>5.0f} TFLOP/s {g['mem_bandwidth_bytes_per_s'] / 1e12:>5.2f} TB/s "
+                f"{g['mem_bytes'] / 2**30:>4.0f} GB  ")
+        lead = f"  {g['key']:<{kw}}  {nums}"
+        click.echo(textwrap.fill(g["description"], WIDTH, initial_indent=lead,
+                                 subsequent_indent=" " * len(lead), break_on_hyphens=False))
     click.echo("Models:")
-    for row in list_models():
-        click.echo("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+    head = ["params", "active", "layers", "hidden", "heads", "kv_heads", "KV B/token", "context"]
+    cells = [[f"{m['num_params'] / 1e9:.1f}B", f"{m['num_active_params'] / 1e9:.1f}B", str(m["num_layers"]),
+              str(m["hidden_size"]), str(m["num_attention_heads"]), str(m["num_kv_heads"]),
+              str(m["kv_bytes_per_token"]), str(m["max_model_len"])] for m in models]
+    for key, line in zip(["key"] + [m["key"] for m in models], render_table(head, cells).splitlines()):
+        click.echo(f"  {key:<{kw}}  {line}")
+    click.echo(wrap("(every value with its source, the aliases and the Hugging Face id: calibrate catalog --name KEY)"))

@@ -198,3 +198,22 @@ def test_quiet_drops_the_timing_line(files):
     args = (trace, "--calibration", cal, "--sweep", "rate-scale=1,2", "--jobs", 1)
     assert "points in" in invoke(*args).output
     assert "points in" not in invoke(*args, "--quiet").output
+
+
+# -- the README's other commands (issue #12) -------------------------------------------------------
+
+def test_calibrate_catalog_is_a_table_within_100_columns_and_name_shows_every_value():
+    from calibrate.cli import main as calibrate_main
+    from schemas.specs import list_gpus, list_models
+
+    res = CliRunner().invoke(calibrate_main, ["catalog"])
+    assert res.exit_code == 0, res.output
+    assert widest(res.output) <= WIDTH, res.output
+    keys = [line.split()[0] for line in res.output.splitlines() if line.startswith("  ") and line[2] != " "]
+    assert set(keys) >= {r["key"] for r in list_gpus() + list_models()}
+    assert "TFLOP/s" in res.output and "KV B/token" in res.output and "--name KEY" in res.output
+    one = CliRunner().invoke(calibrate_main, ["catalog", "--name", "rtx-pro-6000"])
+    assert one.exit_code == 0 and widest(one.output) <= WIDTH, one.output
+    assert "peak_flops_source:" in one.output and "RTXPRO6000" in one.output
+    bad = CliRunner().invoke(calibrate_main, ["catalog", "--name", "rtx-9999"])
+    assert bad.exit_code == 2 and "calibrate catalog" in bad.output
