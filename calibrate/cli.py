@@ -7,7 +7,7 @@ import click
 
 from schemas.calibration import sha256_of
 from traces.cli.support import user_errors, version_option
-from traces.text import wrap_error
+from schemas.text import wrap, wrap_error
 from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, VARIANTS, CostParams, check_value
 from schemas.errors import SpecError
 from schemas.kinds import REQUEST_TRACE, STEP_TRACE
@@ -46,7 +46,9 @@ def print_fits(fits, verbose: bool) -> None:
         click.echo("lmfit report of the best variant (parameters in their fit scale, e.g. t_step_s in ms):")
         click.echo(best.report)
     click.echo(textwrap.fill(f"best variant: {best.variant} ({quality(best)})", 100, subsequent_indent="  "))
-    for line in summary_lines(best):
+    # a parameter's warning (stderr) gives the reason it is not identified: said once
+    warned = frozenset(n for n in best.params if any(w.startswith(f"{n}: ") for w in best.warnings))
+    for line in summary_lines(best, warned):
         click.echo(line)
     if len(fits) > 1:
         click.echo("variants (lower is better): " + ", ".join(f"{f.variant} {f.score:.4g}" for f in fits))
@@ -55,7 +57,7 @@ def print_fits(fits, verbose: bool) -> None:
             click.echo(f"  {run[-40:]} {m}: " + " ".join(f"{q} {v:+.1%}" for q, v in e.items()
                                                         if q in ("p10", "p50", "p90")))
     for w in best.warnings:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(wrap(f"warning: {w}"), err=True)
 
 
 def quality(fit) -> str:
@@ -155,8 +157,8 @@ def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose
     from .request_fit import fit_requests
 
     n = sum(len(r.trace) for r in runs)
-    click.echo(f"fitting {len(runs)} run(s), {n} requests, by simulation in the loop (variants "
-               f"{', '.join(variants)}) ...", err=True)
+    click.echo(wrap(f"fitting {len(runs)} run(s), {n} requests, by simulation in the loop (variants "
+                    f"{', '.join(variants)}) ..."), err=True)
     fits = fit_requests(runs, cm, variants=variants, free=free, fixed=fixed, jobs=jobs, ray_address=ray_address)
     print_fits(fits, verbose)
     return fits
@@ -227,7 +229,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
         except FitError as exc:
             raise FitError(f"{traces[0]}: {exc}") from None
         for reason, n in dropped.items():
-            click.echo(f"dropped {n} row(s): {reason}")
+            click.echo(wrap(f"dropped {n} row(s): {reason}"))
         boot = None
         if ci_method == "bootstrap":
             boot = bootstrap_ci95(StepData(first_frame, balance_kinds), cm, fits[0], loss, ci_samples, seed)
@@ -248,7 +250,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
             warn_metadata_mismatch(r.metadata, cm.model, cm.gpu, tp)
             warning = check_limits(r.name, r.trace, r.config.engine.max_num_seqs, dp)
             if warning:
-                click.echo(warning, err=True)
+                click.echo(wrap(warning), err=True)
         names = parse_names(variants or "max,sum,blend", list(VARIANTS), "--variants")
         fits = fit_request_runs(runs, cm, names, parse_names(free, list(PARAMS), "--free"), fixed, jobs,
                                 ray_address, verbose)
@@ -354,9 +356,10 @@ def warn_metadata_mismatch(meta: dict, model_spec, gpu_spec, tp: int) -> None:
         except SpecError:
             continue
         if resolved != given:
-            click.echo(f"warning: the trace says {key} {named!r} ({resolved}); fitting it as --{key} {given}", err=True)
+            click.echo(wrap(f"warning: the trace says {key} {named!r} ({resolved}); fitting it as --{key} {given}"),
+                       err=True)
     if meta.get("tp") and meta["tp"].isdigit() and int(meta["tp"]) != tp:
-        click.echo(f"warning: the trace says tp {meta['tp']}; fitting it as --tp {tp}", err=True)
+        click.echo(wrap(f"warning: the trace says tp {meta['tp']}; fitting it as --tp {tp}"), err=True)
 
 
 def model_from_options(model: str | None, model_config: str | None):
@@ -378,7 +381,7 @@ def catalog(name):
       calibrate catalog
       calibrate catalog --name llama-3.1-8b
     """
-    from replay.text import WIDTH, render_table, wrap
+    from replay.text import WIDTH, render_table
 
     gpus, models = list_gpus(), list_models()
     if name is not None:

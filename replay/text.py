@@ -6,7 +6,7 @@ first column's labels, until the table fits. :func:`wrap` folds long prose lines
 """
 from __future__ import annotations
 
-from traces.text import WIDTH, wrap
+from schemas.text import WIDTH, wrap
 
 __all__ = ["WIDTH", "render_table", "shorten", "wrap"]
 

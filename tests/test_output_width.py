@@ -217,3 +217,46 @@ def test_calibrate_catalog_is_a_table_within_100_columns_and_name_shows_every_va
     assert "peak_flops_source:" in one.output and "RTXPRO6000" in one.output
     bad = CliRunner().invoke(calibrate_main, ["catalog", "--name", "rtx-9999"])
     assert bad.exit_code == 2 and "calibrate catalog" in bad.output
+
+
+def test_import_summaries_fit_100_columns(real_data_dir, tmp_path, monkeypatch):
+    from calibrate.umbrella import main as servecal
+
+    monkeypatch.chdir(tmp_path)
+    runs = (("guidellm", "guidellm_results_codellama34b_prefill_sweep.json", "block_hashes:"),
+            ("vllm-log", "blis_eval_codellama34b_prefill_sweep_vllm.log", "engine: max_num_seqs=32"))
+    for fmt, name, said in runs:
+        res = CliRunner().invoke(servecal, ["traces", "import", fmt, str(real_data_dir / name),
+                                            "-o", f"{fmt}.parquet"])
+        assert res.exit_code == 0, res.output
+        assert said in res.output and widest(res.output) <= WIDTH, res.output
+        assert all(line.startswith("  ") for line in res.output.splitlines()[2:]), res.output
+
+
+def test_describe_rho_line_fits_100_columns(files):
+    from calibrate.umbrella import main as servecal
+    from traces.io import write_trace
+
+    df = synth_requests(200, 50.0, "lognormal:mean=4000,sigma=0.3", "lognormal:mean=400,sigma=0.3", seed=2)
+    write_trace(df, REQUEST_TRACE, "busy.parquet")
+    res = CliRunner().invoke(servecal, ["traces", "describe", "busy.parquet", "--calibration", files[1]])
+    assert res.exit_code == 0, res.output
+    assert "rho >= 1" in res.output and widest(res.output) <= WIDTH, res.output
+
+
+def test_calibrate_fit_says_each_warning_once_on_stderr(files):
+    from calibrate.cli import main as calibrate_main
+
+    trace, _ = files
+    res = CliRunner().invoke(calibrate_main, ["fit", trace, "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                                              "--max-num-seqs", "8", "--variants", "max", "--jobs", "1",
+                                              "-o", "c.json"])
+    assert res.exit_code == 0, res.output
+    assert widest(res.output) <= WIDTH, res.output
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings and "requests running at once, above --max-num-seqs 8" in res.stderr
+    for w in warnings:
+        head = w.split(",")[0]
+        assert res.output.count(head) == 1, (head, res.output)
+    for line in res.stdout.splitlines():
+        assert not line.lstrip().startswith("the data allow"), res.stdout  # said in the warning

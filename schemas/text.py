@@ -1,7 +1,7 @@
 """Prose that fits a terminal: :data:`WIDTH` columns, long lines folded by :func:`wrap`.
 
-It lives in ``traces`` (the lowest package with a CLI) so every command's messages, errors
-among them, fold the same way; :mod:`replay.text` (the console tables) re-exports it.
+It lives in ``schemas`` (the lowest package) so every message, errors among them, folds the
+same way; :mod:`replay.text` (the console tables) re-exports it.
 """
 from __future__ import annotations
 
