@@ -244,6 +244,41 @@ def test_describe_rho_line_fits_100_columns(files):
     assert "rho >= 1" in res.output and widest(res.output) <= WIDTH, res.output
 
 
+def test_errors_fit_100_columns_and_say_what_to_do(files):
+    from calibrate.umbrella import main as servecal
+
+    trace, cal = files
+    pd.DataFrame({"a": [1, 2]}).to_csv("log.csv", index=False)
+    cases = ((["replay", trace, "--calibration", cal, "--scheduler", "chunkd"], 2, "package.module:ClassName"),
+             (["replay", trace, "--calibration", cal, "--tolerance", "latency_p50=0.1"], 2, "mape"),
+             (["traces", "validate", "log.csv"], 1, "traces import csv log.csv -o run.parquet"),
+             (["replay", "log.csv", "--calibration", cal], 1, "traces import <format>"))
+    for args, code, said in cases:
+        res = CliRunner().invoke(servecal, args)
+        assert res.exit_code == code, res.output
+        assert widest(res.output) <= WIDTH, res.output
+        assert said in res.output.replace("\n  ", " "), res.output
+    assert "not a Parquet file" in res.output and "parquet )" not in res.output
+
+
+def test_a_damaged_parquet_file_is_cut_at_a_word():
+    from schemas.tables import parquet_reason
+
+    class Long(Exception):
+        pass
+
+    msg = parquet_reason(__file__, Long("word " * 100))
+    assert msg.startswith("not a Parquet file")  # a .py file: import it first
+    import pathlib
+    damaged = pathlib.Path(__file__).parent / "data" / "__damaged_for_test.parquet"
+    try:
+        damaged.write_bytes(b"PAR1" + b"x" * 10 + b"PAR1")
+        msg = parquet_reason(damaged, Long("abcdefghij " * 30))
+    finally:
+        damaged.unlink()
+    assert msg.startswith("not a readable Parquet file (") and msg.endswith("abcdefghij ...)"), msg
+
+
 def test_calibrate_fit_says_each_warning_once_on_stderr(files):
     from calibrate.cli import main as calibrate_main
 
