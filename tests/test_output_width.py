@@ -279,6 +279,20 @@ def test_a_damaged_parquet_file_is_cut_at_a_word():
     assert msg.startswith("not a readable Parquet file (") and msg.endswith("abcdefghij ...)"), msg
 
 
+@pytest.mark.parametrize("cmd", ["calibrate", "replay"])
+def test_a_model_name_not_in_the_catalog_is_refused_with_the_closest(files, cmd):
+    from calibrate.umbrella import main as servecal
+
+    trace, cal = files
+    args = (["calibrate", "fit", trace, "--gpu", "h100-80gb", "-o", "c.json"] if cmd == "calibrate"
+            else ["replay", trace, "--calibration", cal])
+    res = CliRunner().invoke(servecal, args + ["--model", "llama3-8b"])
+    assert res.exit_code == 2, res.output
+    assert "unknown model 'llama3-8b'. Did you mean 'llama-3-8b'" in res.output.replace("\n  ", " ")
+    assert widest(res.output) <= WIDTH, res.output
+    assert "llama-3-8b on" not in res.output  # nothing was replayed with another model
+
+
 def test_calibrate_fit_says_each_warning_once_on_stderr(files):
     from calibrate.cli import main as calibrate_main
 
