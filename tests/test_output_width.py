@@ -309,3 +309,10 @@ def test_calibrate_fit_says_each_warning_once_on_stderr(files):
         assert res.output.count(head) == 1, (head, res.output)
     for line in res.stdout.splitlines():
         assert not line.lstrip().startswith("the data allow"), res.stdout  # said in the warning
+
+
+def test_a_passing_tolerance_says_so(files):
+    trace, cal = files
+    res = invoke(trace, "--calibration", cal, "--max-num-seqs", 32, "--tolerance", "ttft_p50=100,e2e_p90=100")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[-1] == "tolerance: all 2 checks pass"
