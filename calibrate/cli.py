@@ -7,6 +7,7 @@ import click
 
 from schemas.calibration import sha256_of
 from traces.cli.support import user_errors, version_option
+from schemas.text import wrap, wrap_error
 from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, VARIANTS, CostParams, check_value
 from schemas.errors import SpecError
 from schemas.kinds import REQUEST_TRACE, STEP_TRACE
@@ -45,7 +46,9 @@ def print_fits(fits, verbose: bool) -> None:
         click.echo("lmfit report of the best variant (parameters in their fit scale, e.g. t_step_s in ms):")
         click.echo(best.report)
     click.echo(textwrap.fill(f"best variant: {best.variant} ({quality(best)})", 100, subsequent_indent="  "))
-    for line in summary_lines(best):
+    # a parameter's warning (stderr) gives the reason it is not identified: said once
+    warned = frozenset(n for n in best.params if any(w.startswith(f"{n}: ") for w in best.warnings))
+    for line in summary_lines(best, warned):
         click.echo(line)
     if len(fits) > 1:
         click.echo("variants (lower is better): " + ", ".join(f"{f.variant} {f.score:.4g}" for f in fits))
@@ -54,7 +57,7 @@ def print_fits(fits, verbose: bool) -> None:
             click.echo(f"  {run[-40:]} {m}: " + " ".join(f"{q} {v:+.1%}" for q, v in e.items()
                                                         if q in ("p10", "p50", "p90")))
     for w in best.warnings:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(wrap(f"warning: {w}"), err=True)
 
 
 def quality(fit) -> str:
@@ -171,8 +174,8 @@ def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose
     from .request_fit import fit_requests
 
     n = sum(len(r.trace) for r in runs)
-    click.echo(f"fitting {len(runs)} run(s), {n} requests, by simulation in the loop (variants "
-               f"{', '.join(variants)}) ...", err=True)
+    click.echo(wrap(f"fitting {len(runs)} run(s), {n} requests, by simulation in the loop (variants "
+                    f"{', '.join(variants)}) ..."), err=True)
     fits = fit_requests(runs, cm, variants=variants, free=free, fixed=fixed, jobs=jobs, ray_address=ray_address)
     print_fits(fits, verbose)
     return fits
@@ -243,7 +246,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
         except FitError as exc:
             raise FitError(f"{traces[0]}: {exc}") from None
         for reason, n in dropped.items():
-            click.echo(f"dropped {n} row(s): {reason}")
+            click.echo(wrap(f"dropped {n} row(s): {reason}"))
         boot = None
         if ci_method == "bootstrap":
             boot = bootstrap_ci95(StepData(first_frame, balance_kinds), cm, fits[0], loss, ci_samples, seed)
@@ -264,7 +267,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
             warn_metadata_mismatch(r.metadata, cm.model, cm.gpu, tp)
             warning = check_limits(r.name, r.trace, r.config.engine.max_num_seqs, dp)
             if warning:
-                click.echo(warning, err=True)
+                click.echo(wrap(warning), err=True)
         names = parse_names(variants or "max,sum,blend", list(VARIANTS), "--variants")
         fits = fit_request_runs(runs, cm, names, parse_names(free, list(PARAMS), "--free"), fixed, jobs,
                                 ray_address, verbose)
@@ -370,9 +373,10 @@ def warn_metadata_mismatch(meta: dict, model_spec, gpu_spec, tp: int) -> None:
         except SpecError:
             continue
         if resolved != given:
-            click.echo(f"warning: the trace says {key} {named!r} ({resolved}); fitting it as --{key} {given}", err=True)
+            click.echo(wrap(f"warning: the trace says {key} {named!r} ({resolved}); fitting it as --{key} {given}"),
+                       err=True)
     if meta.get("tp") and meta["tp"].isdigit() and int(meta["tp"]) != tp:
-        click.echo(f"warning: the trace says tp {meta['tp']}; fitting it as --tp {tp}", err=True)
+        click.echo(wrap(f"warning: the trace says tp {meta['tp']}; fitting it as --tp {tp}"), err=True)
 
 
 def model_from_options(model: str | None, model_config: str | None):
@@ -383,16 +387,43 @@ def model_from_options(model: str | None, model_config: str | None):
 
 
 @main.command()
-def catalog():
-    """List the built-in models and GPUs with their sources.
+@click.option("--name", "name", default=None, metavar="KEY",
+              help="Print every value of one model or GPU, with its source.")
+@_errors
+def catalog(name):
+    """List the built-in models and GPUs: one table each, within 100 columns.
 
     \b
     Example:
       calibrate catalog
+      calibrate catalog --name llama-3.1-8b
     """
+    from replay.text import WIDTH, render_table
+
+    gpus, models = list_gpus(), list_models()
+    if name is not None:
+        rows = [r for r in gpus + models if r["key"] == name]
+        if not rows:
+            raise click.UsageError(wrap_error(f"--name {name}: no such model or GPU key; the keys are the first "
+                                              "column of 'calibrate catalog'"))
+        for k, v in rows[0].items():
+            text = f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}"
+            click.echo(textwrap.fill(text, WIDTH, subsequent_indent="    ", break_long_words=False,
+                                     break_on_hyphens=False))
+        return
     click.echo("GPUs:")
-    for row in list_gpus():
-        click.echo("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+    kw = max(len(r["key"]) for r in gpus + models)
+    for g in gpus:
+        nums = (f"{g['peak_flops'] / 1e12:>5.0f} TFLOP/s {g['mem_bandwidth_bytes_per_s'] / 1e12:>5.2f} TB/s "
+                f"{g['mem_bytes'] / 2**30:>4.0f} GB  ")
+        lead = f"  {g['key']:<{kw}}  {nums}"
+        click.echo(textwrap.fill(g["description"], WIDTH, initial_indent=lead,
+                                 subsequent_indent=" " * len(lead), break_on_hyphens=False))
     click.echo("Models:")
-    for row in list_models():
-        click.echo("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+    head = ["params", "active", "layers", "hidden", "heads", "kv_heads", "KV B/token", "context"]
+    cells = [[f"{m['num_params'] / 1e9:.1f}B", f"{m['num_active_params'] / 1e9:.1f}B", str(m["num_layers"]),
+              str(m["hidden_size"]), str(m["num_attention_heads"]), str(m["num_kv_heads"]),
+              str(m["kv_bytes_per_token"]), str(m["max_model_len"])] for m in models]
+    for key, line in zip(["key"] + [m["key"] for m in models], render_table(head, cells).splitlines()):
+        click.echo(f"  {key:<{kw}}  {line}")
+    click.echo(wrap("(every value with its source, the aliases and the Hugging Face id: calibrate catalog --name KEY)"))

@@ -26,22 +26,23 @@ def param_cells(name: str, p: FittedParam) -> tuple[str, str, str]:
     return val, f"[{ci[0] / scale:.4g}, {ci[1] / scale:.4g}]" if ci else "", "identified"
 
 
-def summary_lines(fit: FitResult) -> list[str]:
+def summary_lines(fit: FitResult, warned: frozenset = frozenset()) -> list[str]:
     """The fit in words: a line per fitted parameter (value, 95 % interval, identified or
-    NOT IDENTIFIED with the reason on the next line), then the fixed ones by reason; no
-    line over 100 characters."""
+    NOT IDENTIFIED with the reason on the next line, unless the parameter is in ``warned``:
+    a warning gives the reason), then the fixed ones by reason; no line over 100 characters."""
     lines, fixed = [], {}
     for n, p in fit.params.items():
         v, ci, state = param_cells(n, p)
         if state == "fixed" and (p.bound or "").startswith("NOT IDENTIFIED ("):
             lines.append(f"  {n:24s} {v:>14s} {'':>22s}  NOT IDENTIFIED, held")
-            lines.append(wrap(f"      {p.bound[len('NOT IDENTIFIED ('):].split('); held')[0]}", indent="        "))
+            if n not in warned:
+                lines.append(wrap(f"      {p.bound[len('NOT IDENTIFIED ('):].split('); held')[0]}", indent="        "))
             continue
         if state == "fixed":
             fixed.setdefault(p.bound or "held fixed", []).append(f"{n}={v.replace(' ', '')}")
             continue
         lines.append(f"  {n:24s} {v:>14s} {ci:>22s}  {state}")
-        if state == "NOT IDENTIFIED" and p.bound:
+        if state == "NOT IDENTIFIED" and p.bound and n not in warned:
             lines.append(wrap(f"      {p.bound}", indent="        "))
     for why, names in fixed.items():
         lines.append(wrap(f"  fixed ({why}): {', '.join(names)}", indent="    "))

@@ -6,11 +6,9 @@ first column's labels, until the table fits. :func:`wrap` folds long prose lines
 """
 from __future__ import annotations
 
-import re
-import textwrap
+from schemas.text import WIDTH, wrap
 
-#: Columns of the default console output (``--wide`` lifts the limit for tables).
-WIDTH = 100
+__all__ = ["WIDTH", "render_table", "shorten", "wrap"]
 
 _GAP = "  "
 
@@ -67,37 +65,3 @@ def shorten(text: str, limit: int) -> str:
         return text
     tail = (limit - 2) // 2
     return text[:limit - 2 - tail] + ".." + (text[-tail:] if tail else "")
-
-
-def wrap(text: str, width: int = WIDTH, indent: str = "  ") -> str:
-    """Fold every line of ``text`` longer than ``width``; continuation lines indented.
-
-    Lines break after ``", "`` or ``"; "`` where they can (a setting or a count stays on one
-    line), else at spaces.
-    """
-    out = []
-    for line in text.splitlines() or [""]:
-        if len(line) <= width:
-            out.append(line)
-            continue
-        lead = line[:len(line) - len(line.lstrip())] + indent
-        chunks = re.split(r"(?<=[,;]) ", line)
-        cur = chunks[0]
-        for chunk in chunks[1:]:
-            if len(cur) + 1 + len(chunk) <= width or len(lead) + len(chunk) > width:
-                # it fits, or would not fit a line of its own either: fold it in where it is
-                folded = _fold(cur + " " + chunk, width, lead)
-                out.extend(folded[:-1])
-                cur = folded[-1]
-            else:
-                out.extend(_fold(cur, width, lead))
-                cur = lead + chunk
-        out.extend(_fold(cur, width, lead))
-    return "\n".join(out)
-
-
-def _fold(line: str, width: int, lead: str) -> list[str]:
-    if len(line) <= width:
-        return [line]
-    return textwrap.wrap(line, width, subsequent_indent=lead, break_long_words=False,
-                         break_on_hyphens=False) or [line]

@@ -3,9 +3,11 @@
 The catalog lives in ``schemas/catalog/``: ``models.json`` (the Hugging Face ``config.json``
 fields of each model, verbatim, and its published parameter count), ``gpus.json`` (datasheet
 peak FLOP/s, memory bandwidth and capacity) and ``links.json`` (interconnect bandwidth and
-latency presets). Every value there has its source beside it. Names are matched ignoring case
-and every character but letters, digits and dots, so Hugging Face ids and ``nvidia-smi`` names
-work as aliases.
+latency presets). Every value there has its source beside it. GPU and link names are matched
+ignoring case and every character but letters, digits and dots, so ``nvidia-smi`` names work as
+aliases; a model name (key, Hugging Face id or alias) must be spelled as in the catalog, case
+and ``_`` for ``-`` aside: a near miss is an error naming the closest models, never another
+model taken silently.
 
 Every problem (unknown name, bad file, bad value) is raised as
 :class:`~schemas.errors.SpecError` with one clear message.
@@ -63,14 +65,43 @@ def _catalog(kind: str) -> tuple[dict, dict]:
     return entries, index
 
 
+def _spelled(name: str) -> str:
+    """A model name as spelled: lower case, ``_`` and spaces read as ``-`` ("Llama_3.1 8B" ==
+    "llama-3.1-8b"), but no separator dropped or added ("llama3-8b" is not "llama-3-8b")."""
+    return re.sub(r"[-_\s]+", "-", name.strip().lower())
+
+
+@lru_cache(maxsize=None)
+def _spelled_index(kind: str) -> dict:
+    """Spelled name (key, Hugging Face id, alias, id without its organisation) -> key."""
+    index = {}
+    for key, entry in _catalog(kind)[0].items():
+        names = [key, entry.get("hf_id", key), *entry.get("aliases", [])]
+        names += [n.split("/", 1)[1] for n in names if "/" in n]
+        index.update({_spelled(n): key for n in names})
+    return index
+
+
 def _resolve(kind: str, name: str) -> str:
-    """The catalog key that ``name`` names; SpecError listing the keys (and the closest) if none."""
+    """The catalog key that ``name`` names; SpecError listing the keys (and the closest) if none.
+
+    A model must be named as the catalog spells it (case, and ``_`` for ``-``, aside): a
+    near miss (``llama3-8b``) is refused with the closest names, never taken silently for
+    another model. GPUs and links match ignoring every separator (``nvidia-smi`` names).
+    """
     entries, index = _catalog(kind)
-    key = index.get(_norm(name))
+    query = _norm(name)
+    if kind == "models":
+        key = _spelled_index(kind).get(_spelled(name))
+        loose = index.get(query)
+    else:
+        key = loose = index.get(query)
     if key is not None:
         return key
-    query = _norm(name)
     close = sorted({index[n] for n in index if query and n.startswith(query)}, key=len)[:4]
+    if not close and loose:  # the same letters and digits, other separators: it and the next closest
+        close = list(dict.fromkeys([loose, *(index[n] for n in difflib.get_close_matches(
+            query, list(index), n=4, cutoff=0.5))]))[:2]
     if not close:
         close = [index[n] for n in difflib.get_close_matches(query, list(index), n=1, cutoff=0.5)]
     hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
@@ -102,14 +133,15 @@ def get_model(name: str) -> ModelSpec:
     ----------
     name : str
         A catalog key (``"llama-3.1-8b"``), a Hugging Face id alias
-        (``"meta-llama/Llama-3.1-8B-Instruct"``), case and separators ignored; or a path to a
+        (``"meta-llama/Llama-3.1-8B-Instruct"``), spelled as in the catalog (case, and ``_``
+        or a space for ``-``, aside: ``llama3-8b`` is refused, naming ``llama-3-8b``); or a path to a
         Hugging Face ``config.json`` (or its folder), read by
         :func:`~schemas.hf_config.model_from_hf_config`.
 
     Raises
     ------
     SpecError
-        Unknown name (with the known keys and the closest match) or a bad config file.
+        Unknown name (with the known keys and the closest matches) or a bad config file.
     """
     name = str(name).strip()
     if _is_path(name):

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from .atomic import atomic_output
 from .errors import SchemaError
 from .kinds import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE, VLLM_STATS
+from .text import wrap_error
 
 SCHEMA_KEY = b"servecal.schema"
 
@@ -176,9 +177,32 @@ def read_table(path: str | os.PathLike) -> pa.Table:
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError, ValueError, TypeError, IndexError, MemoryError) as exc:
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise SchemaError(f"{path}: not a readable Parquet file ({first})") from None
+        raise SchemaError(wrap_error(f"{path}: {parquet_reason(path, exc)}")) from None
     return _checked_metadata(table, path)
+
+
+def parquet_reason(path, exc: BaseException, import_hint: bool = True) -> str:
+    """Why pyarrow could not read ``path`` as Parquet, for the user: a file that is not Parquet
+    at all (no ``PAR1`` magic) is to be imported first (``import_hint``); a damaged one gets
+    pyarrow's reason, its first line, shortened at a word."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+            f.seek(0, os.SEEK_END)
+            f.seek(max(f.tell() - 4, 0))
+            tail = f.read(4)
+    except OSError:
+        head = tail = b"PAR1"
+    if (head != b"PAR1" or tail != b"PAR1") and not import_hint:
+        return "not a Parquet file (no PAR1 magic bytes at its start and end)"
+    if head != b"PAR1" or tail != b"PAR1":
+        return (f"not a Parquet file; import it first: a CSV request log with 'traces import csv {path} "
+                "-o run.parquet --map ...', a benchmark's results with 'traces import <format> FILE -o "
+                "run.parquet' (the formats: traces import --help)")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if len(first) > 200:
+        first = first[:200].rsplit(" ", 1)[0] + " ..."
+    return f"not a readable Parquet file ({first})"
 
 
 def _checked_metadata(table: pa.Table, path) -> pa.Table:

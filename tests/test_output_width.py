@@ -198,3 +198,121 @@ def test_quiet_drops_the_timing_line(files):
     args = (trace, "--calibration", cal, "--sweep", "rate-scale=1,2", "--jobs", 1)
     assert "points in" in invoke(*args).output
     assert "points in" not in invoke(*args, "--quiet").output
+
+
+# -- the README's other commands (issue #12) -------------------------------------------------------
+
+def test_calibrate_catalog_is_a_table_within_100_columns_and_name_shows_every_value():
+    from calibrate.cli import main as calibrate_main
+    from schemas.specs import list_gpus, list_models
+
+    res = CliRunner().invoke(calibrate_main, ["catalog"])
+    assert res.exit_code == 0, res.output
+    assert widest(res.output) <= WIDTH, res.output
+    keys = [line.split()[0] for line in res.output.splitlines() if line.startswith("  ") and line[2] != " "]
+    assert set(keys) >= {r["key"] for r in list_gpus() + list_models()}
+    assert "TFLOP/s" in res.output and "KV B/token" in res.output and "--name KEY" in res.output
+    one = CliRunner().invoke(calibrate_main, ["catalog", "--name", "rtx-pro-6000"])
+    assert one.exit_code == 0 and widest(one.output) <= WIDTH, one.output
+    assert "peak_flops_source:" in one.output and "RTXPRO6000" in one.output
+    bad = CliRunner().invoke(calibrate_main, ["catalog", "--name", "rtx-9999"])
+    assert bad.exit_code == 2 and "calibrate catalog" in bad.output
+
+
+def test_import_summaries_fit_100_columns(real_data_dir, tmp_path, monkeypatch):
+    from calibrate.umbrella import main as servecal
+
+    monkeypatch.chdir(tmp_path)
+    runs = (("guidellm", "guidellm_results_codellama34b_prefill_sweep.json", "block_hashes:"),
+            ("vllm-log", "blis_eval_codellama34b_prefill_sweep_vllm.log", "engine: max_num_seqs=32"))
+    for fmt, name, said in runs:
+        res = CliRunner().invoke(servecal, ["traces", "import", fmt, str(real_data_dir / name),
+                                            "-o", f"{fmt}.parquet"])
+        assert res.exit_code == 0, res.output
+        assert said in res.output and widest(res.output) <= WIDTH, res.output
+        assert all(line.startswith("  ") for line in res.output.splitlines()[2:]), res.output
+
+
+def test_describe_rho_line_fits_100_columns(files):
+    from calibrate.umbrella import main as servecal
+    from traces.io import write_trace
+
+    df = synth_requests(200, 50.0, "lognormal:mean=4000,sigma=0.3", "lognormal:mean=400,sigma=0.3", seed=2)
+    write_trace(df, REQUEST_TRACE, "busy.parquet")
+    res = CliRunner().invoke(servecal, ["traces", "describe", "busy.parquet", "--calibration", files[1]])
+    assert res.exit_code == 0, res.output
+    assert "rho >= 1" in res.output and widest(res.output) <= WIDTH, res.output
+
+
+def test_errors_fit_100_columns_and_say_what_to_do(files):
+    from calibrate.umbrella import main as servecal
+
+    trace, cal = files
+    pd.DataFrame({"a": [1, 2]}).to_csv("log.csv", index=False)
+    cases = ((["replay", trace, "--calibration", cal, "--scheduler", "chunkd"], 2, "package.module:ClassName"),
+             (["replay", trace, "--calibration", cal, "--tolerance", "latency_p50=0.1"], 2, "mape"),
+             (["traces", "validate", "log.csv"], 1, "traces import csv log.csv -o run.parquet"),
+             (["replay", "log.csv", "--calibration", cal], 1, "traces import <format>"))
+    for args, code, said in cases:
+        res = CliRunner().invoke(servecal, args)
+        assert res.exit_code == code, res.output
+        assert widest(res.output) <= WIDTH, res.output
+        assert said in res.output.replace("\n  ", " "), res.output
+    assert "not a Parquet file" in res.output and "parquet )" not in res.output
+
+
+def test_a_damaged_parquet_file_is_cut_at_a_word():
+    from schemas.tables import parquet_reason
+
+    class Long(Exception):
+        pass
+
+    msg = parquet_reason(__file__, Long("word " * 100))
+    assert msg.startswith("not a Parquet file")  # a .py file: import it first
+    import pathlib
+    damaged = pathlib.Path(__file__).parent / "data" / "__damaged_for_test.parquet"
+    try:
+        damaged.write_bytes(b"PAR1" + b"x" * 10 + b"PAR1")
+        msg = parquet_reason(damaged, Long("abcdefghij " * 30))
+    finally:
+        damaged.unlink()
+    assert msg.startswith("not a readable Parquet file (") and msg.endswith("abcdefghij ...)"), msg
+
+
+@pytest.mark.parametrize("cmd", ["calibrate", "replay"])
+def test_a_model_name_not_in_the_catalog_is_refused_with_the_closest(files, cmd):
+    from calibrate.umbrella import main as servecal
+
+    trace, cal = files
+    args = (["calibrate", "fit", trace, "--gpu", "h100-80gb", "-o", "c.json"] if cmd == "calibrate"
+            else ["replay", trace, "--calibration", cal])
+    res = CliRunner().invoke(servecal, args + ["--model", "llama3-8b"])
+    assert res.exit_code == 2, res.output
+    assert "unknown model 'llama3-8b'. Did you mean 'llama-3-8b'" in res.output.replace("\n  ", " ")
+    assert widest(res.output) <= WIDTH, res.output
+    assert "llama-3-8b on" not in res.output  # nothing was replayed with another model
+
+
+def test_calibrate_fit_says_each_warning_once_on_stderr(files):
+    from calibrate.cli import main as calibrate_main
+
+    trace, _ = files
+    res = CliRunner().invoke(calibrate_main, ["fit", trace, "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                                              "--max-num-seqs", "8", "--variants", "max", "--jobs", "1",
+                                              "-o", "c.json"])
+    assert res.exit_code == 0, res.output
+    assert widest(res.output) <= WIDTH, res.output
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings and "requests running at once, above --max-num-seqs 8" in res.stderr
+    for w in warnings:
+        head = w.split(",")[0]
+        assert res.output.count(head) == 1, (head, res.output)
+    for line in res.stdout.splitlines():
+        assert not line.lstrip().startswith("the data allow"), res.stdout  # said in the warning
+
+
+def test_a_passing_tolerance_says_so(files):
+    trace, cal = files
+    res = invoke(trace, "--calibration", cal, "--max-num-seqs", 32, "--tolerance", "ttft_p50=100,e2e_p90=100")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[-1] == "tolerance: all 2 checks pass"

@@ -245,4 +245,5 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
             click.echo(wrap(f"tolerance broken: {b}"), err=True)
         if broken:
             raise SystemExit(3)
+        click.echo(f"tolerance: all {len(tolerances)} checks pass")
 

@@ -10,6 +10,7 @@ from schemas.specs import get_model
 from schemas.status import OK
 
 from ..errors import ConfigError, ReplayError
+from ..text import wrap
 from .engine_settings import calibrated_cost_model
 
 _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError,))
@@ -74,4 +75,4 @@ def describe_load(trace: str, calibration_path: str, model: str | None) -> str:
                      "(see replay) and has no M/G/1 steady state")
     if "queue_wait_s" in frame and frame["queue_wait_s"].notna().any():
         lines.append(f"  measured mean queue wait = {frame['queue_wait_s'].mean() * 1e3:.1f} ms (the batching engine)")
-    return "\n".join(lines)
+    return wrap("\n".join(lines))

@@ -81,9 +81,10 @@ def check_limits(name: str, trace, max_num_seqs: int, dp: int = 1) -> str | None
     """A warning when the measured run had more requests running at once than the limits allow."""
     most = max_running(trace)
     if most is not None and most > max_num_seqs * dp:
-        return (f"warning: {name} had up to {most} requests running at once, above --max-num-seqs "
-                f"{max_num_seqs}{f' x {dp} ranks' if dp > 1 else ''}: the options do not describe the measured "
-                "engine (give its settings, or --vllm-log)")
+        # the file name last: a long path folded by wrap() leaves the limit on the first line
+        return (f"warning: the run had up to {most} requests running at once, above --max-num-seqs "
+                f"{max_num_seqs}{f' x {dp} ranks' if dp > 1 else ''} ({name}): the options do not describe "
+                "the measured engine (give its settings, or --vllm-log)")
     return None
 
 

@@ -8,6 +8,7 @@ import click
 
 from schemas.kinds import REQUEST_TRACE
 
+from schemas.text import wrap
 from ._shared import ARRIVALS, INVALID, OUTPUT, SEED, file_errors, progress, write_requests
 from .import_files import import_
 
@@ -136,10 +137,10 @@ def import_guidellm_cmd(src, output, benchmark, no_block_hashes, invalid):
         import json
 
         shared = json.loads(meta["shared_prefix_blocks"])
-        click.echo(f"block_hashes: {meta['hash_block_tokens']}-token blocks at {float(meta['chars_per_token']):.3f} "
-                   f"chars/token; leading blocks shared by all prompts, per benchmark: "
-                   + ", ".join(f"{k}: {v}" for k, v in shared.items())
-                   + f"; implied prefix-cache hit rate {float(meta['implied_prefix_cache_hit_rate']):.1%}")
+        click.echo(wrap(f"block_hashes: {meta['hash_block_tokens']}-token blocks at "
+                        f"{float(meta['chars_per_token']):.3f} chars/token; leading blocks shared by all prompts, "
+                        "per benchmark: " + ", ".join(f"{k}: {v}" for k, v in shared.items())
+                        + f"; implied prefix-cache hit rate {float(meta['implied_prefix_cache_hit_rate']):.1%}"))
 
 
 @import_.command("blis-observe")
@@ -175,7 +176,7 @@ def import_blis_observe_cmd(src, output, data, invalid):
         import json
 
         s = json.loads(meta["engine_settings"])
-        click.echo("engine (trace header): " + ", ".join(f"{k}={v}" for k, v in s.items()))
+        click.echo(wrap("engine (trace header): " + ", ".join(f"{k}={v}" for k, v in s.items())))
 
 
 @import_.command("vllm-otlp")
@@ -273,7 +274,7 @@ def import_vllm_log_cmd(src, output, timeseries_csv, align_to, log_utc_offset):
             "num_gpu_blocks", "enable_prefix_caching", "enable_chunked_prefill")
     click.echo(f"{output}: {len(frame)} stats lines over {frame['t_s'].iloc[-1] - frame['t_s'].iloc[0]:.0f} s "
                f"(vllm_stats/1), vLLM {meta['vllm_version'] or '?'}")
-    click.echo("engine: " + ", ".join(f"{k}={s.get(k)}" for k in keys))
+    click.echo(wrap("engine: " + ", ".join(f"{k}={s.get(k)}" for k in keys)))
     if align_to:
         click.echo(f"aligned to {align_to}: log clock UTC{float(meta['log_utc_offset_hours']):+g} h "
                    f"({meta['log_utc_offset_source'].split(' (')[0]}), first stats line at t = "

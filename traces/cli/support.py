@@ -14,6 +14,8 @@ import click
 from schemas.atomic import check_writable, expect_outputs, release_sigint
 from schemas.errors import SchemaError
 
+from schemas.text import wrap_error
+
 
 class DataError(click.ClickException):
     """Invalid data: printed as ``Error: <message>``, exit code 1."""
@@ -30,7 +32,9 @@ OUTPUT_PARAMS = ("output", "steps_out", "chrome_trace", "report", "sweep_out", "
 def user_errors(data_errors: tuple = (), usage_errors: tuple = ()):
     """Decorate a click command so the named exceptions become one clear message, no traceback.
 
-    ``SchemaError`` and every class in ``data_errors`` exit 1; ``usage_errors`` exit 2.
+    ``SchemaError`` and every class in ``data_errors`` exit 1; ``usage_errors`` exit 2, their
+    message folded to 100 columns (``Error: `` included; a data error, which names its file
+    first, is folded where it is raised).
     Before the command runs, every output (parameters :data:`OUTPUT_PARAMS`) must be
     writable and differ from every input (:data:`INPUT_PARAMS`) and from the other outputs
     (exit 2), so a bad second output never costs the first one.
@@ -51,7 +55,7 @@ def user_errors(data_errors: tuple = (), usage_errors: tuple = ()):
             try:
                 return fn(*args, **kwargs)
             except usage_errors as exc:
-                raise click.UsageError(str(exc)) from None
+                raise click.UsageError(wrap_error(str(exc))) from None
             except data_errors as exc:
                 raise DataError(str(exc)) from None
             except RecursionError:

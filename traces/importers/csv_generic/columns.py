@@ -7,6 +7,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from schemas.tables import parquet_reason
+
 from ...errors import TraceFormatError
 from .._csv import ARROW_ERRORS, csv_header, raw_column_names, stream_csv
 from .mapping import DURATIONS, INSTANTS, INTEGERS, STRINGS
@@ -69,7 +71,7 @@ def batches(path: Path, types_or_cols, parquet: bool, progress, allow_null: tupl
         try:
             pf = pq.ParquetFile(path)
         except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
-            raise TraceFormatError(path, f"not a readable Parquet file ({str(exc)[:200]})") from None
+            raise TraceFormatError(path, parquet_reason(path, exc, import_hint=False)) from None
         try:
             names = pf.schema_arrow.names
         except UnicodeDecodeError:
@@ -84,6 +86,6 @@ def batches(path: Path, types_or_cols, parquet: bool, progress, allow_null: tupl
                 yield row0, batch
                 row0 += batch.num_rows
         except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
-            raise TraceFormatError(path, f"not a readable Parquet file ({str(exc)[:200]})") from None
+            raise TraceFormatError(path, parquet_reason(path, exc, import_hint=False)) from None
     else:
         yield from stream_csv(path, types_or_cols, progress=progress, allow_null=allow_null)
