@@ -319,6 +319,11 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
     cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
     cfg = replay_config(replay_kwargs)
     train, test = load_runs(fit_on, cfg, read_trace, keep=set_here), load_runs(score_on, cfg, read_trace, keep=set_here)
+    seen = {r.name for r in train}
+    if any(r.name in seen for r in test):  # scored as what it is: in sample
+        click.echo(wrap(f"warning: --score-on names run(s) the fit sees: "
+                        f"{', '.join(r.name for r in test if r.name in seen)}; scored in sample"), err=True)
+        test = [r for r in test if r.name not in seen]
     names = parse_names(variants or "max,sum,blend", list(VARIANTS), "--variants")
     fits = fit_request_runs(train, cm, names, parse_names(free, list(PARAMS), "--free"), parse_fixed(fix), jobs,
                             None, verbose)

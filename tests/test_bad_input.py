@@ -221,3 +221,13 @@ def test_a_tiny_log_fits_without_a_confidence_set(files):
     res = invoke("calibrate", "fit", files / "t.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
                  "--variants", "max", "-o", files / "c.json")
     assert res.exit_code == 0, res.output
+
+
+def test_validate_scores_a_run_the_fit_saw_in_sample(files):
+    """--score-on naming a --fit-on run is said and scored "in", never "out" of sample."""
+    t = files / "t.parquet"
+    res = invoke("calibrate", "validate", "--fit-on", t, "--score-on", t, "--model", "llama-3.1-8b",
+                 "--gpu", "h100-80gb", "--variants", "max", "--table-out", files / "e.csv")
+    assert res.exit_code == 0, res.output
+    assert "run(s) the fit sees" in res.stderr.replace("\n  ", " ")
+    assert set(pd.read_csv(files / "e.csv")["sample"]) == {"in"}
