@@ -88,7 +88,6 @@ def unseen_params(residual: Callable[[CostParams], np.ndarray], cost_model, name
     value to the middle of either side of their range (the data never exercise their term:
     no prefill chunk with KV history in a decode-only log): name -> why, with the range of
     values that fit the data equally. Two residual evaluations each (more for those found)."""
-
     p0 = cost_model.params
     base = residual(p0)
     out = {}
@@ -153,7 +152,7 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
         for n, reason in not_seen.items():
             why.setdefault(n, reason)
         for n, reason in unseen.items():  # held: a free parameter without effect stalls the solver
-            why.setdefault(n, f"NOT IDENTIFIED ({reason}); held at its declared value")
+            why.setdefault(n, _held_why(reason))
         free = {n: start_of[n] for n in PARAMS if n in candidates and n not in why}
         for n in PARAMS:
             if n not in free and n not in hold:
@@ -170,8 +169,7 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
         best, info = least_squares(residual, free, hold, rel_step=rel_step, starts=extra, **kw)
         params, corr, warns = assess(best, residual, list(free), hold, assess_step, fixed_reason=why, robust=robust,
                                      data_cov=data_cov)
-        warns = [f"{n}: not identified by these data ({r}); held at {fmt(n, start_of[n])}" for n, r in unseen.items()
-                 if why.get(n, "").startswith("NOT IDENTIFIED")] + warns
+        warns = [_held_warning(n, r, start_of[n]) for n, r in unseen.items() if why.get(n) == _held_why(r)] + warns
         for _ in range(len(free)):  # hold what the data cannot identify at its declared value, refit the rest
             unknown = [n for n in free if not params[n].identifiable
                        and params[n].bound.startswith(("cannot be told apart", "no effect"))]
@@ -179,14 +177,13 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
                 break
             trial_hold, trial_why = {**hold, **{n: start_of[n] for n in unknown}}, dict(why)
             for n in unknown:
-                trial_why[n] = f"NOT IDENTIFIED ({params[n].bound}); held at its declared value"
+                trial_why[n] = _held_why(params[n].bound)
             trial_free = {n: params[n].value for n in free if n not in unknown}
             trial, more = least_squares(residual, trial_free, trial_hold, rel_step=rel_step, **kw)
             info = {"n_evals": info["n_evals"] + more["n_evals"]}
             if trial.chisqr > 1.05 * best.chisqr + 1e-12:
                 break  # the declared values are not in the valley: the data disagree, keep the fitted ones
-            held = [f"{n}: not identified by these data ({params[n].bound}); held at {fmt(n, start_of[n])}"
-                    for n in unknown]
+            held = [_held_warning(n, params[n].bound, start_of[n]) for n in unknown]
             kept = [w for w in warns if "held at" in w] + held
             best, hold, why, free = trial, trial_hold, trial_why, trial_free
             params, corr, warns = assess(best, residual, list(free), hold, assess_step, fixed_reason=why, robust=robust,
@@ -195,6 +192,16 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
         fits.append(result_of(v, params, corr, warns, best, info))
     fits.sort(key=lambda r: r.score)
     return fits
+
+
+def _held_why(reason: str) -> str:
+    """Why a parameter the data cannot identify was held (stored in the calibration)."""
+    return f"NOT IDENTIFIED ({reason}); held at its declared value"
+
+
+def _held_warning(name: str, reason: str, value: float) -> str:
+    """The warning that a parameter was held at its declared ``value``."""
+    return f"{name}: not identified by these data ({reason}); held at {fmt(name, value)}"
 
 
 def least_squares(residual: Callable[[CostParams], np.ndarray], free: dict, fixed: dict,

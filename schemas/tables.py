@@ -153,9 +153,10 @@ def table_kind(table: pa.Table) -> str | None:
     return v.decode("utf-8", "replace") if v else None
 
 
-def table_metadata(table: pa.Table) -> dict[str, str]:
-    """The ``servecal.*`` metadata of a table other than the schema key, without prefix."""
-    meta = table.schema.metadata or {}
+def table_metadata(table: pa.Table | pa.Schema) -> dict[str, str]:
+    """The ``servecal.*`` metadata of a table (or of its schema alone, e.g. from
+    ``pyarrow.parquet.read_schema``) other than the schema key, without prefix."""
+    meta = (table if isinstance(table, pa.Schema) else table.schema).metadata or {}
     out = {}
     for k, v in meta.items():
         if k.startswith(b"servecal.") and k != SCHEMA_KEY:

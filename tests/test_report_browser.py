@@ -14,6 +14,8 @@ _spec = importlib.util.spec_from_file_location("report_screenshot", _BENCH)
 shot = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(shot)
 
+# A system package pip cannot install: on a machine without it the rendered check cannot run
+# (bench/report_screenshot.py and its committed screenshot cover the same page).
 pytestmark = pytest.mark.skipif(shot.find_chromium() is None, reason="chromium is not installed "
                                 "(apt-get install -y chromium)")
 

@@ -131,16 +131,14 @@ def trace_engine_settings(path) -> dict | None:
     """
     import pyarrow.parquet as pq
 
-    from schemas.tables import SCHEMA_KEY
+    from schemas.tables import table_metadata
     from traces.errors import TraceError
     from traces.io import recorded_engine_settings
 
     try:
-        raw = pq.read_schema(path).metadata or {}
+        meta = table_metadata(pq.read_schema(path))
     except (OSError, ValueError, TypeError, ArithmeticError, RecursionError):
         return None
-    meta = {k.decode("utf-8", "replace")[len("servecal."):]: v.decode("utf-8", "replace")
-            for k, v in raw.items() if k.startswith(b"servecal.") and k != SCHEMA_KEY}
     try:
         return recorded_engine_settings(meta, path)
     except TraceError as exc:

@@ -58,7 +58,7 @@ class SjfScheduler(ChunkedScheduler):
         def key(req):
             if req.arrival_time_s < cutoff:
                 return (0, req.arrival_time_s, req.index)
-            return (1, req.num_uncomputed_tokens, req.arrival_time_s, req.index)
+            return (1, *_shortest_key(req))
 
         return key
 
