@@ -40,6 +40,8 @@ from .summary import fmt
 
 #: Multiples of the quadratic model's boundary distance tried along each direction.
 STEPS = (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0)
+#: Halvings of :data:`STEPS` tried while a walk has found no point inside the set.
+MAX_HALVINGS = 6
 
 
 def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], params: dict, data_cov: np.ndarray,
@@ -61,7 +63,8 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
     params : dict name -> FittedParam, the free ones with ``ci95`` the set's extent,
         ``identifiable`` when that extent is within +-1.96 x :data:`MAX_REL_STDERR` of
         the value, else NOT IDENTIFIED with the parameter it moves with named (at a bound
-        of its range: NOT IDENTIFIED with the one side the data give);
+        of its range: NOT IDENTIFIED with the one side the data give; when no point of the
+        set but the optimum was found along it: NOT IDENTIFIED, ``ci95`` None);
     warnings : list of str, one per parameter NOT IDENTIFIED;
     stats : ``{"threshold", "g_optimum", "dof", "rule", "n_evals"}``.
 
@@ -105,6 +108,11 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
     for i, n in enumerate(free):
         p, spec = params[n], PARAMS[n]
         lo, hi = float(pts[:, i].min()), float(pts[:, i].max())
+        if not hi > lo:  # no walk left the optimum along it: nothing shows the set is narrow
+            why = "its confidence set could not be traced (every step from the optimum left it)"
+            out[n] = FittedParam(p.value, p.stderr, False, why, True, None)
+            warns.append(f"{n}: NOT IDENTIFIED, {why}")
+            continue
         width = spec.upper - spec.lower
         at_lo, at_hi = p.value - spec.lower <= 1e-6 * width, spec.upper - p.value <= 1e-6 * width
         if at_lo or at_hi:  # a bound is a result: the data give one side (as calibrate.identify.assess says it)
@@ -165,10 +173,14 @@ def _walk(prob: _SetProblem, item) -> tuple[list, int]:
     """From the optimum along ``sign * d`` at :data:`STEPS` multiples: the points inside the
     set, and the evaluations spent. When a step leaves the set, the parameters other than
     ``held`` (the one the direction moves) take one Gauss-Newton step back into the valley
-    (it is curved: the straight line leaves it); two misses in a row end the walk."""
+    (it is curved: the straight line leaves it); two misses in a row end the walk. While no
+    point is inside, a miss halves the whole ladder instead (at most :data:`MAX_HALVINGS`
+    times): where the quantiles respond abruptly the quadratic model's distance overshoots."""
     d, held, sign = item
     x, t_prev, misses, inside, n = prob.x0, 0.0, 0, [], 0
-    for t in STEPS:
+    ladder, halvings, k = STEPS, 0, 0
+    while k < len(ladder):
+        t = ladder[k]
         trial = np.clip(x + sign * (t - t_prev) * d, prob.lo, prob.hi)
         if np.allclose(trial, x):
             break  # at a bound: no further
@@ -181,10 +193,15 @@ def _walk(prob: _SetProblem, item) -> tuple[list, int]:
         if gt <= prob.threshold:
             inside.append(trial)
             x, t_prev, misses = trial, t, 0
+        elif not inside and halvings < MAX_HALVINGS:
+            halvings += 1
+            ladder, k = tuple(s / 2 ** halvings for s in STEPS), 0
+            continue
         else:
             misses += 1
             if misses == 2:
                 break
+        k += 1
     return inside, n
 
 

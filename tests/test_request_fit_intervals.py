@@ -73,3 +73,60 @@ def test_unidentified_parameters_are_named_with_the_interval_that_fits(fits):
                 assert p.bound.startswith(("the data allow any value in [", "at its lower bound; the data give <= ",
                                            "at its upper bound; the data give >= ")), p.bound
                 assert any(w.startswith(f"{n}: NOT IDENTIFIED") for w in fit.warnings)
+
+
+# --- the confidence set on residuals whose set is known by hand ------------------------------
+
+#: One free parameter, eta_mem (fit scale 1), four quantiles of sampling variance 0.01 each.
+T0, SIGMA, N_Q = 0.5, 0.1, 4
+
+
+def _linear(slope, jump=0.0, within=np.inf):
+    """Residuals ``slope (eta_mem - T0)`` in every quantile, plus ``jump`` once ``|eta_mem - T0|``
+    exceeds ``within`` (a replay whose quantiles change abruptly)."""
+    def residual(p):
+        dx = p["eta_mem"] - T0
+        return np.full(N_Q, slope * dx + (jump if abs(dx) > within else 0.0))
+    return residual
+
+
+def _intervals(residual):
+    from calibrate.confidence import confidence_set_intervals
+    from schemas.calibration import FittedParam
+    params = {"eta_mem": FittedParam(T0, 0.1, True, None, True)}
+    return confidence_set_intervals(residual, params, SIGMA ** 2 * np.eye(N_Q))
+
+
+def _half_width(slope):
+    """The set {G <= chi2_0.95(4)} with G = 4 slope^2 dx^2 / sigma^2, by hand."""
+    from scipy.stats import chi2
+    return SIGMA * np.sqrt(chi2.ppf(0.95, N_Q)) / (slope * np.sqrt(N_Q))
+
+
+def test_confidence_set_of_a_linear_residual_is_the_hand_computed_one():
+    slope = 2.0
+    out, _, stats = _intervals(_linear(slope))
+    lo, hi = out["eta_mem"].ci95
+    d = _half_width(slope)  # 0.077
+    assert stats["rule"] == "goodness of fit" and stats["dof"] == N_Q
+    # the line search is an inner approximation at STEPS multiples: within [0.5 d, d] each side
+    assert 0.5 * d - 1e-9 <= T0 - lo <= d + 1e-9 and 0.5 * d - 1e-9 <= hi - T0 <= d + 1e-9
+    assert out["eta_mem"].identifiable
+
+
+def test_a_set_narrower_than_the_quadratic_model_says_is_found_by_halving():
+    # the Jacobian (central differences 0.05 either side) sees the gentle slope; the set ends
+    # at |dx| = 0.06 where the quantiles jump: the quadratic model's 0.6 overshoots ten-fold
+    slope = 0.257
+    assert _half_width(slope) > 0.55
+    out, _, _ = _intervals(_linear(slope, jump=10.0, within=0.06))
+    lo, hi = out["eta_mem"].ci95
+    assert 0.0 < T0 - lo <= 0.06 and 0.0 < hi - T0 <= 0.06
+
+
+def test_a_set_never_found_beside_the_optimum_is_not_called_identified():
+    # the jump at |dx| = 0.001 is nearer than the smallest halved step (0.6 x 0.5 / 64): before,
+    # the interval was [0.5, 0.5], "identified"
+    out, warns, _ = _intervals(_linear(0.257, jump=10.0, within=0.001))
+    assert not out["eta_mem"].identifiable and out["eta_mem"].ci95 is None
+    assert any("could not be traced" in w for w in warns)
