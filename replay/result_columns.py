@@ -60,7 +60,9 @@ def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = Fals
 
     Latencies are from the client's send (``df``'s arrival): the engine's, plus
     ``frontend_s`` (per row, seconds) on every token and ``stream_per_token_s`` per token
-    after the first; the queue wait is the engine's."""
+    after the first; the queue wait is the engine's. With those delays the result also has
+    ``pred_frontend_s`` (before the engine) and ``pred_stream_s`` (after its last token),
+    seconds, so the engine's own timeline can be rebuilt (the report's running counts)."""
     n = len(df)
     out_tokens = df["num_output_tokens"].to_numpy(np.int64)
 
@@ -80,10 +82,12 @@ def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = Fals
     arrival = column("arrival_time_s", float)
     qw, ttft, e2e = (scattered(np.where(ok, column(name, float) - arrival, np.nan), np.nan)
                      for name in ("first_scheduled_time_s", "first_token_time_s", "last_token_time_s"))
+    outside = None
     if frontend_s is not None or stream_per_token_s:
         fe = frontend_s if frontend_s is not None else np.zeros(n)
-        ttft = ttft + fe
-        e2e = e2e + fe + stream_per_token_s * np.maximum(out_tokens - 1, 0)
+        stream = stream_per_token_s * np.maximum(out_tokens - 1, 0)
+        ttft, e2e = ttft + fe, e2e + fe + stream
+        outside = (np.where(np.isfinite(e2e), fe, np.nan), np.where(np.isfinite(e2e), stream, np.nan))
     times = None
     if token_times:
         times = [None] * n
@@ -103,6 +107,8 @@ def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = Fals
     res["pred_status"] = scattered(status_sim, because(NOT_SIMULATED, "failed in trace"))
     if times is not None:
         res["pred_token_times_s"] = times
+    if outside is not None:
+        res["pred_frontend_s"], res["pred_stream_s"] = outside
     return res
 
 

@@ -234,3 +234,33 @@ def test_cli_report_usage_errors(tmp_path):
     res = CliRunner().invoke(main, base + ["--report", str(tmp_path / "rep.md"), "--measured-timeseries", str(bad)])
     assert res.exit_code == 1 and "missing column(s) waiting" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "rep.md").exists()
+
+
+def test_simulated_counts_are_on_the_engine_clock_with_a_front_end():
+    # the request of the hand-worked case above with 0.25 s before the engine and 0.5 s of
+    # streaming after its last token: arrives at the engine at 0.25, scheduled 0.75, the
+    # engine's last token at 2.25 (the client's at 2.75)
+    res = pd.DataFrame({"arrival_time_s": [0.0], "pred_queue_wait_s": [0.5], "pred_e2e_s": [2.75],
+                        "pred_frontend_s": [0.25], "pred_stream_s": [0.5], "pred_status": ["ok"]})
+    running, waiting = simulated_counts(res, [0.0, 0.25, 0.5, 0.75, 2.0, 2.25, 2.5])
+    assert waiting.tolist() == [0, 1, 1, 0, 0, 0, 0]
+    assert running.tolist() == [0, 0, 0, 1, 1, 0, 0]
+
+
+def test_simulated_running_never_exceeds_max_num_seqs_with_a_front_end():
+    # before, the requests in their front-end time were counted running: 129 of 128 on a real run
+    from replay.config import EngineOptions, ReplayConfig
+    from replay.cost_model import RooflineCostModel
+    from replay.simulate import replay_frame
+    from schemas.cost_params import CostParams
+    from schemas.specs import get_gpu, get_model
+    from traces.synth import synth_requests
+
+    cm = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"),
+                           CostParams(t_frontend_s=0.05, t_stream_per_token_s=1e-3))
+    trace = synth_requests(400, 40.0, "fixed:500", "fixed:200", seed=1)
+    res, _ = replay_frame(trace, cm, ReplayConfig(engine=EngineOptions(max_num_seqs=8)))
+    assert {"pred_frontend_s", "pred_stream_s"} <= set(res.columns)
+    t = np.linspace(0.0, float((res["arrival_time_s"] + res["pred_e2e_s"]).max()), 20_000)
+    running, _ = simulated_counts(res, t)
+    assert running.max() == 8

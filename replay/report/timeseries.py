@@ -68,7 +68,8 @@ def simulated_counts(result: pd.DataFrame, t_s) -> tuple[np.ndarray, np.ndarray]
     Parameters
     ----------
     result : pandas.DataFrame
-        A replay result (``arrival_time_s``, ``pred_queue_wait_s``, ``pred_e2e_s``, ``pred_status``).
+        A replay result (``arrival_time_s``, ``pred_queue_wait_s``, ``pred_e2e_s``, ``pred_status``;
+        ``pred_frontend_s`` and ``pred_stream_s`` when a front end was modelled).
     t_s : array_like of float, shape (k,), seconds since trace start
 
     Returns
@@ -76,7 +77,9 @@ def simulated_counts(result: pd.DataFrame, t_s) -> tuple[np.ndarray, np.ndarray]
     running, waiting : numpy.ndarray of int64, shape (k,)
         ``waiting(t) = #{arrival <= t < first scheduled}``,
         ``running(t) = #{first scheduled <= t < completion}``, over requests the simulator
-        completed (rejected and not-simulated requests never enter).
+        completed (rejected and not-simulated requests never enter), on the engine's clock
+        as vLLM counts them: arrival at the engine after the front end, completion at the
+        engine's last token (before the stream to the client).
 
     Notes
     -----
@@ -84,9 +87,13 @@ def simulated_counts(result: pd.DataFrame, t_s) -> tuple[np.ndarray, np.ndarray]
     waiting queue still counts as running until it completes.
     """
     ok = (result["pred_status"] == OK).to_numpy(bool)
-    arrival = result["arrival_time_s"].to_numpy(float)[ok]
+    def col(name):
+        return result[name].to_numpy(float)[ok] if name in result else 0.0
+
+    arrival = result["arrival_time_s"].to_numpy(float)[ok] + col("pred_frontend_s")
     scheduled = arrival + result["pred_queue_wait_s"].to_numpy(float)[ok]
-    done = arrival + result["pred_e2e_s"].to_numpy(float)[ok]
+    done = result["arrival_time_s"].to_numpy(float)[ok] + result["pred_e2e_s"].to_numpy(float)[ok] \
+        - col("pred_stream_s")
     t = np.asarray(t_s, dtype=float)
     n_arrived, n_scheduled, n_done = (np.searchsorted(np.sort(x), t, side="right") for x in (arrival, scheduled, done))
     return (n_scheduled - n_done).astype(np.int64), (n_arrived - n_scheduled).astype(np.int64)
