@@ -12,7 +12,8 @@ from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, VARIANTS, CostParams, 
 from schemas.errors import SpecError
 from schemas.kinds import REQUEST_TRACE, STEP_TRACE
 from schemas.specs import get_gpu, get_model, gpu_from_json, list_gpus, list_models, model_from_hf_config
-from replay.cli.engine_settings import check_limits, engine_sources, fill_engine_options, replay_config
+from replay.cli.engine_settings import (check_limits, engine_sources, fill_engine_options, replay_config,
+                                       taken_settings_checked)
 from replay.cli.options import replay_options
 from replay.cost_terms import ALL_TERMS, TERMS
 from replay.errors import ConfigError, ReplayError
@@ -229,7 +230,8 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
     from .summary import to_calibration
 
     tp, dp, expert_parallel, set_here = engine_options(replay_kwargs, tp, dp, expert_parallel, traces[0])
-    cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
+    with taken_settings_checked():
+        cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
     fixed = parse_fixed(fix)
     paths = [parse_run_spec(t)[0] for t in traces]
     first_kind, first_frame, _ = read_trace(paths[0])
@@ -316,8 +318,9 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
     from .summary import to_calibration
 
     tp, dp, expert_parallel, set_here = engine_options(replay_kwargs, tp, dp, expert_parallel, fit_on[0])
-    cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
-    cfg = replay_config(replay_kwargs)
+    with taken_settings_checked():
+        cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
+        cfg = replay_config(replay_kwargs)
     train, test = load_runs(fit_on, cfg, read_trace, keep=set_here), load_runs(score_on, cfg, read_trace, keep=set_here)
     seen = {r.name for r in train}
     if any(r.name in seen for r in test):  # scored as what it is: in sample

@@ -294,6 +294,39 @@ def test_calibrate_runs_take_the_recorded_settings_too(tmp_path):
         load_runs([str(tmp_path / "bad.parquet")], ReplayConfig(), read_trace)
 
 
+def test_a_recorded_setting_that_cannot_run_is_a_data_error_naming_the_trace(tmp_path):
+    """A trace recording TP 3 for a 32-head model: replay and calibrate exit 1 naming the trace
+    and the setting taken from it (it was a usage error, exit 2); typed, it stays a usage error."""
+    import pyarrow.parquet as pq
+
+    from calibrate.cli import main as calibrate_main
+    from replay.cli import main as replay_main
+    from schemas.calibration import Calibration, FittedParam
+    from schemas.specs import get_gpu, get_model
+
+    out = tmp_path / "observed.parquet"
+    assert run_cli("import", "blis-observe", write_pair(tmp_path), "-o", out).exit_code == 0
+    table = pq.read_table(out)
+    meta = dict(table.schema.metadata)
+    meta[b"servecal.engine_settings"] = json.dumps({"tensor_parallel_size": 3}).encode()
+    bad = tmp_path / "tp3.parquet"
+    pq.write_table(table.replace_schema_metadata(meta), bad)
+    cal = tmp_path / "cal.json"
+    Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, {"eta_mem": FittedParam(0.8)}).write(cal)
+    runs = {"replay": (replay_main, [str(bad), "--calibration", str(cal)]),
+            "calibrate": (calibrate_main, ["fit", str(bad), "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                                           "-o", str(tmp_path / "fit.json")])}
+    for name, (cli, args) in runs.items():
+        res = CliRunner().invoke(cli, args)
+        flat = "".join(res.output.split())
+        assert res.exit_code == 1, (name, res.output)
+        assert "Usage:" not in res.output and "doesnotdividethe32attentionheads" in flat
+        assert f"takenfromthetrace{bad}:tp=3" in flat
+        typed = CliRunner().invoke(cli, [*args, "--tp", "3"])
+        assert typed.exit_code == 2 and "Usage:" in typed.output, (name, typed.output)
+    assert not (tmp_path / "fit.json").exists()
+
+
 def test_missing_header_says_so(tmp_path):
     """A header that does not exist is named as missing (as every importer says it), not as
     a header without its CSV."""

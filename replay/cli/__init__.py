@@ -19,7 +19,7 @@ from schemas.status import OK, REJECTED
 from ..errors import ConfigError, ReplayError
 from ..text import wrap
 from .engine_settings import (calibrated_cost_model, check_limits, engine_sources, fill_engine_options,
-                              multi_scheduler_config, replay_config)
+                              multi_scheduler_config, replay_config, taken_settings_checked)
 from .options import chrome_trace_options, output_options, parse_tolerances, replay_options, show_progress
 from .runners import check_sweep_options, compare_schedulers_run, hardware, parse_scheduler_list, sweep_run
 
@@ -135,7 +135,8 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     for line in fill_engine_options(kwargs, engine_sources(vllm_log, cal, calibration_path, trace)):
         click.echo(wrap(line), err=True)
     tp, dp = kwargs.pop("tp"), kwargs.pop("dp")
-    cost_model = calibrated_cost_model(calibration_path, cal, model_spec, tp, dp)
+    with taken_settings_checked():
+        cost_model = calibrated_cost_model(calibration_path, cal, model_spec, tp, dp)
     if model_spec is not None and model_spec.name != cal.model.name:
         click.echo(wrap(f"note: the calibration was fitted on {cal.model.name}; its efficiencies are carried over "
                         f"to {model_spec.name} on the same GPU (an extrapolation: check against a measured run)"),
@@ -154,8 +155,9 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
         cfg, disagg = multi_scheduler_config(kwargs) if "scheduler" in sweeps else (replay_config(kwargs), None)
         sweep_run(frame, meta, cost_model, cfg, sweeps, jobs, ray_address, sweep_out, wide, quiet, disagg)
         return
-    cfg = replay_config(kwargs, RecordOptions(token_times=token_times, steps=steps_out is not None or bool(report),
-                                              step_requests=chrome_trace is not None))
+    with taken_settings_checked():
+        cfg = replay_config(kwargs, RecordOptions(token_times=token_times, steps=steps_out is not None or bool(report),
+                                                  step_requests=chrome_trace is not None))
     eng, sched, closed = cfg.engine, cfg.scheduling, cfg.closed_loop
     if cfg.disagg is None:
         get_scheduler_factory(sched.scheduler)  # a bad --scheduler fails before anything is printed

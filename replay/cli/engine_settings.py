@@ -3,6 +3,7 @@ the check that they can describe the measured run; the :class:`~replay.config.Re
 and the cost model they make."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import click
@@ -23,6 +24,8 @@ ENGINE_OPTIONS = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "num_gp
                   "long_prefill_token_threshold", "speculative_tokens")
 #: vLLM's names of the hardware settings, and the option each fills.
 _HARDWARE_KEYS = {"tensor_parallel_size": "tp", "data_parallel_size": "dp", "enable_expert_parallel": "expert_parallel"}
+#: Key of the click context's ``meta``: the settings :func:`fill_engine_options` took, by source.
+_TAKEN = "servecal.engine_settings_taken"
 
 def fill_engine_options(kwargs: dict, sources: list) -> list[str]:
     """Fill the engine options left at their defaults from ``sources`` (``(label, settings)``
@@ -31,6 +34,7 @@ def fill_engine_options(kwargs: dict, sources: list) -> list[str]:
 
     Command-line options win, then the sources in order; the hardware keys
     (``tensor_parallel_size``...) fill ``tp``, ``dp``, ``expert_parallel`` when present in ``kwargs``.
+    What was taken is kept in the click context for :func:`taken_settings_checked`.
     """
     import textwrap
 
@@ -53,10 +57,32 @@ def fill_engine_options(kwargs: dict, sources: list) -> list[str]:
                 kwargs[name] = value
                 taken.setdefault(label, []).append(f"{name}={value}")
             break
+    for label, items in taken.items():
+        ctx.meta.setdefault(_TAKEN, {}).setdefault(label, []).extend(items)
     lines = [f"engine settings from the {label}: {', '.join(items)}" for label, items in taken.items()]
     if differ:
         lines.append(f"note: given on the command line, unlike the measured run: {'; '.join(differ)}")
     return [textwrap.fill(line, 100, subsequent_indent="  ") for line in lines]
+
+
+@contextmanager
+def taken_settings_checked():
+    """Inside, a :class:`~replay.errors.ConfigError` (settings that cannot run: a TP degree
+    that does not divide the heads...) is a usage error when every engine setting was typed,
+    and a :class:`DataError` (exit 1) naming the settings taken from a trace, log or
+    calibration otherwise: those files recorded something that cannot be replayed."""
+    try:
+        yield
+    except ConfigError as exc:
+        taken = click.get_current_context().meta.get(_TAKEN)
+        if not taken:
+            raise
+        import textwrap
+
+        where = "; ".join(f"from the {label}: {', '.join(items)}" for label, items in taken.items())
+        note = textwrap.fill(f"(engine settings taken {where}; an option given on the command line overrides them)",
+                             100, initial_indent="  ", subsequent_indent="  ")
+        raise DataError(f"{exc}\n{note}") from None
 
 
 def max_running(trace) -> int | None:
