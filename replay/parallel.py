@@ -17,7 +17,7 @@ import threading
 
 def _init(initializer, initargs):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from traces.console import quiet_warnings
+    from schemas.quiet import quiet_warnings
 
     quiet_warnings()
     if initializer is not None:

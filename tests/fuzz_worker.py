@@ -18,7 +18,7 @@ sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
 def main() -> None:
     from click.testing import CliRunner
 
-    from traces.console import quiet_warnings
+    from schemas.quiet import quiet_warnings
 
     quiet_warnings()  # as the console scripts do
     import calibrate.umbrella as umbrella

@@ -131,7 +131,7 @@ def test_stale_temp_files_of_a_killed_run_are_removed(tmp_path):
 
 
 def test_numerical_warnings_do_not_reach_the_terminal():
-    code = ("from traces.console import quiet_warnings; quiet_warnings()\n"
+    code = ("from schemas.quiet import quiet_warnings; quiet_warnings()\n"
             "import numpy as np, subprocess, sys\n"
             "np.array([0.0]) / 0; np.mean([]); np.log(np.array([-1.0])); np.exp(np.array([1e4]))\n"
             "import warnings; warnings.warn('kept', UserWarning)\n"

@@ -15,7 +15,8 @@ imported (by name, so the one-way layering of the packages stays as it is) and m
 * numerical RuntimeWarnings of numpy and the fitting libraries (``invalid value encountered
   in divide``, ``Mean of empty slice``, ...) are not printed: the data rules are checked by
   validation, which names the file and row; such warnings only repeat an arithmetic detail.
-  The filter is passed on to worker processes through ``PYTHONWARNINGS``.
+  The filter (:func:`schemas.quiet.quiet_warnings`) is passed on to worker processes through
+  ``PYTHONWARNINGS``.
 
 It sits in ``traces`` (the lowest package with a CLI) beside ``cli/``, not in it: importing
 ``traces.cli`` runs the ``traces`` group's imports (click and the commands), which would come
@@ -26,6 +27,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+
+from schemas.quiet import quiet_warnings
 
 #: Exit code of a command interrupted by Ctrl-C (the shell's 128 + SIGINT).
 EXIT_INTERRUPTED = 130
@@ -47,31 +50,6 @@ def _started_as_console_script() -> bool:
 # raised. (Before this line, the interpreter's own start-up handles it: a death by SIGINT.)
 if _started_as_console_script() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, _defer)
-
-#: Start of the messages of numpy's floating-point and NaN-aware warnings (all RuntimeWarning).
-QUIET_RUNTIME_WARNINGS = (
-    "invalid value encountered", "divide by zero encountered", "overflow encountered", "underflow encountered",
-    "Mean of empty slice", "Degrees of freedom <= 0", "All-NaN slice encountered", "All-NaN axis encountered",
-    "invalid value", "Precision loss occurred", "The iteration is not making good progress",
-    "Covariance of the parameters could not be estimated",
-)
-#: Modules whose RuntimeWarnings are numerical chatter, whatever the message.
-QUIET_MODULES = r"(numpy|scipy|lmfit|pandas|uncertainties|asteval)(\.|$)"
-
-
-def quiet_warnings() -> None:
-    """Hide numerical RuntimeWarnings in this process and in the processes it starts."""
-    import warnings
-
-    for msg in QUIET_RUNTIME_WARNINGS:
-        warnings.filterwarnings("ignore", message=msg, category=RuntimeWarning)
-    warnings.filterwarnings("ignore", category=RuntimeWarning, module=QUIET_MODULES)
-    # -W syntax: action:message-prefix:category (spawned workers start from the environment)
-    extra = ",".join(f"ignore:{m}:RuntimeWarning" for m in QUIET_RUNTIME_WARNINGS if "," not in m and ":" not in m)
-    prev = os.environ.get("PYTHONWARNINGS")
-    if not prev or extra not in prev:
-        os.environ["PYTHONWARNINGS"] = f"{prev},{extra}" if prev else extra
-
 
 def _interrupted() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while reporting changes nothing
