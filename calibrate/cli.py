@@ -92,6 +92,34 @@ def parse_fixed(items) -> dict:
     return out
 
 
+def held_and_free(fix, fix_from, free, variants, cm) -> tuple[dict, tuple, str]:
+    """The parameters held (``--fix``, and ``--fix-from``'s values but the ``--free`` ones), the
+    names left free, and the variants to try (``--fix-from`` alone: ``blend``, its ``overlap``
+    held like the rest).
+
+    Raises
+    ------
+    click.UsageError
+        ``--fix-from`` without ``--free``, or a calibration of another GPU.
+    """
+    import math
+
+    fixed, names = parse_fixed(fix), parse_names(free, list(PARAMS), "--free")
+    if fix_from is None:
+        return fixed, names, variants or "max,sum,blend"
+    from schemas.calibration import Calibration
+
+    if click.get_current_context().get_parameter_source("free") in (None, click.core.ParameterSource.DEFAULT):
+        raise click.UsageError(wrap_error("--fix-from holds every parameter: name the ones to fit with --free "
+                                          "(e.g. --free eta_link,t_allreduce_hop_s,t_frontend_s)"))
+    cal = Calibration.read(fix_from)
+    if cal.gpu.name != cm.gpu.name:
+        raise click.UsageError(wrap_error(f"--fix-from {fix_from}: fitted on {cal.gpu.name}, not {cm.gpu.name}; "
+                                          "efficiencies do not carry over to another GPU"))
+    held = {n: p.value for n, p in cal.params.items() if n in PARAMS and n not in names and not math.isnan(p.value)}
+    return {**held, **fixed}, names, variants or "blend"
+
+
 def parse_names(text: str, known, option: str) -> tuple:
     """A comma-separated list of names, each one of ``known``."""
     names = tuple(n.strip() for n in text.split(",") if n.strip())
@@ -119,6 +147,10 @@ def hardware_options(fn):
         click.option("--terms", default=",".join(ALL_TERMS), show_default=True,
                      help="Cost terms of the step time (replay/cost_terms.py)."),
         click.option("--fix", multiple=True, metavar="NAME=VALUE", help="Hold a parameter fixed (repeatable)."),
+        click.option("--fix-from", type=click.Path(dir_okay=False), default=None, metavar="CAL",
+                     help="Hold every parameter at this calibration's value (same GPU, any model) but those "
+                          "named by --free, which must then be given; --fix wins. E.g. a TP run's link on "
+                          "top of a TP-1 calibration: --free eta_link,t_allreduce_hop_s,t_frontend_s."),
         click.option("--free", default=",".join(REQUEST_FIT_FREE), show_default=True,
                      help="Request logs: parameters fitted when they have an effect."),
         click.option("--variants", default=None,
@@ -204,8 +236,8 @@ def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose
 @replay_options
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Calibration JSON to write.")
 @_errors
-def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, fix, free, variants, verbose,
-        loss, balance_kinds, ci_method, ci_samples, seed, jobs, ray_address, output, **replay_kwargs):
+def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, fix, fix_from, free, variants,
+        verbose, loss, balance_kinds, ci_method, ci_samples, seed, jobs, ray_address, output, **replay_kwargs):
     """Fit the cost model to a step trace, or to one or several request logs of one deployment.
 
     The kind of TRACES is read from their schema metadata. A step trace (step_trace/1)
@@ -232,7 +264,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
     tp, dp, expert_parallel, set_here = engine_options(replay_kwargs, tp, dp, expert_parallel, traces[0])
     with taken_settings_checked():
         cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
-    fixed = parse_fixed(fix)
+    fixed, free_names, variants = held_and_free(fix, fix_from, free, variants, cm)
     paths = [parse_run_spec(t)[0] for t in traces]
     first_kind, first_frame, _ = read_trace(paths[0])
     source = {"path": traces[0], "sha256": sha256_of(paths[0]), "kind": first_kind} if len(traces) == 1 else \
@@ -242,7 +274,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
             raise click.UsageError("give one step trace (several logs at once are request logs)")
         if ray_address is not None:
             raise click.UsageError("--ray-address: only a request log is fitted by replays; a step trace fits here")
-        names = parse_names(variants or "max,sum,blend", list(VARIANTS), "--variants")
+        names = parse_names(variants, list(VARIANTS), "--variants")
         try:
             fits, dropped = fit_steps(first_frame, cm, names, loss, fixed, balance_kinds)
         except FitError as exc:
@@ -270,8 +302,8 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
             warning = check_limits(r.name, r.trace, r.config.engine.max_num_seqs, dp)
             if warning:
                 click.echo(wrap(warning), err=True)
-        names = parse_names(variants or "max,sum,blend", list(VARIANTS), "--variants")
-        fits = fit_request_runs(runs, cm, names, parse_names(free, list(PARAMS), "--free"), fixed, jobs,
+        names = parse_names(variants, list(VARIANTS), "--variants")
+        fits = fit_request_runs(runs, cm, names, free_names, fixed, jobs,
                                 ray_address, verbose)
         set_ci95(fits[0], ci_method)
         cal = to_calibration(fits[0], cm, "simulation in the loop: lmfit least_squares on relative quantile errors",
@@ -294,8 +326,8 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
 @click.option("--table-out", type=click.Path(dir_okay=False), default=None,
               help="Write the error table (.csv or .parquet; seconds and fractions).")
 @_errors
-def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, fix, free,
-             variants, verbose, jobs, output, table_out, **replay_kwargs):
+def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, fix, fix_from,
+             free, variants, verbose, jobs, output, table_out, **replay_kwargs):
     """Out-of-sample error: calibrate on some runs, print measured vs predicted on the others.
 
     The error on runs the fit did not see is what a what-if deserves to be trusted by.
@@ -327,8 +359,9 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
         click.echo(wrap(f"warning: --score-on names run(s) the fit sees: "
                         f"{', '.join(r.name for r in test if r.name in seen)}; scored in sample"), err=True)
         test = [r for r in test if r.name not in seen]
-    names = parse_names(variants or "max,sum,blend", list(VARIANTS), "--variants")
-    fits = fit_request_runs(train, cm, names, parse_names(free, list(PARAMS), "--free"), parse_fixed(fix), jobs,
+    fixed, free_names, variants = held_and_free(fix, fix_from, free, variants, cm)
+    names = parse_names(variants, list(VARIANTS), "--variants")
+    fits = fit_request_runs(train, cm, names, free_names, fixed, jobs,
                             None, verbose)
     fitted = cm.with_params(fits[0].cost_params())
     table = pd.concat([score_runs(train, fitted).assign(sample="in"), score_runs(test, fitted).assign(sample="out")],

@@ -77,7 +77,9 @@ def inert_params(cost_model, names) -> dict:
         spec = PARAMS[n]
         if n.startswith(("t_frontend", "t_stream")):
             continue
-        probe = spec.upper if math.isnan(spec.default) else (spec.default + spec.upper) / 2
+        d = spec.default
+        # halfway to the farther bound (a default at a bound, such as eta_link's 1, probes the other side)
+        probe = spec.upper if math.isnan(d) else (d + (spec.upper if spec.upper - d >= d - spec.lower else spec.lower)) / 2
         if cost_model.with_params(cost_model.params.replace(**{n: probe})).coefficients == base:
             out[n] = "no effect on this hardware and model"
     return out

@@ -257,13 +257,16 @@ class TensorParallelComm(CostTerm):
     Notes
     -----
     One all-reduce of ``S = (N / dp) h b`` bytes over ``k = tp`` GPUs takes
-    ``2 (k-1) alpha + 2 (k-1)/k S / link_bw`` (Patarasuk & Yuan 2009), twice per layer;
-    nothing at TP 1 (docs/CASES_2.md NC-11). ``alpha`` is ``t_allreduce_hop_s``, the link
-    preset's latency unless fitted (PCIe-only TP shows far more than the preset's 5 us).
+    ``2 (k-1) alpha + 2 (k-1)/k S / (eta_link link_bw)`` (Patarasuk & Yuan 2009), twice per
+    layer; nothing at TP 1 (docs/CASES_2.md NC-11). ``alpha`` is ``t_allreduce_hop_s``, the
+    link preset's latency unless fitted (PCIe-only TP shows far more than the preset's 5 us);
+    ``eta_link`` the fraction of the link's bandwidth the collective reaches (fitted on a TP run
+    whose GPU terms come from a TP-1 calibration: on its own a TP run cannot tell it from
+    ``eta_compute``, both cost time per token).
     """
 
     name = "tp_comm"
-    params = ("t_allreduce_hop_s",)
+    params = ("t_allreduce_hop_s", "eta_link")
 
     def fold(self, shape, p, coef):
         k = shape.tp
@@ -274,7 +277,7 @@ class TensorParallelComm(CostTerm):
         alpha = shape.link.latency_s if math.isnan(alpha) else alpha
         coef.comm_s += 2 * m.num_layers * 2 * (k - 1) * alpha
         coef.comm_per_token_s += 2 * m.num_layers * 2 * (k - 1) / k * m.hidden_size * m.dtype_bytes / (
-            shape.link.bandwidth_bytes_per_s * shape.dp)
+            p["eta_link"] * shape.link.bandwidth_bytes_per_s * shape.dp)
 
 
 class ExpertParallelComm(CostTerm):
@@ -284,12 +287,12 @@ class ExpertParallelComm(CostTerm):
     -----
     With experts over ``G = tp dp`` GPUs, each token's hidden state goes to its ``k``
     experts, ``(G-1)/G`` of them on other GPUs, and comes back: per MoE layer two
-    all-to-alls of ``N k h b (G-1) / G^2`` bytes per GPU, each with latency
-    ``t_alltoall_s`` (the link's latency unless fitted).
+    all-to-alls of ``N k h b (G-1) / G^2`` bytes per GPU at ``eta_link`` x the link's
+    bandwidth, each with latency ``t_alltoall_s`` (the link's latency unless fitted).
     """
 
     name = "ep_comm"
-    params = ("t_alltoall_s",)
+    params = ("t_alltoall_s", "eta_link")
 
     def fold(self, shape, p, coef):
         m, g = shape.model, shape.num_gpus
@@ -299,7 +302,7 @@ class ExpertParallelComm(CostTerm):
         alpha = shape.link.latency_s if math.isnan(alpha) else alpha
         coef.comm_s += 2 * m.num_moe_layers * alpha
         coef.comm_per_token_s += 2 * m.num_moe_layers * m.num_experts_per_token * m.hidden_size * m.dtype_bytes * (
-            g - 1) / (g * g) / shape.link.bandwidth_bytes_per_s
+            g - 1) / (g * g) / (p["eta_link"] * shape.link.bandwidth_bytes_per_s)
 
 
 #: Every term, by name.

@@ -77,6 +77,9 @@ PARAMS: MappingProxyType = MappingProxyType({p.name: p for p in (
     _p("t_allreduce_hop_s", "s", 0.0, 1e-3, math.nan, 1e-5,
        "latency of one hop of a ring all-reduce (tensor parallelism; Patarasuk & Yuan 2009); "
        "the link preset's latency unless fitted"),
+    _p("eta_link", "", 0.01, 1.0, 1.0, 1.0,
+       "fraction of the link's one-way bandwidth the tensor-parallel all-reduces and expert-parallel "
+       "all-to-alls reach (NCCL over PCIe without NVLink reaches far less than the nominal)"),
     _p("t_alltoall_s", "s", 0.0, 1e-2, math.nan, 1e-4,
        "latency of one expert-parallel all-to-all (dispatch or combine) per MoE layer"),
     _p("t_frontend_s", "s", 0.0, 10.0, 0.0, 1e-2,
@@ -184,4 +187,4 @@ def _rebuild(values: dict) -> CostParams:
 VARIANTS = {"max": 0.0, "sum": 1.0, "blend": None}
 #: Parameters a request-log fit frees by default (when they have an effect on the hardware).
 REQUEST_FIT_FREE = ("eta_compute", "n_half_tokens", "eta_mem", "t_step_s", "t_seq_s", "t_allreduce_hop_s",
-                    "t_alltoall_s", "t_frontend_s")
+                    "eta_link", "t_alltoall_s", "t_frontend_s")

@@ -123,6 +123,32 @@ def test_tp_allreduce_latency_defaults_to_the_link_and_can_be_fitted():
     assert fitted.coefficients.comm_s == pytest.approx(2 * 32 * 2 * 150e-6)
 
 
+def test_link_efficiency_scales_the_bytes_not_the_latency():
+    """eta_link: the all-reduce's bytes move at eta_link x the link's bandwidth; the hop latency
+    is untouched. Llama-3.1-8B TP 2 over a 64 GB/s link at 25 %: per token and layer two
+    all-reduces of 4,096 x 2 B with ring volume 2 (2-1)/2, i.e. 64 x 8,192 B / 16 GB/s = 32.768 us."""
+    m = get_model("llama-3.1-8b")
+    link = Link("pcie", 64e9, 5e-6)
+    cm = RooflineCostModel(m, GPU, CostParams(eta_link=0.25), tp=2, tp_link=link, terms=("tp_comm",))
+    assert cm.coefficients.comm_per_token_s == pytest.approx(32.768e-6, rel=1e-12)
+    assert cm.coefficients.comm_s == pytest.approx(2 * 32 * 2 * 5e-6, rel=1e-12)
+    # the expert-parallel all-to-all too: test_expert_parallel_all_to_all's bytes at half the bandwidth
+    moe = RooflineCostModel(get_model("qwen3-30b-a3b"), GPU, CostParams(eta_link=0.5), dp=2, expert_parallel=True,
+                            tp_link=Link("l", 50e9, 20e-6), terms=("ep_comm",))
+    per_gpu = 100 * 8 * 2048 * 2 * 1 / 4
+    assert moe.step_time_s(0, 100, 0) == pytest.approx(2 * 48 * (20e-6 + per_gpu / 25e9), rel=1e-12)
+
+
+def test_a_parameter_declared_at_a_bound_is_not_called_inert():
+    """eta_link is declared 1 (its upper bound): probing 'halfway to the upper bound' changed
+    nothing, so a TP 2 fit held it as 'no effect on this hardware'; it has one at TP 2, none at TP 1."""
+    from calibrate.fitting import inert_params
+
+    m = get_model("llama-3.1-8b")
+    assert "eta_link" not in inert_params(RooflineCostModel(m, GPU, CostParams(), tp=2), ["eta_link"])
+    assert "eta_link" in inert_params(RooflineCostModel(m, GPU, CostParams(), tp=1), ["eta_link"])
+
+
 def test_moe_reads_the_distinct_experts_a_step_touches():
     """Qwen3-30B-A3B (48 MoE layers, 128 experts, 8 per token, 9,437,184 B per expert and layer,
     3,082,186,752 B dense), DP 2 with expert parallelism on two GPUs: a step of N tokens reads

@@ -25,7 +25,7 @@ class DataError(click.ClickException):
 
 #: Parameter names of the files commands read and write, checked by :func:`user_errors`.
 INPUT_PARAMS = ("src", "sources", "file", "trace", "traces", "fit_on", "score_on", "data", "calibration_path",
-                "measured_timeseries")
+                "measured_timeseries", "fix_from")
 OUTPUT_PARAMS = ("output", "steps_out", "chrome_trace", "report", "sweep_out", "plot", "table_out")
 
 

@@ -1,0 +1,71 @@
+"""A TP run's link, calibrated on top of a TP-1 calibration (``calibrate fit --fix-from``).
+
+On its own a TP run cannot tell the link's bandwidth from the GPU's compute efficiency (both
+cost time per token); with the GPU terms held at a calibration of the same GPU, the link's
+efficiency is identified. Tested on a synthetic TP-2 log of a known cluster (3 % step noise).
+"""
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from calibrate.cli import main as calibrate_main
+from calibrate.demo import NoisyCostModel
+from replay.config import EngineOptions, ReplayConfig
+from replay.cost_model import RooflineCostModel
+from replay.simulate import replay_frame
+from schemas.calibration import Calibration, FittedParam
+from schemas.cost_params import CostParams
+from schemas.kinds import REQUEST_TRACE
+from schemas.specs import get_gpu, get_model
+from traces.io import write_trace
+from traces.synth import synth_requests
+
+GPU = get_gpu("rtx-pro-6000")  # PCIe 5: the link matters at TP 2
+MODEL = get_model("llama-3.1-8b")
+TRUTH = dict(eta_compute=0.6, n_half_tokens=64.0, eta_mem=0.8, t_step_s=4e-4, t_seq_s=2e-5, eta_link=0.3)
+ENGINE = ["--max-num-seqs", "64", "--max-num-batched-tokens", "2048"]
+
+
+@pytest.fixture(scope="module")
+def tp2_log(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fix_from")
+    cfg = ReplayConfig(engine=EngineOptions(max_num_seqs=64, max_num_batched_tokens=2048))
+    trace = synth_requests(500, 8.0, "lognormal:mean=800,sigma=0.8", "lognormal:mean=200,sigma=0.7", seed=3)
+    truth = RooflineCostModel(MODEL, GPU, CostParams(**TRUTH), tp=2)
+    measured, _ = replay_frame(trace, NoisyCostModel(truth, 0.03, np.random.default_rng(3)), cfg)
+    log = tmp / "tp2.parquet"
+    write_trace(trace.assign(ttft_s=measured["pred_ttft_s"], tpot_s=measured["pred_tpot_s"]), REQUEST_TRACE, log)
+    # a TP-1 calibration of the same GPU: the GPU and host terms at the truth, the link at its default
+    gpu_terms = {k: FittedParam(v) for k, v in TRUTH.items() if k != "eta_link"}
+    Calibration(MODEL, GPU, 1, gpu_terms).write(tmp / "tp1.json")
+    return tmp
+
+
+def test_the_link_is_identified_on_top_of_a_tp1_calibration(tp2_log):
+    out = tp2_log / "tp2.json"
+    res = CliRunner().invoke(calibrate_main, ["fit", str(tp2_log / "tp2.parquet"), "--model", "llama-3.1-8b",
+                                              "--gpu", "rtx-pro-6000", "--tp", "2", *ENGINE,
+                                              "--fix-from", str(tp2_log / "tp1.json"), "--free", "eta_link",
+                                              "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    params = json.loads(out.read_text())["params"]
+    link = params["eta_link"]
+    assert link["vary"] and link["identifiable"]
+    assert link["ci95"][0] <= 0.3 <= link["ci95"][1] and abs(link["value"] - 0.3) < 0.06
+    for name in ("eta_compute", "n_half_tokens", "eta_mem", "t_step_s", "t_seq_s"):  # held where the TP-1 fit put them
+        assert not params[name]["vary"] and params[name]["value"] == TRUTH[name]
+
+
+def test_fix_from_needs_free_and_the_same_gpu(tp2_log):
+    base = ["fit", str(tp2_log / "tp2.parquet"), "--model", "llama-3.1-8b", "--tp", "2", *ENGINE,
+            "--fix-from", str(tp2_log / "tp1.json"), "-o", str(tp2_log / "x.json")]
+    res = CliRunner().invoke(calibrate_main, [*base, "--gpu", "rtx-pro-6000"])
+    assert res.exit_code == 2 and "name the ones to fit with --free" in res.output
+    res = CliRunner().invoke(calibrate_main, [*base, "--gpu", "h100-80gb", "--free", "eta_link"])
+    assert res.exit_code == 2 and "fittedonrtx-pro-6000,noth100-80gb" in "".join(res.output.split())
+    res = CliRunner().invoke(calibrate_main, [*base[:-2], "-o", str(tp2_log / "tp1.json"), "--gpu", "rtx-pro-6000",
+                                              "--free", "eta_link"])
+    assert res.exit_code == 2 and "the same file as the input" in res.output
+    assert not (tp2_log / "x.json").exists()
