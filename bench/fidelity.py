@@ -32,6 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PRO6000 = dict(max_num_seqs=128, max_num_batched_tokens=2048)
 CODELLAMA = dict(max_num_seqs=32, max_num_batched_tokens=64, max_model_len=8192, num_gpu_blocks=2790,
                  enable_prefix_caching=True)
+#: What a run of another parallelism calibrates on top of a TP-1 calibration of the same GPU: the link.
+LINK = ("eta_link", "t_allreduce_hop_s", "t_alltoall_s", "t_frontend_s")
+
+
+def on_top(fit) -> dict:
+    """``fit_requests`` options that hold ``fit``'s values but the link's (``calibrate fit --fix-from``)."""
+    held = {k: v for k, v in fit.values().items() if k not in LINK and np.isfinite(v)}
+    return dict(fixed=held, free=LINK, variants=("blend",))
 
 
 def imported(data: Path, tmp: Path) -> dict:
@@ -67,11 +75,12 @@ def errors(table: pd.DataFrame) -> dict:
             for m in ("ttft", "tpot", "e2e") for q in ("p50", "p90")}
 
 
-def case_rows(name, fitted_on, fit_cm, fit_runs, score, cm_kw=None):
-    """Fit (request runs) or take ``fit_cm`` as is; score in and out of sample."""
+def case_rows(name, fitted_on, fit_cm, fit_runs, score, fit_kw=None):
+    """Fit (request runs, with ``fit_requests`` options ``fit_kw``) or take ``fit_cm`` as is;
+    score in and out of sample."""
     t0 = time.perf_counter()
     if fit_runs:
-        fits = fit_requests(fit_runs, fit_cm, jobs=1)
+        fits = fit_requests(fit_runs, fit_cm, jobs=1, **(fit_kw or {}))
         fit_cm = fit_cm.with_params(fits[0].cost_params())
         variant = fits[0].variant
     else:
@@ -109,6 +118,11 @@ def main():
         def runs(spec, cfg):
             return load_runs([str(spec)], cfg, read_trace)
 
+        # the GPU and host terms of the PRO 6000 from the Llama run (TP 1), the link from the MoE
+        # run (expert-parallel all-to-alls over the same PCIe): Qwen3-32B TP 2 never seen
+        gpu_fit = fit_requests(runs(f["llama.parquet"], pro), llama, jobs=1)[0]
+        link_fit = fit_requests(runs(f["moe.parquet"], pro), moe, jobs=1, **on_top(gpu_fit))[0]
+
         cases = [
             ("llama-8b: kernel profile -> run", "profile (LLMServingSim)", from_profile, None,
              runs(f["llama.parquet"], pro)),
@@ -118,6 +132,10 @@ def main():
              runs(f["qwen32.parquet"], pro)),
             ("qwen3-32b tp2: first 15 s -> rest", "run@0:15", qwen, runs(f"{f['qwen32.parquet']}@0:15", pro),
              runs(f"{f['qwen32.parquet']}@15:", pro)),
+            ("qwen3-32b tp2: llama run (GPU) + moe run (link) -> run", "llama + moe runs",
+             qwen.with_params(link_fit.cost_params()), None, runs(f["qwen32.parquet"], pro)),
+            ("qwen3-32b tp2: llama run (GPU) + first 15 s (link) -> rest", "llama run + run@0:15", qwen,
+             runs(f"{f['qwen32.parquet']}@0:15", pro), runs(f"{f['qwen32.parquet']}@15:", pro), on_top(gpu_fit)),
             ("qwen3-30b-a3b dp2+ep: own log", "run", moe, runs(f["moe.parquet"], pro), []),
             ("qwen3-30b-a3b dp2+ep: first 15 s -> rest", "run@0:15", moe, runs(f"{f['moe.parquet']}@0:15", pro),
              runs(f"{f['moe.parquet']}@15:", pro)),
@@ -127,10 +145,10 @@ def main():
              [r for k in (1, 2, 3, 4) for r in runs(f"{f['spans.parquet']}#{k}", cl)]),
         ]
         rows = []
-        for name, fitted_on, cm, fit_runs, score in cases:
+        for name, fitted_on, cm, fit_runs, score, *fit_kw in cases:
             if args.only and args.only not in name:
                 continue
-            rows += case_rows(name, fitted_on, cm, fit_runs, score)
+            rows += case_rows(name, fitted_on, cm, fit_runs, score, *fit_kw)
     table = pd.DataFrame(rows)
     write(table, args.out)
 

@@ -186,5 +186,7 @@ def _rebuild(values: dict) -> CostParams:
 #: the sum (1), or a fitted blend (None: ``overlap`` free).
 VARIANTS = {"max": 0.0, "sum": 1.0, "blend": None}
 #: Parameters a request-log fit frees by default (when they have an effect on the hardware).
+#: Not ``eta_link``: a TP or EP run alone cannot tell it from ``eta_compute`` (both cost time per
+#: token); free it on top of a TP-1 calibration of the GPU (``calibrate fit --fix-from``).
 REQUEST_FIT_FREE = ("eta_compute", "n_half_tokens", "eta_mem", "t_step_s", "t_seq_s", "t_allreduce_hop_s",
-                    "eta_link", "t_alltoall_s", "t_frontend_s")
+                    "t_alltoall_s", "t_frontend_s")
