@@ -71,8 +71,8 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
     Notes
     -----
     Without a usable covariance (no variation under resampling: a handful of requests or
-    identical latencies) nothing is computed: ``params`` come back as they are and the stats
-    say why. When the optimum itself fails the test (``G`` above the threshold: the model misses the
+    identical latencies) nothing is computed: every free parameter is NOT IDENTIFIED, with no
+    interval, and the stats say why. When the optimum itself fails the test (``G`` above the threshold: the model misses the
     data by more than their sampling error), the set is empty; the intervals are then those
     of ``G <= G(optimum) + chi2_1(level)``, the profile-likelihood rule, and the stats say so.
     """
@@ -81,8 +81,10 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
     run = runner or (lambda fn, shared, items: [fn(shared, item) for item in items])
     free = [n for n, p in params.items() if p.vary]
     if not free or not np.all(np.isfinite(data_cov)) or not np.any(data_cov):
-        return dict(params), [], {"rule": "not computed: the measured quantiles do not vary under resampling "
-                                  "(too few requests, or identical latencies)", "n_evals": 0}
+        reason = "the measured quantiles do not vary under resampling (too few requests, or identical latencies)"
+        why = f"no interval: {reason}"
+        out = {n: FittedParam(p.value, None, False, why, True, None) if p.vary else p for n, p in params.items()}
+        return out, [f"{n}: NOT IDENTIFIED, {why}" for n in free], {"rule": f"not computed: {reason}", "n_evals": 0}
     prob = _SetProblem(residual, free, {n: p.value for n, p in params.items() if not p.vary}, data_cov)
     x0 = np.array([params[n].value for n in free]) / prob.scale
     g0, r0 = prob.g(x0)

@@ -115,7 +115,8 @@ def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostPara
             params[n] = FittedParam(v, 0.0, True)
             continue
         elif at_lo or at_hi:
-            bound = (f"<= {fmt(n, v + 1.96 * s)}" if at_lo else f">= {fmt(n, v - 1.96 * s)}") if s else "nothing more"
+            bound = (f"<= {fmt(n, min(v + 1.96 * s, spec[n].upper))}" if at_lo else
+                     f">= {fmt(n, max(v - 1.96 * s, spec[n].lower))}") if s else "nothing more"
             params[n] = FittedParam(v, s, False, f"at its {'lower' if at_lo else 'upper'} bound; the data give {bound}")
         elif s is None or not math.isfinite(s) or s > MAX_REL_STDERR * abs(v):
             partner = _most_correlated(n, correlations)

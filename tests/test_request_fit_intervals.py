@@ -130,3 +130,15 @@ def test_a_set_never_found_beside_the_optimum_is_not_called_identified():
     out, warns, _ = _intervals(_linear(0.257, jump=10.0, within=0.001))
     assert not out["eta_mem"].identifiable and out["eta_mem"].ci95 is None
     assert any("could not be traced" in w for w in warns)
+
+
+def test_identical_latencies_give_no_interval_and_nothing_identified():
+    # every request measured alike: resampling the requests moves no quantile, so no set can be
+    # drawn; before, the delta method's zero stderr printed zero-width intervals, "identified"
+    cfg = ReplayConfig(engine=EngineOptions(max_num_seqs=64, max_num_batched_tokens=2048))
+    trace = synth_requests(40, 2.0, "fixed:500", "fixed:50", seed=1).assign(ttft_s=0.2, tpot_s=0.03)
+    fit = fit_requests([Run("constant", trace, cfg, {})], _model(), ("max",), free=FREE, fixed=FIXED, jobs=1)[0]
+    varied = [p for n, p in fit.params.items() if n in FREE and p.vary]  # (one with no effect is held)
+    assert varied
+    for p in varied:
+        assert not p.identifiable and p.ci95 is None and "do not vary under resampling" in p.bound
