@@ -345,7 +345,7 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
     from traces.io import read_trace
 
     from .request_fit import engine_settings
-    from .runs import load_runs, score_runs
+    from .runs import load_runs, score_runs, share_requests
     from .step_fit import set_ci95
     from .summary import to_calibration
 
@@ -354,11 +354,11 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
         cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
         cfg = replay_config(replay_kwargs)
     train, test = load_runs(fit_on, cfg, read_trace, keep=set_here), load_runs(score_on, cfg, read_trace, keep=set_here)
-    seen = {r.name for r in train}
-    if any(r.name in seen for r in test):  # scored as what it is: in sample
-        click.echo(wrap(f"warning: --score-on names run(s) the fit sees: "
-                        f"{', '.join(r.name for r in test if r.name in seen)}; scored in sample"), err=True)
-        test = [r for r in test if r.name not in seen]
+    seen = [r for r in test if any(share_requests(r, f) for f in train)]
+    if seen:  # scored as what it is: in sample
+        click.echo(wrap(f"warning: --score-on names run(s) whose requests the fit sees: "
+                        f"{', '.join(r.name for r in seen)}; scored in sample"), err=True)
+        test = [r for r in test if not any(r is s for s in seen)]
     fixed, free_names, variants = held_and_free(fix, fix_from, free, variants, cm)
     names = parse_names(variants, list(VARIANTS), "--variants")
     fits = fit_request_runs(train, cm, names, free_names, fixed, jobs,

@@ -87,6 +87,26 @@ def load_runs(specs, cfg: ReplayConfig, read_trace, keep=frozenset()) -> list[Ru
     return runs
 
 
+def share_requests(a: Run, b: Run) -> bool:
+    """Whether runs ``a`` and ``b`` (named by :func:`load_runs`) hold some of the same measured
+    requests: one file (the same bytes, whatever the path), the same benchmark or one of them
+    the whole file, and time windows that overlap (none: the whole run)."""
+    import os
+
+    from schemas.calibration import sha256_of
+
+    (pa, ka, wa), (pb, kb, wb) = parse_run_spec(a.name), parse_run_spec(b.name)
+    if ka is not None and kb is not None and ka != kb:
+        return False
+    (a0, a1), (b0, b1) = wa or (0.0, float("inf")), wb or (0.0, float("inf"))
+    if not (a0 < b1 and b0 < a1):
+        return False
+    try:
+        return os.path.samefile(pa, pb) or sha256_of(pa) == sha256_of(pb)
+    except OSError:
+        return False
+
+
 def _with_engine_metadata(cfg: ReplayConfig, meta: dict, path, keep=frozenset()) -> ReplayConfig:
     """``cfg`` with the engine settings recorded in the trace's metadata
     (:func:`traces.io.recorded_engine_settings`) but for the options in ``keep``.

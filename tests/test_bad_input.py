@@ -229,5 +229,28 @@ def test_validate_scores_a_run_the_fit_saw_in_sample(files):
     res = invoke("calibrate", "validate", "--fit-on", t, "--score-on", t, "--model", "llama-3.1-8b",
                  "--gpu", "h100-80gb", "--variants", "max", "--table-out", files / "e.csv")
     assert res.exit_code == 0, res.output
-    assert "run(s) the fit sees" in res.stderr.replace("\n  ", " ")
+    assert "run(s) whose requests the fit sees" in res.stderr.replace("\n  ", " ")
     assert set(pd.read_csv(files / "e.csv")["sample"]) == {"in"}
+
+
+@pytest.mark.parametrize("fit_on,score_on", [("t.parquet@0:10", "./t.parquet@0:10"), ("t.parquet", "t.parquet@0.05:1"),
+                                             ("t.parquet@0:0.15", "t.parquet@0.05:1"), ("t.parquet", "copy.parquet")])
+def test_validate_knows_a_run_the_fit_saw_under_another_name(files, fit_on, score_on, monkeypatch):
+    """The same requests named another way (a path spelled differently, a window inside the fit's
+    run, overlapping windows, a byte-identical copy) are in sample too (they were scored "out")."""
+    import shutil
+
+    shutil.copyfile(files / "t.parquet", files / "copy.parquet")
+    monkeypatch.chdir(files)
+    res = invoke("calibrate", "validate", "--fit-on", fit_on, "--score-on", score_on, "--model", "llama-3.1-8b",
+                 "--gpu", "h100-80gb", "--variants", "max", "--table-out", "e.csv")
+    assert res.exit_code == 0, res.output
+    assert set(pd.read_csv(files / "e.csv")["sample"]) == {"in"}
+
+
+def test_validate_scores_a_disjoint_window_out_of_sample(files, monkeypatch):
+    monkeypatch.chdir(files)
+    res = invoke("calibrate", "validate", "--fit-on", "t.parquet@0:0.15", "--score-on", "t.parquet@0.15:", "--model",
+                 "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--table-out", "e.csv")
+    assert res.exit_code == 0, res.output
+    assert list(pd.read_csv(files / "e.csv").drop_duplicates("run")["sample"]) == ["in", "out"]
