@@ -18,11 +18,13 @@ import pandas as pd
 
 from replay.cost_model import RooflineCostModel
 from replay.config import RecordOptions, ReplayConfig
+from replay.errors import ConfigError
 from replay.simulate import replay_frame
 from replay.parallel import worker_pool
 from replay.ray_tasks import map_on_ray, ray_session
 from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, CostParams
 from schemas.status import OK, REJECTED
+from schemas.text import wrap_error
 
 from .confidence import confidence_set_intervals
 from .errors import FitError
@@ -244,12 +246,20 @@ def _prepared(run: Run, cost_model: RooflineCostModel, metrics) -> Run:
     Raises
     ------
     FitError
-        No measured metric in the run, or every request rejected (or failed in the trace).
+        No measured metric in the run, every request rejected (or failed in the trace), or
+        engine settings recorded in the file that cannot run (a KV cache without a block).
     """
     if not any(_has(run.scored_rows(run.trace), m) for m in metrics):
         raise FitError(f"{run.name}: no measured {' or '.join(metrics)}; a request-log fit needs measured latencies")
     cfg = replace(run.config, record=RecordOptions())
-    res, _ = replay_frame(run.trace, cost_model, cfg, run.metadata)
+    try:
+        res, _ = replay_frame(run.trace, cost_model, cfg, run.metadata)
+    except ConfigError as exc:
+        if not (run.metadata or {}).get("engine_settings"):
+            raise
+        raise FitError(wrap_error(f"{run.name}: {exc} (the file records the engine settings "
+                                  f"{run.metadata['engine_settings']}; an option given on the command line "
+                                  "overrides them)")) from None
     rejected = res["pred_status"].str.startswith(REJECTED).to_numpy()
     if not (res["pred_status"] == OK).any():
         reasons = ", ".join(f"{n} {r}" for r, n in res["pred_status"].value_counts().items())

@@ -332,3 +332,31 @@ def test_missing_header_says_so(tmp_path):
     a header without its CSV."""
     res = run_cli("import", "blis-observe", tmp_path / "trace.yaml", "-o", tmp_path / "o.parquet")
     assert res.exit_code == 1 and "trace.yaml: cannot open (No such file or directory)" in res.output
+
+
+def test_a_recorded_block_size_no_kv_cache_holds_is_a_data_error(tmp_path):
+    """A KV block larger than the cache, recorded in the trace: replay and calibrate exit 1
+    naming the trace (it was a usage error that named no file)."""
+    import pyarrow.parquet as pq
+
+    from calibrate.cli import main as calibrate_main
+    from replay.cli import main as replay_main
+    from schemas.calibration import Calibration, FittedParam
+    from schemas.specs import get_gpu, get_model
+
+    out = tmp_path / "observed.parquet"
+    assert run_cli("import", "blis-observe", write_pair(tmp_path), "-o", out).exit_code == 0
+    table = pq.read_table(out)
+    meta = dict(table.schema.metadata)
+    meta[b"servecal.engine_settings"] = json.dumps({"block_size": 2 ** 30}).encode()
+    bad = tmp_path / "huge_blocks.parquet"
+    pq.write_table(table.replace_schema_metadata(meta), bad)
+    cal = tmp_path / "cal.json"
+    Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, {"eta_mem": FittedParam(0.8)}).write(cal)
+    for cli, args in ((replay_main, [str(bad), "--calibration", str(cal)]),
+                      (calibrate_main, ["fit", str(bad), "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                                        "-o", str(tmp_path / "fit.json")])):
+        res = CliRunner().invoke(cli, args)
+        flat = "".join(res.output.split())
+        assert res.exit_code == 1 and "Usage:" not in res.output, res.output
+        assert str(bad) in flat and "holdsnoblockof1073741824tokens" in flat

@@ -149,11 +149,13 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
         click.echo(wrap(warning), err=True)
     kwargs["seed"] = seed
     if names is not None:
-        compare_schedulers_run(frame, meta, cost_model, *multi_scheduler_config(kwargs), names, wide)
+        with taken_settings_checked():
+            compare_schedulers_run(frame, meta, cost_model, *multi_scheduler_config(kwargs), names, wide)
         return
     if sweeps is not None:
-        cfg, disagg = multi_scheduler_config(kwargs) if "scheduler" in sweeps else (replay_config(kwargs), None)
-        sweep_run(frame, meta, cost_model, cfg, sweeps, jobs, ray_address, sweep_out, wide, quiet, disagg)
+        with taken_settings_checked():
+            cfg, disagg = multi_scheduler_config(kwargs) if "scheduler" in sweeps else (replay_config(kwargs), None)
+            sweep_run(frame, meta, cost_model, cfg, sweeps, jobs, ray_address, sweep_out, wide, quiet, disagg)
         return
     with taken_settings_checked():
         cfg = replay_config(kwargs, RecordOptions(token_times=token_times, steps=steps_out is not None or bool(report),
@@ -172,7 +174,8 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
         loop += f", speculative decoding: K={eng.speculative_tokens}, acceptance {eng.spec_acceptance_rate:g}"
     click.echo(wrap(f"replaying {len(frame)} requests: model {m.name}, {where}, max_num_seqs={eng.max_num_seqs}, "
                     f"max_num_batched_tokens={eng.max_num_batched_tokens}{loop}"))
-    result, engine = replay_frame(frame, cost_model, cfg, meta)
+    with taken_settings_checked():
+        result, engine = replay_frame(frame, cost_model, cfg, meta)
     n_ok = int((result["pred_status"] == OK).sum())
     rejected = result["pred_status"].str.startswith(REJECTED).sum()
     kv = f"{engine.replicas[0].kv.num_gpu_blocks} blocks"

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from schemas.calibration import Calibration
+from schemas.text import wrap_error
 from traces.cli.support import DataError
 
 from ..errors import ConfigError
@@ -82,7 +83,7 @@ def taken_settings_checked():
         where = "; ".join(f"from the {label}: {', '.join(items)}" for label, items in taken.items())
         note = textwrap.fill(f"(engine settings taken {where}; an option given on the command line overrides them)",
                              100, initial_indent="  ", subsequent_indent="  ")
-        raise DataError(f"{exc}\n{note}") from None
+        raise DataError(f"{wrap_error(str(exc))}\n{note}") from None
 
 
 def max_running(trace) -> int | None:
