@@ -77,7 +77,8 @@ def quality(fit) -> str:
 
 
 def parse_fixed(items) -> dict:
-    """``("t_step_s=2e-4", ...)`` -> ``{"t_step_s": 2e-4}``, each checked against its range."""
+    """``("t_step_s=2e-4", ...)`` -> ``{"t_step_s": 2e-4}``, each checked against its range and
+    given once."""
     out = {}
     for item in items:
         name, sep, val = item.partition("=")
@@ -88,6 +89,9 @@ def parse_fixed(items) -> dict:
         problem = check_value(name.strip(), v) if sep else "expected NAME=VALUE"
         if problem:
             raise click.BadParameter(f"{item!r}: {problem}", param_hint="--fix")
+        if name.strip() in out:
+            raise click.BadParameter(f"{name.strip()} is given twice ({out[name.strip()]:g} and {v:g})",
+                                     param_hint="--fix")
         out[name.strip()] = v
     return out
 
@@ -95,21 +99,29 @@ def parse_fixed(items) -> dict:
 def held_and_free(fix, fix_from, free, variants, cm) -> tuple[dict, tuple, str]:
     """The parameters held (``--fix``, and ``--fix-from``'s values but the ``--free`` ones), the
     names left free, and the variants to try (``--fix-from`` alone: ``blend``, its ``overlap``
-    held like the rest).
+    held like the rest; ``--free overlap``: ``blend``, the variants that do not hold it).
 
     Raises
     ------
     click.UsageError
-        ``--fix-from`` without ``--free``, or a calibration of another GPU.
+        A parameter both held and freed, nothing left to fit, ``--fix-from`` without
+        ``--free``, or a calibration of another GPU.
     """
     import math
 
     fixed, names = parse_fixed(fix), parse_names(free, list(PARAMS), "--free")
+    free_given = click.get_current_context().get_parameter_source("free") not in (
+        None, click.core.ParameterSource.DEFAULT)
+    if free_given and set(names) & set(fixed):
+        raise click.UsageError(f"{', '.join(n for n in names if n in fixed)}: both held (--fix) and freed (--free)")
+    if set(names) <= set(fixed):
+        raise click.UsageError("no parameter left to fit: --fix holds every one --free names")
+    default_variants = "blend" if free_given and "overlap" in names else "max,sum,blend"  # max and sum hold it
     if fix_from is None:
-        return fixed, names, variants or "max,sum,blend"
+        return fixed, names, variants or default_variants
     from schemas.calibration import Calibration
 
-    if click.get_current_context().get_parameter_source("free") in (None, click.core.ParameterSource.DEFAULT):
+    if not free_given:
         raise click.UsageError(wrap_error("--fix-from holds every parameter: name the ones to fit with --free "
                                           "(e.g. --free eta_link,t_allreduce_hop_s,t_frontend_s)"))
     cal = Calibration.read(fix_from)
@@ -349,6 +361,10 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
     from .step_fit import set_ci95
     from .summary import to_calibration
 
+    if table_out:
+        from replay.sweep import check_output_path
+
+        check_output_path(table_out, "--table-out")  # before the fit
     tp, dp, expert_parallel, set_here = engine_options(replay_kwargs, tp, dp, expert_parallel, fit_on[0])
     with taken_settings_checked():
         cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
@@ -376,7 +392,7 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
     if table_out:
         from replay.sweep import write_sweep_table
 
-        write_sweep_table(table, table_out)
+        write_sweep_table(table, table_out, "--table-out")
         click.echo(f"wrote {table_out}")
 
 

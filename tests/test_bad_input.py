@@ -254,3 +254,35 @@ def test_validate_scores_a_disjoint_window_out_of_sample(files, monkeypatch):
                  "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--table-out", "e.csv")
     assert res.exit_code == 0, res.output
     assert list(pd.read_csv(files / "e.csv").drop_duplicates("run")["sample"]) == ["in", "out"]
+
+
+def test_validate_refuses_a_table_out_suffix_before_the_fit(files):
+    """A --table-out of no known format is refused by its own name before the fit and before -o
+    is written (it was named --sweep-out, after both)."""
+    res = invoke("calibrate", "validate", "--fit-on", files / "t.parquet", "--score-on", files / "t.parquet",
+                 "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--table-out", files / "tab.txt",
+                 "-o", files / "v.json")
+    assert res.exit_code == 2 and "--table-out" in res.output and "fitting" not in res.output
+    assert not (files / "v.json").exists()
+
+
+@pytest.mark.parametrize("args,phrase", [
+    (["--fix", "eta_mem=0.5", "--fix", "eta_mem=0.6"], "eta_mem is given twice"),
+    (["--fix", "eta_mem=0.5", "--free", "eta_mem,t_step_s"], "eta_mem: both held (--fix) and freed (--free)"),
+    ([a for n in ("eta_compute=0.5", "n_half_tokens=0", "eta_mem=0.8", "t_step_s=0", "t_seq_s=0",
+                  "t_allreduce_hop_s=0", "t_alltoall_s=0", "t_frontend_s=0") for a in ("--fix", n)],
+     "no parameter left to fit"),
+])
+def test_contradictory_fix_and_free_are_usage_errors_before_the_fit(files, args, phrase):
+    res = invoke("calibrate", "fit", files / "t.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", *args,
+                 "-o", files / "c.json")
+    assert res.exit_code == 2 and phrase in " ".join(res.output.split()) and "fitting" not in res.output
+
+
+def test_free_overlap_alone_fits_the_blend(files):
+    """--free overlap with the default variants fits the blend (max and sum hold overlap: it
+    aborted with 'no parameter left to fit')."""
+    res = invoke("calibrate", "fit", files / "t.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                 "--free", "overlap", "-o", files / "c.json")
+    assert res.exit_code == 0, res.output
+    assert json.loads((files / "c.json").read_text())["params"]["overlap"]["vary"]

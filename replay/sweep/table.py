@@ -56,17 +56,18 @@ def format_sweep_table(table: pd.DataFrame, swept: list[str], percentiles=PERCEN
     return render_table(head, lines, WIDTH, drop_order=drop)
 
 
-def check_output_path(path: str) -> None:
-    """Raise a ConfigError unless ``path`` ends in a format of :data:`OUTPUT_FORMATS`."""
+def check_output_path(path: str, option: str = "--sweep-out") -> None:
+    """Raise a ConfigError naming ``option`` unless ``path`` ends in a format of :data:`OUTPUT_FORMATS`."""
     if Path(path).suffix.lower() not in OUTPUT_FORMATS:
-        raise ConfigError(f"--sweep-out {path}: give a .parquet or .csv file")
+        raise ConfigError(f"{option} {path}: give a .parquet or .csv file")
 
 
-def write_sweep_table(table: pd.DataFrame, path: str) -> None:
-    """Write a sweep table as Parquet or CSV (by suffix), atomically (seconds, requests/s)."""
+def write_sweep_table(table: pd.DataFrame, path: str, option: str = "--sweep-out") -> None:
+    """Write a sweep table as Parquet or CSV (by suffix), atomically (seconds, requests/s);
+    ``option`` names the path in the error of a bad suffix."""
     from schemas.atomic import atomic_output
 
-    check_output_path(path)
+    check_output_path(path, option)
     with atomic_output(path) as tmp:
         if Path(path).suffix.lower() == ".csv":
             table.to_csv(tmp, index=False)
