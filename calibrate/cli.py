@@ -6,7 +6,7 @@ import textwrap
 import click
 
 from schemas.calibration import sha256_of
-from traces.cli.support import user_errors, version_option
+from traces.cli.support import DataError, user_errors, version_option
 from schemas.text import wrap, wrap_error
 from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, VARIANTS, CostParams, check_value
 from schemas.errors import SpecError
@@ -187,12 +187,18 @@ def cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, t
                              terms=parse_names(terms, list(TERMS), "--terms"))
 
 
-def engine_options(replay_kwargs: dict, tp: int, dp: int, expert_parallel: bool, first_trace=None) -> tuple:
+def engine_options(replay_kwargs: dict, tp: int, dp: int, expert_parallel: bool, specs=()) -> tuple:
     """Fill the replay options (and TP, DP, expert parallelism) not given from ``--vllm-log``,
-    then TP and DP from the settings recorded in the first trace (the runs are of one
-    deployment); print what was taken and what differs; return the hardware settings and
+    then TP and DP from the settings recorded in the first trace of ``specs`` (the runs are of
+    one deployment); print what was taken and what differs; return the hardware settings and
     the names of the replay options set here (given, or from the log), which the traces'
-    own recorded settings do not override (:func:`calibrate.runs.load_runs`)."""
+    own recorded settings do not override (:func:`calibrate.runs.load_runs`).
+
+    Raises
+    ------
+    DataError
+        A later trace recording another TP or DP degree than the one modelled.
+    """
     from replay.cli.engine_settings import trace_engine_settings
 
     from .runs import parse_run_spec
@@ -204,12 +210,18 @@ def engine_options(replay_kwargs: dict, tp: int, dp: int, expert_parallel: bool,
         click.echo(line, err=True)
     set_here = frozenset(k for k in replay_kwargs if kw[k] != before[k] or ctx.get_parameter_source(k) not in
                          (None, click.core.ParameterSource.DEFAULT))
-    if first_trace is not None:
-        recorded = trace_engine_settings(parse_run_spec(first_trace)[0]) or {}
+    if specs:
+        recorded = trace_engine_settings(parse_run_spec(specs[0])[0]) or {}
         hardware = {k: kw[k] for k in ("tp", "dp", "expert_parallel")}
-        for line in fill_engine_options(hardware, [(f"trace {first_trace}", recorded)]):
+        for line in fill_engine_options(hardware, [(f"trace {specs[0]}", recorded)]):
             click.echo(line, err=True)
         kw.update(hardware)
+    for spec in specs[1:]:  # one deployment: every log at the degrees modelled
+        recorded = trace_engine_settings(parse_run_spec(spec)[0]) or {}
+        for key, name in (("tensor_parallel_size", "tp"), ("data_parallel_size", "dp")):
+            if recorded.get(key, kw[name]) != kw[name]:
+                raise DataError(wrap_error(f"{spec}: records {key}={recorded[key]}, but the fit models "
+                                           f"{name}={kw[name]}; fit or score logs of one deployment together"))
     replay_kwargs.update({k: v for k, v in kw.items() if k in replay_kwargs})
     return kw["tp"], kw["dp"], kw["expert_parallel"], set_here
 
@@ -273,7 +285,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
     from .step_fit import StepData, bootstrap_ci95, fit_steps, set_ci95
     from .summary import to_calibration
 
-    tp, dp, expert_parallel, set_here = engine_options(replay_kwargs, tp, dp, expert_parallel, traces[0])
+    tp, dp, expert_parallel, set_here = engine_options(replay_kwargs, tp, dp, expert_parallel, traces)
     with taken_settings_checked():
         cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
     fixed, free_names, variants = held_and_free(fix, fix_from, free, variants, cm)
@@ -365,7 +377,7 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
         from replay.sweep import check_output_path
 
         check_output_path(table_out, "--table-out")  # before the fit
-    tp, dp, expert_parallel, set_here = engine_options(replay_kwargs, tp, dp, expert_parallel, fit_on[0])
+    tp, dp, expert_parallel, set_here = engine_options(replay_kwargs, tp, dp, expert_parallel, (*fit_on, *score_on))
     with taken_settings_checked():
         cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
         cfg = replay_config(replay_kwargs)

@@ -360,3 +360,25 @@ def test_a_recorded_block_size_no_kv_cache_holds_is_a_data_error(tmp_path):
         flat = "".join(res.output.split())
         assert res.exit_code == 1 and "Usage:" not in res.output, res.output
         assert str(bad) in flat and "holdsnoblockof1073741824tokens" in flat
+
+
+def test_logs_of_another_tp_degree_are_not_fitted_or_scored_together(tmp_path):
+    """The first log sets the TP degree modelled; a later one recording another is one error
+    naming it (it was fitted, or scored, at the first one's TP)."""
+    import pyarrow.parquet as pq
+
+    from calibrate.cli import main as calibrate_main
+
+    out = tmp_path / "observed.parquet"
+    assert run_cli("import", "blis-observe", write_pair(tmp_path), "-o", out).exit_code == 0
+    table = pq.read_table(out)
+    meta = dict(table.schema.metadata)
+    meta[b"servecal.engine_settings"] = json.dumps({"tensor_parallel_size": 2}).encode()
+    tp2 = tmp_path / "tp2.parquet"
+    pq.write_table(table.replace_schema_metadata(meta), tp2)
+    hw = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb"]
+    for args in (["fit", str(out), str(tp2), *hw, "-o", str(tmp_path / "c.json")],
+                 ["validate", "--fit-on", str(out), "--score-on", str(tp2), *hw]):
+        res = CliRunner().invoke(calibrate_main, args)
+        flat = "".join(res.output.split())
+        assert res.exit_code == 1 and f"{tp2}:recordstensor_parallel_size=2,butthefitmodelstp=1" in flat, res.output
