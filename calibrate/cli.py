@@ -18,11 +18,11 @@ from replay.cli.options import replay_options
 from replay.cost_terms import ALL_TERMS, TERMS
 from replay.errors import ConfigError, ReplayError
 
-from .errors import CalibrationError, FitError
+from .errors import CalibrationError, FitError, RunSpecError
 
 # numpy, pandas, the engine and the fits are imported in the commands: --help stays fast
 
-_errors = user_errors(data_errors=(CalibrationError, ReplayError), usage_errors=(SpecError, ConfigError))
+_errors = user_errors(data_errors=(CalibrationError, ReplayError), usage_errors=(SpecError, ConfigError, RunSpecError))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

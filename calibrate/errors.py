@@ -8,3 +8,8 @@ class CalibrationError(Exception):
 
 class FitError(CalibrationError):
     """The data cannot support a fit (too few usable rows, no variation, solver failure)."""
+
+
+class RunSpecError(CalibrationError, ValueError):
+    """A run named on the command line (``FILE[#K][@START:END]``) that cannot be parsed: a
+    usage error (the CLI exits 2)."""

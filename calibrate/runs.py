@@ -10,8 +10,9 @@ from replay.compare import compare
 from replay.config import ReplayConfig, RecordOptions
 from replay.simulate import replay_frame
 from schemas.tables import REQUEST_TRACE
+from schemas.text import wrap_error
 
-from .errors import FitError
+from .errors import FitError, RunSpecError
 from .request_fit import Run
 
 
@@ -20,24 +21,31 @@ def parse_run_spec(spec: str) -> tuple[str, int | None, tuple[float, float] | No
     multi-benchmark log (its ``benchmark`` column), requests arriving in [0, 60) s. Both parts
     are optional; a window side may be empty (``@30:`` from 30 s on).
 
+    A path that exists as given is a file, whatever ``#`` or ``@`` it holds.
+
     Raises
     ------
-    FitError
-        A benchmark that is not a whole number, or a window that is not START:END seconds.
+    RunSpecError
+        A benchmark that is not a whole number, or a window that is not START:END seconds
+        (plain decimal numbers, START < END).
     """
+    import os
+    import re
+
+    if os.path.exists(spec):
+        return spec, None, None
     rest, at, window = spec.rpartition("@") if "@" in spec else (spec, "", "")
     path, sep, k = rest.rpartition("#") if "#" in rest else (rest, "", "")
     if sep and not (k.isascii() and k.isdigit()):  # not '²', which isdigit() takes and int() refuses
-        raise FitError(f"{spec}: expected FILE[#K][@START:END] with K a benchmark number")
+        raise RunSpecError(f"{spec}: expected FILE[#K][@START:END] with K a benchmark number")
     span = None
     if at:
         a, colon, b = window.partition(":")
-        try:
+        number = re.compile(r"(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|inf")  # what float() takes, less _ and signs
+        if colon and all(not x or number.fullmatch(x) for x in (a, b)):
             span = (float(a) if a else 0.0, float(b) if b else float("inf"))
-        except ValueError:
-            span = None
         if not colon or span is None or not span[0] < span[1]:
-            raise FitError(f"{spec}: expected a time window @START:END in seconds with START < END, e.g. @0:60")
+            raise RunSpecError(f"{spec}: expected a time window @START:END in seconds with START < END, e.g. @0:60")
     return path, (int(k) if sep else None), span
 
 
@@ -132,11 +140,25 @@ def _with_engine_metadata(cfg: ReplayConfig, meta: dict, path, keep=frozenset())
 def score_runs(runs: list[Run], cost_model) -> pd.DataFrame:
     """Measured vs predicted on every run: one row per run and metric with the p50/p90
     relative errors (``err_p50``, ``err_p90``) and the absolute ones in ms where the
-    measured value is below 1 ms (``replay.compare.compare``'s table, stacked)."""
+    measured value is below 1 ms (``replay.compare.compare``'s table, stacked).
+
+    Raises
+    ------
+    FitError
+        A run none of whose scored requests the engine completes (all rejected: its settings
+        admit none), naming the run and why.
+    """
+    from schemas.status import OK
+
     rows = []
     for run in runs:
         res, _ = replay_frame(run.trace, cost_model, replace(run.config, record=RecordOptions()), run.metadata)
-        table = compare(run.scored_rows(res))
+        scored = run.scored_rows(res)
+        if not (scored["pred_status"] == OK).any():
+            why = ", ".join(f"{n} {r}" for r, n in scored["pred_status"].value_counts().items())
+            raise FitError(wrap_error(f"{run.name}: no request can be simulated with these settings ({why}); "
+                                      "nothing to score"))
+        table = compare(scored)
         table.insert(0, "run", run.name)
         rows.append(table)
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()

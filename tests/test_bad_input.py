@@ -206,7 +206,26 @@ def test_blis_output_is_not_the_csv_beside_the_header(tmp_path):
 def test_a_benchmark_number_in_other_digits_is_one_error(files):
     res = invoke("calibrate", "fit", f"{files / 't.parquet'}#²", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
                  "-o", files / "c.json")
-    assert res.exit_code == 1 and "with K a benchmark number" in res.output
+    assert res.exit_code == 2 and "with K a benchmark number" in res.output
+
+
+@pytest.mark.parametrize("window", ["@5:3", "@a:b", "@", "@1_0:20", "@-1:2", "@inf:"])
+def test_a_bad_window_is_a_usage_error(files, window):
+    """A run spec is an argument: a bad window is bad usage (exit 2; it was 1), and what float()
+    takes beyond plain decimals and inf (1_0 = 10, a sign) is not a window."""
+    res = invoke("calibrate", "fit", f"{files / 't.parquet'}{window}", "--model", "llama-3.1-8b", "--gpu",
+                 "h100-80gb", "-o", files / "c.json")
+    assert res.exit_code == 2 and "expected a time window @START:END" in " ".join(res.output.split())
+
+
+def test_a_file_whose_name_holds_at_or_hash_is_read_as_named(files):
+    import shutil
+
+    for name in ("r#1.parquet", "a@b.parquet"):
+        shutil.copyfile(files / "t.parquet", files / name)
+        res = invoke("calibrate", "fit", files / name, "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                     "--variants", "max", "-o", files / "c.json")
+        assert res.exit_code == 0, res.output
 
 
 def test_nothing_left_to_fit_is_one_error(files):
@@ -286,3 +305,15 @@ def test_free_overlap_alone_fits_the_blend(files):
                  "--free", "overlap", "-o", files / "c.json")
     assert res.exit_code == 0, res.output
     assert json.loads((files / "c.json").read_text())["params"]["overlap"]["vary"]
+
+
+def test_validate_on_a_run_whose_settings_admit_no_request_is_an_error(files):
+    """A --score-on run none of whose requests the engine admits was dropped from the table with
+    exit 0; it is one error naming the run and why."""
+    # request a (105 tokens) fits in max_model_len 150; b and c, the ones scored, do not
+    res = invoke("calibrate", "validate", "--fit-on", files / "t.parquet@0:0.05", "--score-on",
+                 files / "t.parquet@0.05:", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max",
+                 "--max-model-len", "150")
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 1, res.output
+    assert "no request can be simulated" in flat and "exceeds max_model_len" in flat
