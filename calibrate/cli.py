@@ -231,7 +231,9 @@ def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose
     from .request_fit import fit_requests
 
     n = sum(len(r.trace) for r in runs)
-    click.echo(wrap(f"fitting {len(runs)} run(s), {n} requests, by simulation in the loop (variants "
+    scored = sum(len(r.scored_rows(r.trace)) for r in runs)
+    matched = f" ({scored} in the windows matched)" if scored < n else ""
+    click.echo(wrap(f"fitting {len(runs)} run(s), {n} requests{matched}, by simulation in the loop (variants "
                     f"{', '.join(variants)}) ..."), err=True)
     fits = fit_requests(runs, cm, variants=variants, free=free, fixed=fixed, jobs=jobs, ray_address=ray_address)
     print_fits(fits, verbose)
