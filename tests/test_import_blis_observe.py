@@ -229,6 +229,17 @@ def test_bad_option_exit_2(tmp_path):
     assert res.exit_code == 2
 
 
+def with_recorded_settings(trace, settings: dict, dest):
+    """A copy of ``trace`` at ``dest`` whose metadata records the engine ``settings``."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(trace)
+    meta = dict(table.schema.metadata)
+    meta[b"servecal.engine_settings"] = json.dumps(settings).encode()
+    pq.write_table(table.replace_schema_metadata(meta), dest)
+    return dest
+
+
 def test_import_then_replay(tmp_path):
     """End to end: the header's engine settings become replay's defaults."""
     from replay.cli import main as replay_main
@@ -271,8 +282,6 @@ def test_calibrate_runs_take_the_recorded_settings_too(tmp_path):
     """`calibrate fit`/`validate` read the same recorded settings as `replay` (one reader,
     traces.io.recorded_engine_settings); an option given keeps its value; a bad recorded value is
     one error naming the file."""
-    import pyarrow.parquet as pq
-
     from calibrate.errors import FitError
     from calibrate.runs import load_runs
     from replay.config import EngineOptions, ReplayConfig
@@ -286,10 +295,7 @@ def test_calibrate_runs_take_the_recorded_settings_too(tmp_path):
         (run,) = load_runs([str(out)], ReplayConfig(engine=EngineOptions(max_num_seqs=value)), read_trace,
                            keep={"max_num_seqs"})
         assert run.config.engine.max_num_seqs == value
-    table = pq.read_table(out)
-    meta = dict(table.schema.metadata)
-    meta[b"servecal.engine_settings"] = json.dumps({"max_num_seqs": 0}).encode()
-    pq.write_table(table.replace_schema_metadata(meta), tmp_path / "bad.parquet")
+    with_recorded_settings(out, {"max_num_seqs": 0}, tmp_path / "bad.parquet")
     with pytest.raises(FitError, match=r"bad\.parquet.*max_num_seqs=0 is not a valid setting"):
         load_runs([str(tmp_path / "bad.parquet")], ReplayConfig(), read_trace)
 
@@ -297,8 +303,6 @@ def test_calibrate_runs_take_the_recorded_settings_too(tmp_path):
 def test_a_recorded_setting_that_cannot_run_is_a_data_error_naming_the_trace(tmp_path):
     """A trace recording TP 3 for a 32-head model: replay and calibrate exit 1 naming the trace
     and the setting taken from it (it was a usage error, exit 2); typed, it stays a usage error."""
-    import pyarrow.parquet as pq
-
     from calibrate.cli import main as calibrate_main
     from replay.cli import main as replay_main
     from schemas.calibration import Calibration, FittedParam
@@ -306,11 +310,7 @@ def test_a_recorded_setting_that_cannot_run_is_a_data_error_naming_the_trace(tmp
 
     out = tmp_path / "observed.parquet"
     assert run_cli("import", "blis-observe", write_pair(tmp_path), "-o", out).exit_code == 0
-    table = pq.read_table(out)
-    meta = dict(table.schema.metadata)
-    meta[b"servecal.engine_settings"] = json.dumps({"tensor_parallel_size": 3}).encode()
-    bad = tmp_path / "tp3.parquet"
-    pq.write_table(table.replace_schema_metadata(meta), bad)
+    bad = with_recorded_settings(out, {"tensor_parallel_size": 3}, tmp_path / "tp3.parquet")
     cal = tmp_path / "cal.json"
     Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, {"eta_mem": FittedParam(0.8)}).write(cal)
     runs = {"replay": (replay_main, [str(bad), "--calibration", str(cal)]),
@@ -337,8 +337,6 @@ def test_missing_header_says_so(tmp_path):
 def test_a_recorded_block_size_no_kv_cache_holds_is_a_data_error(tmp_path):
     """A KV block larger than the cache, recorded in the trace: replay and calibrate exit 1
     naming the trace (it was a usage error that named no file)."""
-    import pyarrow.parquet as pq
-
     from calibrate.cli import main as calibrate_main
     from replay.cli import main as replay_main
     from schemas.calibration import Calibration, FittedParam
@@ -346,11 +344,7 @@ def test_a_recorded_block_size_no_kv_cache_holds_is_a_data_error(tmp_path):
 
     out = tmp_path / "observed.parquet"
     assert run_cli("import", "blis-observe", write_pair(tmp_path), "-o", out).exit_code == 0
-    table = pq.read_table(out)
-    meta = dict(table.schema.metadata)
-    meta[b"servecal.engine_settings"] = json.dumps({"block_size": 2 ** 30}).encode()
-    bad = tmp_path / "huge_blocks.parquet"
-    pq.write_table(table.replace_schema_metadata(meta), bad)
+    bad = with_recorded_settings(out, {"block_size": 2 ** 30}, tmp_path / "huge_blocks.parquet")
     cal = tmp_path / "cal.json"
     Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, {"eta_mem": FittedParam(0.8)}).write(cal)
     for cli, args in ((replay_main, [str(bad), "--calibration", str(cal)]),
@@ -365,17 +359,11 @@ def test_a_recorded_block_size_no_kv_cache_holds_is_a_data_error(tmp_path):
 def test_logs_of_another_tp_degree_are_not_fitted_or_scored_together(tmp_path):
     """The first log sets the TP degree modelled; a later one recording another is one error
     naming it (it was fitted, or scored, at the first one's TP)."""
-    import pyarrow.parquet as pq
-
     from calibrate.cli import main as calibrate_main
 
     out = tmp_path / "observed.parquet"
     assert run_cli("import", "blis-observe", write_pair(tmp_path), "-o", out).exit_code == 0
-    table = pq.read_table(out)
-    meta = dict(table.schema.metadata)
-    meta[b"servecal.engine_settings"] = json.dumps({"tensor_parallel_size": 2}).encode()
-    tp2 = tmp_path / "tp2.parquet"
-    pq.write_table(table.replace_schema_metadata(meta), tp2)
+    tp2 = with_recorded_settings(out, {"tensor_parallel_size": 2}, tmp_path / "tp2.parquet")
     hw = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb"]
     for args in (["fit", str(out), str(tp2), *hw, "-o", str(tmp_path / "c.json")],
                  ["validate", "--fit-on", str(out), "--score-on", str(tp2), *hw]):
