@@ -6,7 +6,8 @@ from click.testing import CliRunner
 
 from replay.compare import compare, table_cells
 from replay.errors import ConfigError, TimeseriesError
-from replay.report import NUM_TIME_WINDOWS, errors_over_time, read_timeseries, simulated_counts, write_report
+from replay.report import (NUM_TIME_WINDOWS, check_timeseries_span, errors_over_time, read_timeseries,
+                           simulated_counts, write_report)
 from test_compare import make_cli_inputs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -192,6 +193,58 @@ def test_read_timeseries_errors(tmp_path):
     assert ts["t"].tolist() == [1.0, 2.0] and ts["running"].tolist() == [3, 4]
 
 
+@pytest.mark.parametrize("name,content,message", [
+    ("h.csv", "t,running,waiting\n", r"h\.csv: has no rows; expected one row per tick \(t, running, waiting\)"),
+    ("x.csv.gz", "t,running,waiting\n1,2,3\n", r"x\.csv\.gz: not a CSV time series \(Not a gzipped file"),
+    ("x.zip", "t,running,waiting\n1,2,3\n", r"x\.zip: not a CSV time series \(File is not a zip file\)"),
+    ("x.csv.bz2", "t,running,waiting\n1,2,3\n", r"x\.csv\.bz2: not a CSV time series \(Invalid data stream\)"),
+    ("e.csv", "", r"e\.csv: not a CSV time series \(No columns to parse from file\); expected a CSV with columns "
+                  r"t, running, waiting"),
+    ("b.csv", b"t,running\n\xff\xfe,1\n", r"b\.csv: not a CSV time series \('utf-8' codec can't decode"),
+    ("d.csv", None, r"d\.csv: is a folder; expected a CSV file"),
+])
+def test_every_read_failure_of_a_timeseries_is_one_error(tmp_path, name, content, message):
+    p = tmp_path / name
+    if content is None:
+        p.mkdir()
+    elif isinstance(content, bytes):
+        p.write_bytes(content)
+    else:
+        p.write_text(content)
+    with pytest.raises(TimeseriesError, match=message):
+        read_timeseries(p)
+
+
+def test_a_compressed_timeseries_reads(tmp_path):
+    import gzip
+
+    with gzip.open(tmp_path / "ts.csv.gz", "wt") as fh:
+        fh.write("t,running,waiting\n1.0,3,0\n2.0,4,1\n")
+    assert read_timeseries(tmp_path / "ts.csv.gz")["running"].tolist() == [3, 4]
+
+
+def test_timeseries_span_against_the_trace():
+    trace = pd.DataFrame({"arrival_time_s": [0.0, 10.0, 20.0], "e2e_s": [5.0, 30.0, 12.5]})  # last end: 40 s
+    def ts(t):
+        return pd.DataFrame({"t": np.asarray(t, float), "running": 1.0, "waiting": 0.0})
+
+    assert check_timeseries_span(ts(np.arange(1.0, 43.0)), "ts.csv", trace) is None  # up to 2 ticks after: inside
+    warning = check_timeseries_span(ts(np.arange(1.0, 51.0)), "ts.csv", trace)
+    assert warning == ("warning: ts.csv: 8 of 50 ticks (t 43 to 50 s) lie after the trace's span [0, 40.0] s; "
+                       "they are compared with a simulation that has no request left there")
+    with pytest.raises(TimeseriesError, match=r"ts\.csv: column 't': every tick \(1700000001 to 1700000050 s\) "
+                                              r"lies outside the trace's span \[0, 40\.0\] s; expected seconds since "
+                                              r"the trace's start"):
+        check_timeseries_span(ts(1.7e9 + np.arange(1.0, 51.0)), "ts.csv", trace)
+    # 10 s ticks: the slack is two of them; without e2e_s the span ends at the last arrival and
+    # later ticks may be its drain (no warning), but a series wholly after it is still refused
+    assert check_timeseries_span(ts([10.0, 20.0, 30.0, 40.0, 60.0]), "ts.csv", trace) is None
+    arrivals = trace[["arrival_time_s"]]
+    assert check_timeseries_span(ts(np.arange(1.0, 100.0)), "ts.csv", arrivals) is None
+    with pytest.raises(TimeseriesError, match=r"\[0, 20\.0\] s"):
+        check_timeseries_span(ts([100.0, 101.0]), "ts.csv", arrivals)
+
+
 def test_real_vllm_timeseries_reads(real_data_dir):
     ts = read_timeseries(real_data_dir / "lss_vllm_rtxpro6000_llama31_8b_timeseries.csv")
     assert len(ts) > 60 and ts["running"].max() <= 128  # max_num_seqs of that run
@@ -234,6 +287,32 @@ def test_cli_report_usage_errors(tmp_path):
     res = CliRunner().invoke(main, base + ["--report", str(tmp_path / "rep.md"), "--measured-timeseries", str(bad)])
     assert res.exit_code == 1 and "missing column(s) waiting" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "rep.md").exists()
+
+
+@pytest.mark.parametrize("content,message,code", [
+    ("t,running,waiting\n", "ts.csv: has no rows; expected one row per tick (t, running, waiting)", 1),
+    ("t,running,waiting\n1700000001,3,0\n1700000002,4,0\n",
+     "ts.csv: column 't': every tick (1700000001 to 1700000002 s) lies outside the trace's span [0, ", 1),
+    ("t,running,waiting\n0.5,1,0\n1.5,0,0\n2.5,0,0\n1000,0,0\n",
+     "warning: ts.csv: 1 of 4 ticks (t 1000 to 1000 s) lie after the trace's span [0, ", 0),
+])
+def test_cli_timeseries_faults_come_before_any_output(tmp_path, monkeypatch, content, message, code):
+    """A bad or misplaced series is found when it is read (before the replay), not at report time
+    after -o, --steps-out and --chrome-trace were written; a partly misplaced one is a warning."""
+    from replay.cli import main
+
+    trace, cal, opts = make_cli_inputs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ts.csv").write_text(content)
+    res = CliRunner().invoke(main, [str(trace), "--calibration", str(cal), *opts, "--measured-timeseries", "ts.csv",
+                                    "--report", "r.md", "-o", "o.parquet", "--steps-out", "s.parquet",
+                                    "--chrome-trace", "c.json"])
+    assert res.exit_code == code, res.output
+    assert message in " ".join(res.output.split()) and "Traceback" not in res.output
+    written = sorted(p.name for p in tmp_path.iterdir() if p.name not in ("ts.csv", trace.name, cal.name))
+    assert written == ([] if code else ["c.json", "o.parquet", "r.md", "r_files", "s.parquet"])
+    if code:
+        assert "replaying" not in res.output
 
 
 def test_simulated_counts_are_on_the_engine_clock_with_a_front_end():

@@ -20,12 +20,13 @@ from ..errors import ConfigError, ReplayError
 from ..text import wrap
 from .engine_settings import (calibrated_cost_model, check_limits, engine_sources, fill_engine_options,
                               multi_scheduler_config, replay_config, taken_settings_checked)
-from .options import chrome_trace_options, output_options, parse_tolerances, replay_options, show_progress
+from .options import (chrome_trace_options, output_options, parse_tolerances, replay_options, report_folders,
+                      show_progress)
 from .runners import check_sweep_options, compare_schedulers_run, hardware, parse_scheduler_list, sweep_run
 
 # an unknown --model is a bad option (exit 2), as in 'calibrate fit'; a bad spec inside a
 # calibration file is reported as that file's fault (SchemaError, exit 1) by Calibration.read
-_errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, SpecError))
+_errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, SpecError), output_folders=report_folders)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -58,8 +59,8 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
               help="Write a measured-vs-predicted report: .html (one self-contained file, figures embedded) "
                    "or .md (figures in the folder <name>_files beside it).")
 @click.option("--measured-timeseries", type=click.Path(dir_okay=False), default=None,
-              help="Measured 1 s time series (CSV: t, running, waiting, ...; vLLM's timeseries.csv) "
-                   "to plot against the simulated counts in --report.")
+              help="Measured 1 s time series (CSV: t, running, waiting, ...; vLLM's timeseries.csv; t in "
+                   "seconds since the trace's start) to plot against the simulated counts in --report.")
 @click.option("--tolerance", default=None,
               help="Exit 3 when an error exceeds its bound, e.g. ttft_p50=0.1,tpot_p50=0.1.")
 @click.option("--compare-schedulers", default=None, metavar="LIST",
@@ -147,6 +148,12 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     warning = check_limits(str(trace), frame, kwargs["max_num_seqs"], cost_model.dp)
     if warning:
         click.echo(wrap(warning), err=True)
+    if measured_timeseries:
+        from ..report import check_timeseries_span
+
+        warning = check_timeseries_span(timeseries, measured_timeseries, frame)  # before the replay
+        if warning:
+            click.echo(wrap(warning), err=True)
     kwargs["seed"] = seed
     if names is not None:
         with taken_settings_checked():

@@ -175,12 +175,24 @@ def trace_engine_settings(path) -> dict | None:
 def engine_sources(vllm_log: str | None, cal: Calibration | None = None, cal_path=None, trace=None) -> list:
     """The sources of engine settings, first wins: the measured server's log, the settings
     recorded in the trace's metadata, then the calibration's recorded settings
-    (:func:`fill_engine_options`)."""
+    (:func:`fill_engine_options`).
+
+    Raises
+    ------
+    DataError
+        A ``--vllm-log`` that cannot be read or is no vLLM server log (naming the file).
+    """
     out = []
     if vllm_log:
+        from traces.errors import TraceError
         from traces.importers.vllm_log import engine_settings_from_vllm_log
 
-        out.append((f"vLLM log {vllm_log}", engine_settings_from_vllm_log(vllm_log)))
+        try:
+            out.append((f"vLLM log {vllm_log}", engine_settings_from_vllm_log(vllm_log)))
+        except TraceError as exc:
+            raise DataError(f"--vllm-log {exc}") from None
+        except OSError as exc:
+            raise DataError(f"--vllm-log {vllm_log}: cannot read ({exc.strerror or exc})") from None
     recorded = trace_engine_settings(trace) if trace is not None else None
     if recorded:
         out.append((f"trace {trace}", recorded))

@@ -112,6 +112,18 @@ def show_progress(quiet: bool) -> None:
     click.get_current_context().with_resource(reporting(enabled=not quiet))
 
 
+def report_folders(kwargs: dict) -> dict:
+    """``{"--report": (folder, "figures")}`` for a Markdown ``--report`` (its figures' folder,
+    :func:`replay.report.figures_folder`), else ``{}``: ``user_errors`` refuses, before any
+    work, a file of that name and any input or output inside it."""
+    if not kwargs.get("report"):
+        return {}
+    from ..report import figures_folder
+
+    folder = figures_folder(kwargs["report"])
+    return {"--report": (str(folder), "figures")} if folder is not None else {}
+
+
 #: Options of :func:`replay_options` that only ``--scheduler disagg`` uses (None when not given).
 DISAGG_OPTIONS = ("prefill_replicas", "decode_replicas", "tp_prefill", "tp_decode", "link",
                   "link_bandwidth_bytes_per_s", "link_latency_s", "first_token_from")

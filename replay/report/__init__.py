@@ -36,11 +36,12 @@ from ..compare import (MAPE_MIN_MEAS_S, REL_ERR_FLOOR_S, broken_tolerances, comp
 from ..errors import ConfigError, ReplayError
 from .figures import STEP_COLUMNS, cdf_figure, png as png_bytes, scatter_figure, steps_figure, timeseries_figure
 from .render import ms, pct, render
-from .timeseries import NUM_TIME_WINDOWS, TIMESERIES_COLUMNS, errors_over_time, read_timeseries, simulated_counts
+from .timeseries import (NUM_TIME_WINDOWS, TIMESERIES_COLUMNS, check_timeseries_span, errors_over_time,
+                         read_timeseries, simulated_counts)
 
-__all__ = ["REPORT_FORMATS", "NUM_TIME_WINDOWS", "TIMESERIES_COLUMNS", "errors_over_time",
-           "read_timeseries", "report_context", "report_format", "simulated_counts", "tolerance_verdict",
-           "write_report"]
+__all__ = ["REPORT_FORMATS", "NUM_TIME_WINDOWS", "TIMESERIES_COLUMNS", "check_timeseries_span", "errors_over_time",
+           "figures_folder", "read_timeseries", "report_context", "report_format", "simulated_counts",
+           "tolerance_verdict", "write_report"]
 
 #: Report formats by file suffix.
 REPORT_FORMATS = {".md": "markdown", ".html": "html"}
@@ -59,6 +60,13 @@ def report_format(path: str | os.PathLike) -> str:
         raise ConfigError(f"--report {path}: unknown report format {suffix or '(no suffix)'!r}; "
                           f"use {' or '.join(REPORT_FORMATS)}")
     return REPORT_FORMATS[suffix]
+
+
+def figures_folder(path: str | os.PathLike) -> Path | None:
+    """The folder a report at ``path`` writes its figures into: ``<stem>_files`` beside a
+    Markdown report; None for HTML (figures embedded) and other suffixes."""
+    path = Path(path)
+    return path.parent / f"{path.stem}_files" if REPORT_FORMATS.get(path.suffix.lower()) == "markdown" else None
 
 
 def servecal_version() -> str:
@@ -211,7 +219,7 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
             raise ReplayError(f"simulated steps: missing column(s) {', '.join(missing)}")
     table = compare(result_df)
     metrics = list(table["metric"]) if not table.empty else []
-    folder = f"{path.stem}_files"  # Markdown's figures, named after the report
+    folder = f"{path.stem}_files"  # Markdown's figures, named after the report (see figures_folder)
     blocks: list[tuple] = [("meta", list(context) if context else report_context())]
     figures: list[tuple[str, object]] = []  # (file name in the folder, figure)
 

@@ -34,7 +34,8 @@ def read_timeseries(source) -> pd.DataFrame:
     Raises
     ------
     TimeseriesError
-        Missing file, not CSV, a missing column, or a non-numeric / NaN / negative value
+        Any failure to read the file (missing, a folder, unreadable, not CSV, not compressed as
+        its suffix says), no rows, a missing column, or a non-numeric / NaN / negative value
         (the first bad row is named, counting the header as line 1).
     """
     where = "measured time series" if isinstance(source, pd.DataFrame) else str(source)
@@ -42,15 +43,26 @@ def read_timeseries(source) -> pd.DataFrame:
         df = source
     else:
         try:
-            df = pd.read_csv(source)
+            df = pd.read_csv(source)  # compression inferred from the suffix (.gz, .zip, ...)
         except FileNotFoundError:
             raise TimeseriesError(f"{where}: no such file") from None
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise TimeseriesError(f"{where}: not a CSV time series ({exc})") from None
+        except IsADirectoryError:
+            raise TimeseriesError(f"{where}: is a folder; expected a CSV file") from None
+        except PermissionError as exc:
+            raise TimeseriesError(f"{where}: cannot read ({exc.strerror})") from None
+        except MemoryError:
+            raise
+        except Exception as exc:  # pandas, csv, gzip, zipfile, lzma, ... each fail in their own way
+            detail = " ".join(str(exc).split())[:120] or type(exc).__name__
+            raise TimeseriesError(f"{where}: not a CSV time series ({detail}); expected a CSV with columns "
+                                  f"{', '.join(TIMESERIES_COLUMNS)} (compressed only when its name ends in .gz, "
+                                  ".bz2, .xz, .zst or .zip)") from None
     missing = [c for c in TIMESERIES_COLUMNS if c not in df.columns]
     if missing:
         raise TimeseriesError(f"{where}: missing column(s) {', '.join(missing)}; "
                               f"expected {', '.join(TIMESERIES_COLUMNS)} (vLLM's timeseries.csv)")
+    if df.empty:
+        raise TimeseriesError(f"{where}: has no rows; expected one row per tick ({', '.join(TIMESERIES_COLUMNS)})")
     out = {}
     for col in TIMESERIES_COLUMNS:
         v = pd.to_numeric(df[col], errors="coerce").to_numpy(float, na_value=np.nan)
@@ -60,6 +72,57 @@ def read_timeseries(source) -> pd.DataFrame:
                                   "is not a finite number >= 0")
         out[col] = v
     return pd.DataFrame(out).sort_values("t", kind="stable").reset_index(drop=True)
+
+
+def check_timeseries_span(ts: pd.DataFrame, where: str, trace: pd.DataFrame) -> str | None:
+    """Check that a measured time series lies on the trace's clock: some ticks within its span.
+
+    The span is [0, the last measured completion] (``arrival_time_s + e2e_s``; the last arrival
+    when the trace has no ``e2e_s``). A tick up to two tick spacings after it counts as inside:
+    a tick reports the interval before it, and the series' origin is known to about a tick.
+
+    Parameters
+    ----------
+    ts : pandas.DataFrame
+        A time series from :func:`read_timeseries`.
+    where : str
+        Its file, for the messages.
+    trace : pandas.DataFrame
+        The request trace (``arrival_time_s``, optional ``e2e_s``, seconds).
+
+    Returns
+    -------
+    str or None
+        A warning when some ticks lie after the span (the trace has ``e2e_s``), else None.
+
+    Raises
+    ------
+    TimeseriesError
+        Every tick lies outside the span (e.g. wall-clock seconds instead of seconds since
+        the trace's start): the comparison would be against an empty simulation.
+    """
+    t = ts["t"].to_numpy(float)
+    arrival = trace["arrival_time_s"].to_numpy(float)
+    if t.size == 0 or arrival.size == 0:
+        return None
+    ends = arrival + trace["e2e_s"].to_numpy(float) if "e2e_s" in trace else arrival
+    end = float(np.nanmax(np.concatenate([arrival, ends[np.isfinite(ends)]])))
+    gaps = np.diff(t)
+    spacing = float(np.median(gaps[gaps > 0])) if (gaps > 0).any() else 1.0
+    outside = (t < 0) | (t > end + 2 * spacing)
+    if not outside.any():
+        return None
+    span = f"the trace's span [0, {end:.1f}] s"
+    if outside.all():
+        raise TimeseriesError(f"{where}: column 't': every tick ({t.min():.10g} to {t.max():.10g} s) lies "
+                              f"outside {span}; expected seconds since the trace's start (a wall clock? "
+                              "subtract the run's start time, or import the log with 'traces import vllm-log "
+                              "--align-to TRACE --timeseries-csv')")
+    if "e2e_s" not in trace:
+        return None  # the trace's end is unknown: ticks after its last arrival may be its drain
+    after = t[outside]
+    return (f"warning: {where}: {after.size} of {t.size} ticks (t {after.min():.10g} to {after.max():.10g} s) lie "
+            f"after {span}; they are compared with a simulation that has no request left there")
 
 
 def simulated_counts(result: pd.DataFrame, t_s) -> tuple[np.ndarray, np.ndarray]:

@@ -130,10 +130,11 @@ def import_vidur_cmd(src, output, invalid):
 @import_.command("burstgpt")
 @click.argument("src", type=click.Path(dir_okay=False))
 @OUTPUT
-@click.option("--model", default=None, help="Keep only this Model (e.g. GPT-4, ChatGPT).")
+# not named 'model': that parameter name is a --model spec file to user_errors
+@click.option("--model", "keep_model", default=None, help="Keep only this Model (e.g. GPT-4, ChatGPT).")
 @INVALID
 @file_errors
-def import_burstgpt_cmd(src, output, model, invalid):
+def import_burstgpt_cmd(src, output, keep_model, invalid):
     """BurstGPT CSV (Timestamp s, Model, Request/Response/Total tokens, Log Type).
 
     Rows with 0 response tokens are failed requests: kept with status
@@ -147,7 +148,7 @@ def import_burstgpt_cmd(src, output, model, invalid):
     from ..importers.burstgpt import import_burstgpt
 
     with progress("burstgpt", src) as bar:
-        frame, meta = import_burstgpt(src, model=model, invalid=invalid, progress=bar)
+        frame, meta = import_burstgpt(src, model=keep_model, invalid=invalid, progress=bar)
     write_requests(frame, meta, output)
 
 

@@ -2,8 +2,6 @@
 (OpenTelemetry spans, the server log)."""
 from __future__ import annotations
 
-import os
-
 import click
 
 from schemas.kinds import REQUEST_TRACE
@@ -200,8 +198,6 @@ def import_vllm_otlp_cmd(src, output, guidellm, invalid):
     """
     from ..importers.vllm_otlp import import_vllm_otlp, join_guidellm
 
-    if guidellm and os.path.realpath(guidellm) == os.path.realpath(output):
-        raise click.UsageError(f"-o/--output {output}: the same file as --guidellm; choose another output name")
     with progress("vllm-otlp", src) as bar:
         frame, meta = import_vllm_otlp(src, invalid=invalid, progress=bar)
     if guidellm:
@@ -244,7 +240,6 @@ def import_vllm_log_cmd(src, output, timeseries_csv, align_to, log_utc_offset):
     """
     import json
 
-    from .support import check_outputs
     from schemas.tables import VLLM_STATS
 
     from ..importers.vllm_log.stats import import_vllm_log, timeseries_csv_frame
@@ -252,8 +247,6 @@ def import_vllm_log_cmd(src, output, timeseries_csv, align_to, log_utc_offset):
 
     if log_utc_offset is not None and not align_to:
         raise click.UsageError("--log-utc-offset places the log on a trace's clock: give --align-to too")
-    if timeseries_csv:
-        check_outputs([src, output, align_to], {"--timeseries-csv": timeseries_csv})
     origin = None
     if align_to:
         _, _, tmeta = read_trace(align_to, REQUEST_TRACE)

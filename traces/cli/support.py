@@ -24,33 +24,45 @@ class DataError(click.ClickException):
 
 
 #: Parameter names of the files commands read and write, checked by :func:`user_errors`.
+#: Every option or argument that names a file to read belongs in INPUT_PARAMS (an output of
+#: the same name would overwrite it), every file written in OUTPUT_PARAMS.
 INPUT_PARAMS = ("src", "sources", "file", "trace", "traces", "fit_on", "score_on", "data", "calibration_path",
-                "measured_timeseries", "fix_from")
-OUTPUT_PARAMS = ("output", "steps_out", "chrome_trace", "report", "sweep_out", "plot", "table_out")
+                "measured_timeseries", "fix_from", "model_config", "gpu_spec", "vllm_log", "guidellm", "align_to")
+OUTPUT_PARAMS = ("output", "steps_out", "chrome_trace", "report", "sweep_out", "plot", "table_out", "timeseries_csv")
+#: Parameters naming a catalog key or a spec file (``--model``, ``--gpu``): inputs when they name a file.
+SPEC_PARAMS = ("model", "gpu")
 
 
-def user_errors(data_errors: tuple = (), usage_errors: tuple = ()):
+def user_errors(data_errors: tuple = (), usage_errors: tuple = (), output_folders=None):
     """Decorate a click command so the named exceptions become one clear message, no traceback.
 
     ``SchemaError`` and every class in ``data_errors`` exit 1; ``usage_errors`` exit 2, their
     message folded to 100 columns (``Error: `` included; a data error, which names its file
     first, is folded where it is raised).
     Before the command runs, every output (parameters :data:`OUTPUT_PARAMS`) must be
-    writable and differ from every input (:data:`INPUT_PARAMS`) and from the other outputs
-    (exit 2), so a bad second output never costs the first one.
+    writable and differ from every input (:data:`INPUT_PARAMS`, and :data:`SPEC_PARAMS` that
+    name a file) and from the other outputs (exit 2), so a bad second output never costs the
+    first one. ``output_folders(kwargs)`` returns ``{option: (folder, what)}``, the folders
+    an output writes ``what`` into besides its file (a Markdown report's figures): see
+    :func:`check_outputs`.
     """
     data_errors = (SchemaError, *data_errors)
 
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            inputs = []
+            inputs = {}
             for name in INPUT_PARAMS:
                 v = kwargs.get(name)
-                inputs += list(v) if isinstance(v, (list, tuple)) else [v]
+                if v:
+                    inputs[_label(name)] = list(v) if isinstance(v, (list, tuple)) else [v]
+            for name in SPEC_PARAMS:
+                path = _spec_file(kwargs.get(name))
+                if path:
+                    inputs[_label(name)] = [path]
             outputs = {"--" + name.replace("_", "-") if name != "output" else "-o/--output": kwargs.get(name)
                        for name in OUTPUT_PARAMS}
-            check_outputs(inputs, outputs)
+            check_outputs(inputs, outputs, output_folders(kwargs) if output_folders else None)
             expect_outputs([p for p in outputs.values() if p])
             try:
                 return fn(*args, **kwargs)
@@ -61,8 +73,8 @@ def user_errors(data_errors: tuple = (), usage_errors: tuple = ()):
             except RecursionError:
                 # a structure nested deeper than any reader expects (e.g. a JSON file);
                 # readers name the file themselves, this is the last resort
-                raise DataError(f"{', '.join(str(p) for p in inputs if p) or 'input'}: nested too deeply to read"
-                                ) from None
+                read = [str(p) for paths in inputs.values() for p in paths]
+                raise DataError(f"{', '.join(read) or 'input'}: nested too deeply to read") from None
             finally:
                 # a Ctrl-C after the last output was renamed into place was held: the work is
                 # complete, so the command ends with its own exit code
@@ -72,6 +84,29 @@ def user_errors(data_errors: tuple = (), usage_errors: tuple = ()):
         return wrapper
 
     return deco
+
+
+def _label(name: str) -> str:
+    """How the running command's parameter ``name`` is spelled: its long option, or its
+    argument's metavar (``TRACE``)."""
+    ctx = click.get_current_context(silent=True)
+    for param in ctx.command.params if ctx is not None else ():
+        if param.name == name:
+            return max(param.opts, key=len) if isinstance(param, click.Option) else param.human_readable_name
+    return "--" + name.replace("_", "-")
+
+
+def _spec_file(value) -> str | None:
+    """The file a ``--model``/``--gpu`` value reads when it names one (a model folder: its
+    ``config.json``, see :func:`schemas.hf_config.model_from_hf_config`); None for a catalog key."""
+    import os
+
+    if not value:
+        return None
+    path = os.path.expanduser(str(value).strip())
+    if os.path.isdir(path):
+        return os.path.join(path, "config.json")
+    return path if os.path.isfile(path) else None
 
 
 def version_option():
@@ -93,31 +128,54 @@ def _file_read(path) -> str:
     return text
 
 
-def check_outputs(inputs, outputs: dict) -> None:
+def check_outputs(inputs, outputs: dict, folders: dict | None = None) -> None:
     """Refuse before any work an output that is an input or another output, or unwritable.
 
     Parameters
     ----------
-    inputs : iterable of paths read by the command
+    inputs : iterable of paths read by the command, or dict input name -> list of paths
     outputs : dict option name -> path (None when not given)
+    folders : dict option name -> (folder, what), optional
+        Folders an output writes more files into (``what``, e.g. "figures"): the folder must
+        not be a file and, when it exists, must be writable; no input or other output may lie
+        inside it (whatever the figures' names: the simple rule that holds for every name).
 
     Raises
     ------
     click.UsageError
-        Naming the option.
+        Naming the option, the file and what is expected.
     """
     import os
 
-    seen = {os.path.realpath(_file_read(p)): "input" for p in inputs if p}
+    if not isinstance(inputs, dict):
+        inputs = {"": list(inputs)}
+    files = [(os.path.realpath(_file_read(p)), f"input {name}".strip(), p)
+             for name, paths in inputs.items() for p in paths if p]
     for option, path in outputs.items():
         if not path:
             continue
         real = os.path.realpath(path)
-        if real in seen:
-            raise click.UsageError(f"{option} {path}: the same file as the {seen[real]}; "
-                                   "choose another output name")
-        seen[real] = option
+        same = [what for r, what, _ in files if r == real]
+        if same:
+            raise click.UsageError(f"{option} {path}: the same file as the {same[0]}; choose another output name")
+        files.append((real, f"output {option}", path))
         try:
             check_writable(path)
         except SchemaError as exc:
             raise click.UsageError(f"{option} {exc}") from None
+    for option, (folder, what) in (folders or {}).items():
+        writer = f"{option} {outputs.get(option)}"
+        if os.path.lexists(folder) and not os.path.isdir(folder):
+            raise click.UsageError(wrap_error(f"{writer}: writes its {what} into the folder {folder}, but that is "
+                                              f"a file; move it or choose another {option} name"))
+        if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
+            raise click.UsageError(wrap_error(f"{writer}: writes its {what} into the folder {folder}, which is "
+                                              "not writable"))
+        inside = os.path.realpath(folder)
+        for real, which, path in files:
+            if os.path.commonpath([inside, real]) == inside:
+                fix = ("choose another output name" if which.startswith("output") else
+                       f"move it or choose another {option} name")
+                raise click.UsageError(wrap_error(f"{which.split(' ', 1)[-1]} {path}: inside the folder {folder}, "
+                                                  f"which {writer} fills with its {what} (replacing files of "
+                                                  f"their names); {fix}"))
