@@ -56,6 +56,12 @@ class SpecError(SchemaError):
     """A model or GPU spec is unknown, incomplete or inconsistent."""
 
 
+class SpecFileError(SpecError):
+    """A spec file given by path (a GPU spec JSON, a Hugging Face config.json) that is missing
+    or whose content is not a valid spec: bad data (the CLI exits 1), where an unknown catalog
+    key is bad usage (2)."""
+
+
 class ParamError(SchemaError, ValueError):
     """A cost parameter unknown, not a number, or outside its declared range (:mod:`schemas.cost_params`)."""
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .dtypes import dtype_bytes, kv_dtype_bytes, weight_dtype_bytes
-from .errors import SpecError
+from .errors import SpecError, SpecFileError
 from .spec_checks import check_number
 from .spec_types import ModelSpec
 
@@ -309,14 +309,19 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
 
     Raises
     ------
-    SpecError
+    SpecFileError
         Naming the file: not found, not JSON, unsupported architecture, missing field.
     """
     path = Path(path).expanduser()
     if path.is_dir():
         path = path / "config.json"
-    cfg = read_json(path, "model config")
-    folder = path.resolve().parent.name
-    if not folder or re.fullmatch(r"[0-9a-f]{40}", folder):
-        folder = str(cfg.get("model_type") or "model") if isinstance(cfg, dict) else "model"
-    return spec_from_config(cfg, folder, str(path))
+    try:
+        cfg = read_json(path, "model config")
+        folder = path.resolve().parent.name
+        if not folder or re.fullmatch(r"[0-9a-f]{40}", folder):
+            folder = str(cfg.get("model_type") or "model") if isinstance(cfg, dict) else "model"
+        return spec_from_config(cfg, folder, str(path))
+    except SpecFileError:
+        raise
+    except SpecError as exc:
+        raise SpecFileError(str(exc)) from None

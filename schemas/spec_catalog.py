@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .errors import SpecError
+from .errors import SpecError, SpecFileError
 from .hf_config import model_from_hf_config, read_json, spec_from_config
 from .spec_checks import check_number
 from .spec_types import GpuSpec, Link, ModelSpec
@@ -185,16 +185,21 @@ def gpu_from_json(path: str | Path) -> GpuSpec:
 
     Raises
     ------
-    SpecError
+    SpecFileError
         Naming the file and the field: missing file, not JSON, missing/unknown/bad field.
     """
     path = Path(path).expanduser()
-    d = read_json(path, "gpu spec")
-    if not isinstance(d, dict):
-        raise SpecError(f"{path}: expected a JSON object, got {type(d).__name__}")
-    d = {k: _unwrap(v) for k, v in d.items() if k not in ("source", "description", "aliases")}
-    d.setdefault("name", path.stem)
-    return GpuSpec.from_dict(d, str(path))
+    try:
+        d = read_json(path, "gpu spec")
+        if not isinstance(d, dict):
+            raise SpecError(f"{path}: expected a JSON object, got {type(d).__name__}")
+        d = {k: _unwrap(v) for k, v in d.items() if k not in ("source", "description", "aliases")}
+        d.setdefault("name", path.stem)
+        return GpuSpec.from_dict(d, str(path))
+    except SpecFileError:
+        raise
+    except SpecError as exc:
+        raise SpecFileError(str(exc)) from None
 
 
 def get_gpu(name: str) -> GpuSpec:

@@ -317,3 +317,19 @@ def test_validate_on_a_run_whose_settings_admit_no_request_is_an_error(files):
     flat = " ".join(res.output.split())
     assert res.exit_code == 1, res.output
     assert "no request can be simulated" in flat and "exceeds max_model_len" in flat
+
+
+def test_a_bad_spec_file_is_a_data_error_an_unknown_key_a_usage_error(files):
+    """A GPU spec or model config file whose content is not a spec is bad data (exit 1, naming
+    the file; it was 2); a catalog key that does not exist stays bad usage (2)."""
+    (files / "gpu.json").write_text('{"name": "x"}')
+    (files / "config.json").write_text('{"model_type": "llama"}')
+    res = invoke("calibrate", "fit", files / "t.parquet", "--model", "llama-3.1-8b", "--gpu-spec",
+                 files / "gpu.json", "-o", files / "c.json")
+    assert res.exit_code == 1 and f"{files / 'gpu.json'}: missing field(s)" in res.output
+    res = invoke("calibrate", "fit", files / "t.parquet", "--model-config", files / "config.json", "--gpu",
+                 "h100-80gb", "-o", files / "c.json")
+    assert res.exit_code == 1 and str(files / "config.json") in "".join(res.output.split()), res.output
+    res = invoke("calibrate", "fit", files / "t.parquet", "--model", "no-such-model", "--gpu", "h100-80gb",
+                 "-o", files / "c.json")
+    assert res.exit_code == 2 and "unknown model" in res.output

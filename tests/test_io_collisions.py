@@ -96,7 +96,8 @@ def test_every_file_option_of_every_command_is_checked():
         else:
             yield name, cmd
 
-    known = set(INPUT_PARAMS) | set(OUTPUT_PARAMS) | set(SPEC_PARAMS)
+    # servecal demo's --out-dir: a folder it makes for its outputs; the demo reads no file
+    known = set(INPUT_PARAMS) | set(OUTPUT_PARAMS) | set(SPEC_PARAMS) | {"out_dir"}
     unknown = [(name, p.name) for name, cmd in commands(servecal, "servecal") for p in cmd.params
                if isinstance(p.type, click.Path) and p.name not in known]
     assert unknown == []

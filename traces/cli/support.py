@@ -12,7 +12,7 @@ import functools
 import click
 
 from schemas.atomic import check_writable, expect_outputs, release_sigint
-from schemas.errors import SchemaError
+from schemas.errors import SchemaError, SpecFileError
 
 from schemas.text import wrap_error
 
@@ -66,6 +66,8 @@ def user_errors(data_errors: tuple = (), usage_errors: tuple = (), output_folder
             expect_outputs([p for p in outputs.values() if p])
             try:
                 return fn(*args, **kwargs)
+            except SpecFileError as exc:  # a file's content, though other spec errors are usage
+                raise DataError(str(exc)) from None
             except usage_errors as exc:
                 raise click.UsageError(wrap_error(str(exc))) from None
             except data_errors as exc:
