@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from schemas.errors import text_reason
 from schemas.status import OK
 
 from ..compare import compare
@@ -46,7 +47,7 @@ def read_timeseries(source) -> pd.DataFrame:
         except FileNotFoundError:
             raise TimeseriesError(f"{where}: no such file") from None
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise TimeseriesError(f"{where}: not a CSV time series ({exc})") from None
+            raise TimeseriesError(f"{where}: not a CSV time series ({text_reason(source, exc)})") from None
     missing = [c for c in TIMESERIES_COLUMNS if c not in df.columns]
     if missing:
         raise TimeseriesError(f"{where}: missing column(s) {', '.join(missing)}; "
