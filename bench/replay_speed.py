@@ -1,6 +1,6 @@
 """Replay speed of servecal's engine, as ratios to a minimal reference loop measured in the same run.
 
-Usage: python bench/replay_speed.py [--requests 1000000] [--schedulers chunked,fcfs,disagg]
+Usage: python bench/replay_speed.py [--requests {requests}] [--schedulers {schedulers}]
                                     [--calibration | --calibration-only]
 
 Each case runs in its own process (so peak RSS is per case). Workloads:
@@ -13,8 +13,10 @@ aggregates, no KV cache, no per-request bookkeeping beyond counters) run on the 
 workload. sched-sim 0.2.1 is timed too when installed (pip install sched-sim==0.2.1; bench only).
 
 --calibration adds the calibration speed, each job in its own process: `calibrate fit` on a
-1M-row synthetic step trace, and the simulation-in-the-loop fit (jobs=1) on 10k synthetic
-requests, both generated with known parameters (CAL_TRUTH).
+synthetic step trace of {calibration_rows:,} rows (--calibration-rows), and the
+simulation-in-the-loop fit (its starts on every core) on one synthetic request log and on
+{calibration_logs} logs jointly (--calibration-logs), each of {calibration_requests:,} requests
+(--calibration-requests); all generated with known parameters (CAL_TRUTH).
 """
 from __future__ import annotations
 
@@ -363,7 +365,7 @@ def calibration_cases(args, cap: float) -> None:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--schedulers", default="chunked,fcfs,disagg")
     ap.add_argument("--repeat", type=int, default=1,
@@ -374,11 +376,14 @@ def main():
                     help="skip sched-sim on cases with more requests")
     ap.add_argument("--calibration", action="store_true", help="also time the calibration fits")
     ap.add_argument("--calibration-only", action="store_true", help="time the calibration fits only")
-    ap.add_argument("--calibration-rows", type=int, default=1_000_000, help="rows of the synthetic step trace")
+    ap.add_argument("--calibration-rows", type=int, default=1_000_000,
+                    help="rows of the synthetic step trace (default: %(default)s)")
     ap.add_argument("--calibration-logs", type=int, default=4,
-                    help="logs of the joint request fit (--calibration)")
+                    help="logs of the joint request fit (default: %(default)s)")
     ap.add_argument("--calibration-requests", type=int, default=5_000,
-                    help="requests of the synthetic request log")
+                    help="requests of each synthetic request log (default: %(default)s)")
+    # the docstring names the options' defaults: its {dest} fields, filled from them
+    ap.description = __doc__.format(**vars(ap.parse_args([])))
     args = ap.parse_args()
     cap = capacity_rps()
     cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()

@@ -6,12 +6,13 @@ import textwrap
 import click
 
 from schemas.calibration import sha256_of
-from traces.cli.support import DataError, user_errors, version_option
+from traces.cli.support import DataError, FoldedGroup, user_errors, version_option
 from schemas.text import wrap, wrap_error
 from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, VARIANTS, CostParams, check_value
 from schemas.errors import SpecError
 from schemas.kinds import REQUEST_TRACE, STEP_TRACE
-from schemas.specs import get_gpu, get_model, gpu_from_json, list_gpus, list_models, model_from_hf_config
+from schemas.specs import (catalog_key, get_gpu, get_model, gpu_from_json, list_gpus, list_models,
+                           model_from_hf_config)
 from replay.cli.engine_settings import (check_limits, engine_sources, fill_engine_options, replay_config,
                                        taken_settings_checked)
 from replay.cli.options import replay_options
@@ -25,7 +26,7 @@ from .errors import CalibrationError, FitError, RunSpecError
 _errors = user_errors(data_errors=(CalibrationError, ReplayError), usage_errors=(SpecError, ConfigError, RunSpecError))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=FoldedGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @version_option()
 def main():
     """Fit the simulator's cost model to measured traces.
@@ -122,12 +123,12 @@ def held_and_free(fix, fix_from, free, variants, cm) -> tuple[dict, tuple, str]:
     from schemas.calibration import Calibration
 
     if not free_given:
-        raise click.UsageError(wrap_error("--fix-from holds every parameter: name the ones to fit with --free "
-                                          "(e.g. --free eta_link,t_allreduce_hop_s,t_frontend_s)"))
+        raise click.UsageError("--fix-from holds every parameter: name the ones to fit with --free "
+                               "(e.g. --free eta_link,t_allreduce_hop_s,t_frontend_s)")
     cal = Calibration.read(fix_from)
     if cal.gpu.name != cm.gpu.name:
-        raise click.UsageError(wrap_error(f"--fix-from {fix_from}: fitted on {cal.gpu.name}, not {cm.gpu.name}; "
-                                          "efficiencies do not carry over to another GPU"))
+        raise click.UsageError(f"--fix-from {fix_from}: fitted on {cal.gpu.name}, not {cm.gpu.name}; "
+                               "efficiencies do not carry over to another GPU")
     held = {n: p.value for n, p in cal.params.items() if n in PARAMS and n not in names and not math.isnan(p.value)}
     return {**held, **fixed}, names, variants or "blend"
 
@@ -460,7 +461,8 @@ def model_from_options(model: str | None, model_config: str | None):
 
 @main.command()
 @click.option("--name", "name", default=None, metavar="KEY",
-              help="Print every value of one model or GPU, with its source.")
+              help="Print every value of one model or GPU (its key, an alias or its Hugging Face id), "
+                   "with its source.")
 @_errors
 def catalog(name):
     """List the built-in models and GPUs: one table each, within 100 columns.
@@ -474,10 +476,11 @@ def catalog(name):
 
     gpus, models = list_gpus(), list_models()
     if name is not None:
-        rows = [r for r in gpus + models if r["key"] == name]
+        key = catalog_key(name)
+        rows = [r for r in gpus + models if r["key"] == key]
         if not rows:
-            raise click.UsageError(wrap_error(f"--name {name}: no such model or GPU key; the keys are the first "
-                                              "column of 'calibrate catalog'"))
+            raise click.UsageError(f"--name {name}: no such model or GPU (a key, an alias or a Hugging Face id); "
+                                   "the keys are the first column of 'calibrate catalog'")
         for k, v in rows[0].items():
             text = f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}"
             click.echo(textwrap.fill(text, WIDTH, subsequent_indent="    ", break_long_words=False,

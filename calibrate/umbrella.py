@@ -5,11 +5,11 @@ import click
 
 from replay.cli import main as replay_main
 from replay.cli.describe_load import add_load_to_describe
-from traces.cli.support import version_option
+from traces.cli.support import FoldedGroup, version_option
 from traces.cli import main as traces_main
 
 
-class _LazyGroup(click.Group):
+class _LazyGroup(FoldedGroup):
     """A group whose commands in :attr:`lazy` are imported when one of them is run or asked for
     its help: ``calibrate`` and ``demo`` pull in numpy, pandas, scipy and lmfit, which
     ``servecal --help`` does not need. The one-line help of each is given here (a test checks

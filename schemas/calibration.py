@@ -9,8 +9,9 @@ from pathlib import Path
 
 from .atomic import write_text_atomic
 from .cost_params import PARAMS, check_value
-from .errors import SchemaError
+from .errors import SchemaError, text_reason
 from .specs import GpuSpec, ModelSpec
+from .text import wrap_error
 
 CALIBRATION = "calibration/2"
 #: Older versions still read (converted on reading).
@@ -134,8 +135,9 @@ class Calibration:
             d = json.loads(path.read_text())
         except FileNotFoundError:
             raise SchemaError(f"{path}: no such calibration file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError) as exc:
-            raise SchemaError(f"{path}: not a calibration JSON ({str(exc)[:200]})") from None
+        except (UnicodeError, RecursionError, ValueError) as exc:  # JSONDecodeError is a ValueError
+            raise SchemaError(wrap_error(f"{path}: not a calibration JSON ({text_reason(path, exc)}); expected a "
+                                         "file written by 'calibrate fit'")) from None
         version = d.get("servecal.schema") if isinstance(d, dict) else type(d).__name__
         if version not in (CALIBRATION, _OLD_CALIBRATION):
             raise SchemaError(f"{path}: 'servecal.schema' is {version!r}; expected {CALIBRATION!r} "

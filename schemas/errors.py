@@ -8,6 +8,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def text_reason(path, exc: BaseException) -> str:
+    """Why ``path`` could not be read as a text file (JSON, CSV), in a few words for a message:
+    a Parquet file (``PAR1`` at its start) given where text is expected, bytes that are not
+    UTF-8 text, else the first line of the parser's message (at most 80 characters), never a
+    codec's byte positions."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        head = b""
+    if head == b"PAR1":
+        return "it is a Parquet file"
+    if isinstance(exc, UnicodeError):
+        return "not UTF-8 text"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    lines = str(exc).strip().splitlines()
+    first = lines[0] if lines else type(exc).__name__
+    return first if len(first) <= 80 else first[:80].rsplit(" ", 1)[0] + " ..."
+
+
 @dataclass(frozen=True)
 class Problem:
     """One broken rule: where (file, column, rows) and what was expected."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .dtypes import dtype_bytes, kv_dtype_bytes, weight_dtype_bytes
-from .errors import SpecError, SpecFileError
+from .errors import SpecError, SpecFileError, text_reason
 from .spec_checks import check_number
 from .spec_types import ModelSpec
 
@@ -288,8 +288,8 @@ def read_json(path: Path, what: str) -> Any:
         raise SpecError(f"{path}: {what} file not found")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: not valid JSON ({exc})") from None
+    except (UnicodeError, RecursionError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        raise SpecError(f"{path}: not valid JSON ({text_reason(path, exc)})") from None
 
 
 def model_from_hf_config(path: str | Path) -> ModelSpec:

@@ -111,6 +111,17 @@ def _resolve(kind: str, name: str) -> str:
                     f"{', '.join(entries)}.{file_hint}")
 
 
+def catalog_key(name: str) -> str | None:
+    """The catalog key of the model or GPU ``name`` names as ``--model`` and ``--gpu`` take it
+    (key, alias, Hugging Face id, ``nvidia-smi`` name), or None when it names neither."""
+    for kind in ("models", "gpus"):
+        try:
+            return _resolve(kind, str(name).strip())
+        except SpecError:
+            continue
+    return None
+
+
 def _is_path(name: str) -> bool:
     return name.endswith(".json") or name.startswith(("/", "./", "../", "~", "."))
 

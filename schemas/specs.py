@@ -34,6 +34,7 @@ from .hf_config import (
 )
 from .spec_catalog import (
     CATALOG_DIR,
+    catalog_key,
     get_gpu,
     get_link,
     get_model,
@@ -46,7 +47,7 @@ from .spec_catalog import (
 from .spec_types import GpuSpec, Link, ModelSpec
 
 __all__ = [
-    "CATALOG_DIR", "KV_CACHE_DTYPE_BYTES", "GpuSpec", "Link", "ModelSpec", "count_params",
+    "CATALOG_DIR", "KV_CACHE_DTYPE_BYTES", "GpuSpec", "Link", "ModelSpec", "catalog_key", "count_params",
     "dtype_bytes", "get_gpu", "get_link", "get_model", "gpu_from_json", "is_moe_layer",
     "kv_cache_dtype_bytes", "kv_dtype_bytes", "link_presets", "list_gpus", "list_links",
     "list_models", "model_from_hf_config", "num_routed_experts", "read_json", "spec_from_config",

@@ -10,13 +10,16 @@ import textwrap
 
 #: Columns of the default console output (``--wide`` lifts the limit for tables).
 WIDTH = 100
+#: Most columns :func:`wrap` leaves empty to break a line after a comma rather than at a space.
+SLACK = WIDTH // 4
 
 
 def wrap(text: str, width: int = WIDTH, indent: str = "  ") -> str:
     """Fold every line of ``text`` longer than ``width``; continuation lines indented.
 
-    Lines break after ``", "`` or ``"; "`` where they can (a setting or a count stays on one
-    line), else at spaces.
+    Lines are filled up to ``width``. They break after ``", "`` or ``"; "`` where that leaves
+    the line at most :data:`SLACK` columns short (a setting or a count stays on one line),
+    else at spaces.
     """
     out = []
     for line in text.splitlines() or [""]:
@@ -25,17 +28,23 @@ def wrap(text: str, width: int = WIDTH, indent: str = "  ") -> str:
             continue
         lead = line[:len(line) - len(line.lstrip())] + indent
         chunks = re.split(r"(?<=[,;]) ", line)
-        cur = chunks[0]
+        folded = _fold(chunks[0], width, lead)
+        out.extend(folded[:-1])
+        cur = folded[-1]
         for chunk in chunks[1:]:
-            if len(cur) + 1 + len(chunk) <= width or len(lead) + len(chunk) > width:
-                # it fits, or would not fit a line of its own either: fold it in where it is
-                folded = _fold(cur + " " + chunk, width, lead)
+            if len(cur) + 1 + len(chunk) <= width:
+                cur += " " + chunk
+            elif width - len(cur) <= SLACK:  # break after the comma: the line is nearly full
+                out.append(cur)
+                folded = _fold(lead + chunk, width, lead)
                 out.extend(folded[:-1])
                 cur = folded[-1]
             else:
-                out.extend(_fold(cur, width, lead))
-                cur = lead + chunk
-        out.extend(_fold(cur, width, lead))
+                # a break after the comma would leave the line short: fill it at spaces
+                folded = _fold(cur + " " + chunk, width, lead)
+                out.extend(folded[:-1])
+                cur = folded[-1]
+        out.append(cur)
     return "\n".join(out)
 
 

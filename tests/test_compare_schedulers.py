@@ -85,7 +85,7 @@ def table_rows(output):
     rows = {}
     for line in lines[i + 1:]:
         cells = line.split()
-        if len(cells) != len(head):
+        if len(cells) != len(head) or line.startswith("("):  # the note below the table may have as many words
             break
         rows[cells[0]] = dict(zip(head, cells))
     return rows

@@ -236,7 +236,7 @@ def test_not_a_report(tmp_path, text, needle):
     src = tmp_path / "x.json"
     src.write_text(text)
     res = run_cli("import", "guidellm", src, "-o", tmp_path / "o.parquet")
-    assert res.exit_code == 1 and needle in res.output and not (tmp_path / "o.parquet").exists()
+    assert res.exit_code == 1 and needle in res.output.replace("\n  ", " ") and not (tmp_path / "o.parquet").exists()
 
 
 def test_benchmark_out_of_range_and_existing_output_kept(tmp_path):

@@ -246,4 +246,4 @@ def test_option_errors(tmp_path, real_data_dir):
     synth = tmp_path / "s.parquet"
     assert run("synth", "--requests", 3, "--rate", 1, "-o", synth).exit_code == 0
     res = run("import", "vllm-log", real_data_dir / LOG, "-o", tmp_path / "o.parquet", "--align-to", synth)
-    assert res.exit_code == 2 and "no time_origin_unix_s metadata" in res.output
+    assert res.exit_code == 2 and "no time_origin_unix_s metadata" in res.output.replace("\n  ", " ")

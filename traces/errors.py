@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+from schemas.text import wrap_error
+
 
 class TraceError(Exception):
     """Base of trace errors."""
@@ -31,6 +33,10 @@ class TraceFormatError(TraceError):
         What a valid value or file would look like.
     line : int, optional
         1-based line of the file (the header is line 1), keyword only.
+    fold : bool, optional
+        Fold the message so that ``Error: <message>`` fits 100 columns (keyword only): for
+        a message that can be long (a parser's reason, a long ``expected``). Not the default,
+        so that a caller matching ``"<path>, line L: <rule>"`` finds it on one line.
 
     Attributes
     ----------
@@ -47,6 +53,7 @@ class TraceFormatError(TraceError):
         expected: str | None = None,
         *,
         line: int | None = None,
+        fold: bool = False,
     ):
         self.path = str(path)
         self.rule = rule
@@ -66,7 +73,7 @@ class TraceFormatError(TraceError):
         msg = f"{where}: {rule}"
         if expected:
             msg += f"; expected {expected}"
-        super().__init__(msg)
+        super().__init__(wrap_error(msg) if fold else msg)
 
 
 class DistError(TraceError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from schemas.calibration import Calibration
-from traces.cli.support import DataError, user_errors, version_option
+from traces.cli.support import DataError, FoldedCommand, user_errors, version_option
 from schemas.kinds import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE
 from schemas.errors import SpecError
 from schemas.specs import get_model
@@ -29,7 +29,7 @@ from .runners import check_sweep_options, compare_schedulers_run, hardware, pars
 _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, SpecError), output_folders=report_folders)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=FoldedCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @version_option()
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--calibration", "calibration_path", default=None, type=click.Path(dir_okay=False),
@@ -193,20 +193,20 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
                     f"KV cache {kv} x {eng.block_size} tokens"))
     skipped = ~result["pred_status"].isin([OK]) & ~result["pred_status"].str.startswith(REJECTED)
     for reason, count in result.loc[~(result["pred_status"] == OK), "pred_status"].value_counts().items():
-        click.echo(f"  {count} {reason}")
+        click.echo(wrap(f"  {count} {reason}"))
     if skipped.all() or n_ok == 0:
         click.echo("warning: no request completed in the simulation; nothing to compare", err=True)
     if eng.speculative_tokens:
         from ..result_columns import spec_decode_stats
 
         st = spec_decode_stats(engine)
-        click.echo(f"speculative decoding: {st['num_accepted_tokens']} of {st['num_draft_tokens']} draft tokens "
-                   f"accepted ({st['acceptance_rate']:.1%}), mean acceptance length {st['acceptance_length']:.2f} "
-                   f"tokens per verify step over {st['num_drafts']} verify steps")
+        click.echo(wrap(f"speculative decoding: {st['num_accepted_tokens']} of {st['num_draft_tokens']} draft tokens "
+                        f"accepted ({st['acceptance_rate']:.1%}), mean acceptance length "
+                        f"{st['acceptance_length']:.2f} tokens per verify step over {st['num_drafts']} verify steps"))
     if eng.enable_prefix_caching:
         hit, total = int(result["pred_num_cached_tokens"].sum()), int(frame["num_prompt_tokens"].sum())
-        click.echo(f"prefix cache: {hit} of {total} prompt tokens hit ({hit / total:.1%})"
-                   + ("" if "block_hashes" in frame else "; the trace has no block_hashes, so nothing can hit"))
+        click.echo(wrap(f"prefix cache: {hit} of {total} prompt tokens hit ({hit / total:.1%})"
+                        + ("" if "block_hashes" in frame else "; the trace has no block_hashes, so nothing can hit")))
     elif sched.router == "prefix_affinity":
         click.echo("note: --router prefix_affinity needs --enable-prefix-caching; routing by load only", err=True)
     if sched.slo_ttft_s is not None or sched.slo_tpot_s is not None:
@@ -218,7 +218,7 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
                f"{goodput_rps(on_send_times(result), sched.slo_ttft_s, sched.slo_tpot_s):.3f} req/s"
         if {"ttft_s", "tpot_s", "e2e_s"} <= set(result.columns):
             line += f", measured {goodput_rps(result, sched.slo_ttft_s, sched.slo_tpot_s, prefix=''):.3f} req/s"
-        click.echo(line)
+        click.echo(wrap(line))
     if output:
         from traces.io import write_trace
 

@@ -10,7 +10,6 @@ import math
 import click
 
 from schemas.specs import link_presets
-from schemas.text import wrap_error
 
 from ..errors import ConfigError
 from ..schedulers.disagg import FIRST_TOKEN_FROM
@@ -147,9 +146,9 @@ def parse_tolerances(text: str | None) -> dict[str, float]:
             raise click.BadParameter(f"{part!r}: expected metric_stat=fraction, e.g. ttft_p50=0.1",
                                      param_hint="--tolerance") from None
         if metric not in known or not (stat == "mape" or stat in ("p50", "p90", "p99")):
-            raise click.BadParameter(wrap_error(f"{key!r}: expected <metric>_<stat> with metric one of "
-                                                f"{', '.join(sorted(known))} and stat p50, p90, p99 or mape",
-                                                "Error: Invalid value for --tolerance: "), param_hint="--tolerance")
+            raise click.BadParameter(f"{key!r}: expected <metric>_<stat> with metric one of "
+                                     f"{', '.join(sorted(known))} and stat p50, p90, p99 or mape",
+                                     param_hint="--tolerance")
     return out
 
 

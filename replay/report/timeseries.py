@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from schemas.errors import text_reason
+from schemas.text import wrap_error
 from schemas.status import OK
 
 from ..compare import compare
@@ -53,10 +55,10 @@ def read_timeseries(source) -> pd.DataFrame:
         except MemoryError:
             raise
         except Exception as exc:  # pandas, csv, gzip, zipfile, lzma, ... each fail in their own way
-            detail = " ".join(str(exc).split())[:120] or type(exc).__name__
-            raise TimeseriesError(f"{where}: not a CSV time series ({detail}); expected a CSV with columns "
-                                  f"{', '.join(TIMESERIES_COLUMNS)} (compressed only when its name ends in .gz, "
-                                  ".bz2, .xz, .zst or .zip)") from None
+            raise TimeseriesError(wrap_error(
+                f"{where}: not a CSV time series ({text_reason(source, exc)}); expected a CSV with columns "
+                f"{', '.join(TIMESERIES_COLUMNS)} (compressed only when its name ends in .gz, .bz2, .xz, .zst "
+                "or .zip)")) from None
     missing = [c for c in TIMESERIES_COLUMNS if c not in df.columns]
     if missing:
         raise TimeseriesError(f"{where}: missing column(s) {', '.join(missing)}; "

@@ -10,7 +10,7 @@ import os
 
 import click
 
-from .support import version_option
+from .support import FoldedGroup, version_option
 from schemas.kinds import REQUEST_TRACE, STEP_TRACE
 
 from ._shared import OUTPUT, file_errors, option_errors
@@ -18,7 +18,7 @@ from .import_files import import_
 from . import import_runs  # noqa: F401  (registers the importers of runs on ``import_``)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=FoldedGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @version_option()
 def main():
     """Import, validate, describe, synthesise and transform serving traces.
@@ -143,8 +143,8 @@ def synth(num_requests, rate, output, arrival, cv, prompt_tokens, output_tokens,
 
     \b
     Example:
-      traces synth --requests 1000 --rate 5 --arrival gamma --cv 2 \\
-        --prompt-tokens lognormal:mean=1024,sigma=0.6 --output-tokens fixed:128 --seed 7 -o synth.parquet
+      traces synth --requests 1000 --rate 5 --arrival gamma --cv 2 --seed 7 \\
+        --prompt-tokens lognormal:mean=1024,sigma=0.6 --output-tokens fixed:128 -o synth.parquet
     """
     from ..synth import synth_requests
     from ..io import write_trace

@@ -49,7 +49,8 @@ def import_sglang_bench_cmd(src, output, run, arrivals, seed, invalid):
 
     \b
     Example:
-      traces import sglang-bench sglang_0510_1000_sharegpt.jsonl --run 2 --arrivals synth -o run2.parquet
+      traces import sglang-bench sglang_0510_1000_sharegpt.jsonl --run 2 --arrivals synth \\
+        -o run2.parquet
     """
     from ..importers.sglang_bench import import_sglang_bench
 
@@ -72,7 +73,8 @@ def import_llmperf_cmd(src, output, concurrency, invalid):
 
     \b
     Example:
-      traces import llmperf llmperf_leaderboard_anyscale_llama2_70b_individual.json --concurrency 5 -o llmperf.parquet
+      traces import llmperf llmperf_leaderboard_anyscale_llama2_70b_individual.json \\
+        --concurrency 5 -o llmperf.parquet
     """
     from ..importers.llmperf import import_llmperf
 

@@ -3,7 +3,9 @@
 It lives in the lowest CLI (``traces``), so the ``replay`` and ``calibrate`` commands import it
 under the one-way layering while the data layer (``schemas``) stays free of click.
 
-Exit codes: 1 invalid data (a bad file), 2 usage (a bad option), 3 a broken tolerance.
+Exit codes: 1 invalid data (a bad file), 2 usage (a bad option), 3 a broken tolerance. Every
+usage error fits 100 columns: the commands a user starts are :class:`FoldedGroup` or
+:class:`FoldedCommand`, which fold click's own and the commands' alike.
 """
 from __future__ import annotations
 
@@ -21,6 +23,45 @@ class DataError(click.ClickException):
     """Invalid data: printed as ``Error: <message>``, exit code 1."""
 
     exit_code = 1
+
+
+def folded(exc: click.UsageError) -> click.UsageError:
+    """``exc`` with its message folded so that click's ``Error: <message>`` line, a
+    :class:`click.BadParameter`'s ``Invalid value for --fix: `` included, fits 100 columns.
+
+    ``exc`` itself when it fits already, or when it is not printed as an error line (click's
+    help for a group run without a command)."""
+    message = exc.format_message()
+    if type(exc).show is not click.UsageError.show or wrap_error(message) == message:
+        return exc
+    return click.UsageError(wrap_error(message), exc.ctx)
+
+
+class FoldedErrors:
+    """Mixin of the commands a user starts (``traces``, ``replay``, ``calibrate``, ``servecal``):
+    every usage error (exit 2) is :func:`folded`, whether click's parsing of the options
+    raised it (``Invalid value for '--link': 'x' is not one of ...``) or a command did
+    (``click.BadParameter``, ``click.UsageError``), here or in a subcommand."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:
+            raise folded(exc) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise folded(exc) from None
+
+
+class FoldedGroup(FoldedErrors, click.Group):
+    """A :class:`click.Group` whose usage errors fit 100 columns (:class:`FoldedErrors`)."""
+
+
+class FoldedCommand(FoldedErrors, click.Command):
+    """A :class:`click.Command` whose usage errors fit 100 columns (:class:`FoldedErrors`)."""
 
 
 #: Parameter names of the files commands read and write, checked by :func:`user_errors`.

@@ -27,18 +27,18 @@ def read_json(path: str | os.PathLike):
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise TraceFormatError(path, "is not UTF-8 text", expected="a UTF-8 JSON file") from None
+        raise TraceFormatError(path, "is not UTF-8 text", expected="a UTF-8 JSON file", fold=True) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceFormatError(path, f"not valid JSON ({exc.msg})", line=exc.lineno,
-                               expected="one complete JSON document") from None
+                               expected="one complete JSON document", fold=True) from None
     except RecursionError:
         raise TraceFormatError(path, "JSON nested too deeply", expected="a JSON document nested at most a few hundred "
-                                                                        "levels") from None
+                                                                        "levels", fold=True) from None
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
         raise TraceFormatError(path, f"not valid JSON ({first_line(exc)})",
-                               expected="numbers of ordinary size") from None
+                               expected="numbers of ordinary size", fold=True) from None
 
 
 def iter_jsonl(path: str | os.PathLike, progress: Progress | None = None) -> Iterator[tuple[int, int, dict]]:

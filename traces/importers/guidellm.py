@@ -178,7 +178,8 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
     obj = read_json(path)
     if not isinstance(obj, dict) or not isinstance(obj.get("benchmarks"), list):
         raise TraceFormatError(path, "has no 'benchmarks' list", column="benchmarks",
-                               expected="a GuideLLM benchmark report (guidellm benchmark --output-path x.json)")
+                               expected="a GuideLLM benchmark report (guidellm benchmark --output-path x.json)",
+                               fold=True)
     benches = obj["benchmarks"]
     if not benches:
         raise TraceFormatError(path, "has no benchmarks", column="benchmarks")

@@ -63,20 +63,20 @@ def import_vllm_request_stats(path: str | Path, arrival_clock: str = "engine") -
                 break
             except UnicodeDecodeError:
                 raise TraceFormatError(path, "is not UTF-8 text", line=lineno,
-                                       expected="a JSONL file of vLLM request stats") from None
+                                       expected="a JSONL file of vLLM request stats", fold=True) from None
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise TraceFormatError(path, f"not valid JSON ({exc.msg})", line=lineno,
-                                       expected="one complete JSON object per line") from None
+                                       expected="one complete JSON object per line", fold=True) from None
             except RecursionError:
                 raise TraceFormatError(path, "JSON nested too deeply", line=lineno,
-                                       expected="one flat JSON object per line") from None
+                                       expected="one flat JSON object per line", fold=True) from None
             except ValueError as exc:  # e.g. an integer of more than 4300 digits
                 raise TraceFormatError(path, f"not valid JSON ({str(exc).splitlines()[0][:80]})", line=lineno,
-                                       expected="numbers of ordinary size") from None
+                                       expected="numbers of ordinary size", fold=True) from None
             if not isinstance(obj, dict):
                 raise TraceFormatError(path, "not a JSON object", line=lineno)
             rows.append(_row(path, lineno, obj))
