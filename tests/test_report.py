@@ -1,4 +1,6 @@
 """The replay report (replay.report): key table first, valid PNGs, atomic files, the CLI options."""
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -200,7 +202,7 @@ def test_read_timeseries_errors(tmp_path):
     ("x.csv.bz2", "t,running,waiting\n1,2,3\n", r"x\.csv\.bz2: not a CSV time series \(Invalid data stream\)"),
     ("e.csv", "", r"e\.csv: not a CSV time series \(No columns to parse from file\); expected a CSV with columns "
                   r"t, running, waiting"),
-    ("b.csv", b"t,running\n\xff\xfe,1\n", r"b\.csv: not a CSV time series \('utf-8' codec can't decode"),
+    ("b.csv", b"t,running\n\xff\xfe,1\n", r"b\.csv: not a CSV time series \(not UTF-8 text\)"),
     ("d.csv", None, r"d\.csv: is a folder; expected a CSV file"),
 ])
 def test_every_read_failure_of_a_timeseries_is_one_error(tmp_path, name, content, message):
@@ -211,8 +213,9 @@ def test_every_read_failure_of_a_timeseries_is_one_error(tmp_path, name, content
         p.write_bytes(content)
     else:
         p.write_text(content)
-    with pytest.raises(TimeseriesError, match=message):
+    with pytest.raises(TimeseriesError) as err:
         read_timeseries(p)
+    assert re.search(message, " ".join(str(err.value).split())), str(err.value)  # folded at 100 columns
 
 
 def test_a_compressed_timeseries_reads(tmp_path):
