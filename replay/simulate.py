@@ -170,7 +170,7 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
         swap_time_per_block_s = (eng.block_size * cost_model.model.kv_bytes_per_token
                                  / (LINKS[eng.swap_link].bandwidth_bytes_per_s * cost_model.tp))
     sched_cfg = SchedulerConfig(eng.max_num_seqs * dp, eng.max_num_batched_tokens * dp,
-                                long_prefill_token_threshold=eng.long_prefill_token_threshold,
+                                long_prefill_token_threshold=_chunk_cap(eng, dp),
                                 num_speculative_tokens=eng.speculative_tokens)
     engine_cfg = EngineConfig(blocks, eng.block_size, max_len, rec.token_times, rec.steps or rec.step_requests,
                               enable_prefix_caching=eng.enable_prefix_caching, hash_block_size=hash_block_size,
@@ -223,3 +223,12 @@ def frontend_delays(cost_model, df: pd.DataFrame, cfg: ReplayConfig) -> tuple[np
     fe = cost_model.frontend_s(df["num_prompt_tokens"].to_numpy(np.int64))
     fe = None if not np.any(fe) else np.broadcast_to(fe, (len(df),)).astype(float)
     return fe, float(cost_model.stream_per_token_s)
+
+
+def _chunk_cap(eng, dp: int) -> int:
+    """vLLM's per-request cap on the prompt tokens of one step (0: none). With ``dp`` DP ranks
+    simulated as one replica of ``dp`` times their budget, a request's chunk still runs on one
+    rank: capped at that rank's ``max_num_batched_tokens``."""
+    if dp == 1:
+        return eng.long_prefill_token_threshold
+    return min(eng.long_prefill_token_threshold or eng.max_num_batched_tokens, eng.max_num_batched_tokens)
