@@ -99,15 +99,6 @@ class RooflineCostModel:
     pairs are for equal chunks), ``C = C_d + C_p + Q - D`` (the drafts' KV is read too);
     ``S + D`` still counts sequences. With ``Q = D`` this is the model above, bit for bit.
 
-    Data parallelism (``dp`` ranks in lock step, one replica): the coefficients spread every
-    token evenly over the ranks, but a prefill chunk runs on one rank and the step lasts as long
-    as the busiest, which holds ``ceil(S / dp)`` of the ``S`` chunks. So the prefill tokens, their
-    attention pairs and their KV history count ``f = dp ceil(S / dp) / S`` times in ``N``, ``A``
-    and ``C`` (``f = 2`` for one chunk at DP 2, 1 when the chunks divide evenly); the decodes
-    stay spread evenly, and the experts read still follow all ``N`` tokens (vLLM's DP lock step,
-    ``vllm/v1/engine/core.py`` ``DPEngineCoreProc``: every rank runs each step, idle ones a
-    dummy batch).
-
     With the seed's terms and ``overlap`` 0 this is the seed's ``T_prefill(N)`` for a
     prefill-only step and ``T_decode(B, L_total)`` for a decode-only one, never below its
     compute bound (theory.md section 1). The scalar path (the engine's, per step) and the
@@ -214,40 +205,29 @@ class RooflineCostModel:
             fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, ov, k_0, k_tok = self._coef
             s = num_prefill_seqs if num_prefill_seqs is not None else (1 if num_prefill_tokens > 0 else 0)
             p = num_prefill_tokens
-            f = 1 if self.dp == 1 or not s else self.dp * -(-s // self.dp) / s  # the busiest DP rank (Notes)
-            n = tokens + (f - 1) * p
-            pairs = decode_context_tokens + f * (p * prefill_context_tokens + p * p / 2) / (s if s > 1 else 1)
-            c = c_tok * n + c_0 + c_pair * pairs
-            m = m_0 + m_ctx * (decode_context_tokens + f * prefill_context_tokens) + m_pctx * (f * prefill_context_tokens)
+            pairs = decode_context_tokens + (p * prefill_context_tokens + p * p / 2) / (s if s > 1 else 1)
+            c = c_tok * tokens + c_0 + c_pair * pairs
+            m = m_0 + m_ctx * (decode_context_tokens + prefill_context_tokens) + m_pctx * prefill_context_tokens
             if m_exp:
                 m = m + m_exp * (1.0 - miss ** tokens)
             if c > m:
                 body = c + ov * m
             else:
                 body = m + ov * c
-            return fixed + per_seq * (s + num_decode_seqs) + body + (k_0 + k_tok * n)
+            return fixed + per_seq * (s + num_decode_seqs) + body + (k_0 + k_tok * tokens)
         fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, ov, k_0, k_tok = self._coef
         p = np.asarray(num_prefill_tokens)
         tokens, cd, cp = np.asarray(tokens), np.asarray(decode_context_tokens), np.asarray(prefill_context_tokens)
         s = (p > 0).astype(np.int64) if num_prefill_seqs is None else np.asarray(num_prefill_seqs)
-        f = self._busiest_rank_factor(s)
-        n = tokens + (f - 1) * p
-        pairs = cd + f * (p * cp + p * p / 2) / np.maximum(s, 1)
-        c = c_tok * n + c_0 + c_pair * pairs
-        m = m_0 + m_ctx * (cd + f * cp) + m_pctx * (f * cp)
+        pairs = cd + (p * cp + p * p / 2) / np.maximum(s, 1)
+        c = c_tok * tokens + c_0 + c_pair * pairs
+        m = m_0 + m_ctx * (cd + cp) + m_pctx * cp
         if m_exp:  # Python's pow per distinct token count: the same floats as the scalar path
             n_unique, inverse = np.unique(tokens, return_inverse=True)
-            m = m + m_exp * (1.0 - np.array([miss ** int(k) for k in n_unique])[inverse.reshape(tokens.shape)])
+            m = m + m_exp * (1.0 - np.array([miss ** int(n) for n in n_unique])[inverse.reshape(tokens.shape)])
         body = np.maximum(c, m) + ov * np.minimum(c, m)
-        t = fixed + per_seq * (s + np.asarray(num_decode_seqs)) + body + (k_0 + k_tok * n)
+        t = fixed + per_seq * (s + np.asarray(num_decode_seqs)) + body + (k_0 + k_tok * tokens)
         return np.where(tokens > 0, t, 0.0)
-
-    def _busiest_rank_factor(self, s):
-        """``f = dp ceil(S / dp) / S`` per step (array ``s`` of chunk counts; 1 at DP 1 or without
-        chunks): how much more prefill work the busiest DP rank has than an even spread gives."""
-        if self.dp == 1:
-            return 1
-        return np.where(s > 0, self.dp * -(-s // self.dp) / np.maximum(s, 1), 1.0)
 
     def _spec_step_time_s(self, num_prefill_tokens, num_decode_seqs, decode_context_tokens, prefill_context_tokens,
                           num_prefill_seqs, num_decode_tokens):
@@ -267,37 +247,33 @@ class RooflineCostModel:
                 return 0.0
             fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, ov, k_0, k_tok = self._coef
             s = num_prefill_seqs if num_prefill_seqs is not None else (1 if p > 0 else 0)
-            f = 1 if self.dp == 1 or not s else self.dp * -(-s // self.dp) / s  # the busiest DP rank
-            n = tokens + (f - 1) * p
             dpairs = cd if q == d else q / d * cd + (q - d) * q / (2 * d)
-            pairs = dpairs + f * (p * cp + p * p / 2) / (s if s > 1 else 1)
-            c = c_tok * n + c_0 + c_pair * pairs
-            m = m_0 + m_ctx * (cd + f * cp + (q - d)) + m_pctx * (f * cp)
+            pairs = dpairs + (p * cp + p * p / 2) / (s if s > 1 else 1)
+            c = c_tok * tokens + c_0 + c_pair * pairs
+            m = m_0 + m_ctx * (cd + cp + (q - d)) + m_pctx * cp
             if m_exp:
                 m = m + m_exp * (1.0 - miss ** tokens)
             if c > m:
                 body = c + ov * m
             else:
                 body = m + ov * c
-            return fixed + per_seq * (s + d) + body + (k_0 + k_tok * n)
+            return fixed + per_seq * (s + d) + body + (k_0 + k_tok * tokens)
         fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, ov, k_0, k_tok = self._coef
         p, d, q = np.asarray(p), np.asarray(d), np.asarray(q)
         tokens, cd, cp = np.asarray(tokens), np.asarray(cd), np.asarray(cp)
         if np.any(q < d) or np.any((q > 0) & (d == 0)):
             raise ValueError("num_decode_tokens must be >= num_decode_seqs (and 0 without decodes)")
         s = (p > 0).astype(np.int64) if num_prefill_seqs is None else np.asarray(num_prefill_seqs)
-        f = self._busiest_rank_factor(s)
-        n = tokens + (f - 1) * p
         d1 = np.maximum(d, 1)
         dpairs = np.where(q == d, cd, q / d1 * cd + (q - d) * q / (2 * d1))
-        pairs = dpairs + f * (p * cp + p * p / 2) / np.maximum(s, 1)
-        c = c_tok * n + c_0 + c_pair * pairs
-        m = m_0 + m_ctx * (cd + f * cp + (q - d)) + m_pctx * (f * cp)
+        pairs = dpairs + (p * cp + p * p / 2) / np.maximum(s, 1)
+        c = c_tok * tokens + c_0 + c_pair * pairs
+        m = m_0 + m_ctx * (cd + cp + (q - d)) + m_pctx * cp
         if m_exp:  # Python's pow per distinct token count: the same floats as the scalar path
             n_unique, inverse = np.unique(tokens, return_inverse=True)
-            m = m + m_exp * (1.0 - np.array([miss ** int(k) for k in n_unique])[inverse.reshape(tokens.shape)])
+            m = m + m_exp * (1.0 - np.array([miss ** int(n) for n in n_unique])[inverse.reshape(tokens.shape)])
         body = np.maximum(c, m) + ov * np.minimum(c, m)
-        t = fixed + per_seq * (s + d) + body + (k_0 + k_tok * n)
+        t = fixed + per_seq * (s + d) + body + (k_0 + k_tok * tokens)
         return np.where(tokens > 0, t, 0.0)
 
     def prefill_time_s(self, num_tokens: int) -> float:

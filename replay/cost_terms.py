@@ -35,10 +35,8 @@ class ReplicaShape:
         Tensor-parallel degree (GPUs splitting every layer).
     dp : int
         Data-parallel ranks stepping in lock step as one replica (vLLM's
-        ``--data-parallel-size`` for MoE models: every rank steps together, an idle rank runs a
-        dummy batch). The terms spread the replica's tokens evenly over the ranks; the cost
-        model then puts the prefill chunks where they run, each on one rank, and prices the
-        step by its busiest rank (:class:`replay.cost_model.RooflineCostModel`, Notes).
+        ``--data-parallel-size`` for MoE models: every rank steps together; the replica's
+        tokens are spread evenly over the ranks, an idle rank runs a dummy batch).
     expert_parallel : bool
         vLLM's ``--enable-expert-parallel``: the routed experts are split over the
         ``tp * dp`` GPUs instead of replicated on every DP rank.

@@ -149,22 +149,6 @@ def test_a_parameter_declared_at_a_bound_is_not_called_inert():
     assert "eta_link" in inert_params(RooflineCostModel(m, GPU, CostParams(), tp=1), ["eta_link"])
 
 
-@pytest.mark.parametrize("chunks,factor", [(1, 2.0), (2, 1.0), (3, 4 / 3)])
-def test_dp_lock_step_prices_the_busiest_rank(chunks, factor):
-    """DP 2: 1,000 prefill tokens in S chunks and 100 decodes. The decodes spread over both ranks;
-    each chunk runs on one rank, so the busiest holds ceil(S/2) of them: one chunk puts all 1,000
-    tokens on one rank (f = 2), two split evenly (f = 1), three put two on one rank (f = 4/3).
-    Dense compute per rank: 2 P (f 1000 / 2 + 100 / 2) / (eta peak)."""
-    cm = RooflineCostModel(LLAMA, GPU, CostParams(eta_compute=0.5), dp=2, terms=("dense_compute",))
-    per_rank_token = 2 * 8e9 / (0.5 * 1e15)
-    assert cm.step_time_s(1000, 100, 0, 0, chunks) == pytest.approx(
-        per_rank_token * (factor * 1000 / 2 + 100 / 2), rel=1e-12)
-    assert cm.step_time_s(0, 100, 0) == pytest.approx(per_rank_token * 50, rel=1e-12)  # decodes only: even
-    # at DP 1 nothing changes
-    assert _cm(["dense_compute"], eta_compute=0.5).step_time_s(1000, 100, 0, 0, 1) == pytest.approx(
-        per_rank_token * 1100, rel=1e-12)
-
-
 def test_dp_chunks_are_capped_at_one_rank_budget():
     """A 5,000-token prompt on DP 2 ranks of 2,048 tokens each: the replica's merged budget is
     4,096, but the prompt runs on one rank, so no step prefills more than 2,048 of it."""
