@@ -37,12 +37,19 @@ def main():
     """
 
 
-def print_fits(fits, verbose: bool) -> None:
+def print_fits(fits, verbose: bool, held_why: dict | None = None) -> None:
     """The calibration summary first (values, 95 % intervals, identified or not, fit quality
-    in words), then every variant's score; lmfit's own report only with ``verbose``."""
+    in words), then every variant's score; lmfit's own report only with ``verbose``.
+    ``held_why``: name -> why a held parameter is held (``from cal.json``), said instead of
+    "given" here and in the calibration written from ``fits``."""
     from .summary import summary_lines
 
     best = fits[0]
+    for fit in fits:
+        for n, why in (held_why or {}).items():
+            p = fit.params.get(n)
+            if p is not None and not p.vary and p.bound == "given":
+                p.bound = why
     if verbose:
         click.echo("lmfit report of the best variant (parameters in their fit scale, e.g. t_step_s in ms):")
         click.echo(best.report)
@@ -76,7 +83,7 @@ def quality(fit) -> str:
             f"{st.get('n_requests')} requests, {st.get('n_replays')} replays")
 
 
-def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose):
+def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose, held_why=None):
     """Fit the runs by simulation in the loop; print the summary; return the fits."""
     from .request_fit import fit_requests
 
@@ -86,7 +93,7 @@ def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose
     click.echo(wrap(f"fitting {len(runs)} run(s), {n} requests{matched}, by simulation in the loop (variants "
                     f"{', '.join(variants)}) ..."), err=True)
     fits = fit_requests(runs, cm, variants=variants, free=free, fixed=fixed, jobs=jobs, ray_address=ray_address)
-    print_fits(fits, verbose)
+    print_fits(fits, verbose, held_why)
     return fits
 
 
@@ -140,7 +147,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
     tp, dp, expert_parallel, set_here = engine_options(replay_kwargs, tp, dp, expert_parallel, traces)
     with taken_settings_checked():
         cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
-    fixed, free_names, variants = held_and_free(fix, fix_from, free, variants, cm)
+    fixed, free_names, variants, held_why = held_and_free(fix, fix_from, free, variants, cm)
     paths = [parse_run_spec(t)[0] for t in traces]
     first_kind, first_frame, _ = read_trace(paths[0])
     source = {"path": traces[0], "sha256": sha256_of(paths[0]), "kind": first_kind} if len(traces) == 1 else \
@@ -161,7 +168,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
         if ci_method == "bootstrap":
             boot = bootstrap_ci95(StepData(first_frame, balance_kinds), cm, fits[0], loss, ci_samples, seed)
         set_ci95(fits[0], ci_method, boot)
-        print_fits(fits, verbose)
+        print_fits(fits, verbose, held_why)
         cal = to_calibration(fits[0], cm, "lmfit least_squares of step durations, relative residuals", source,
                              variants=fits)
     else:
@@ -179,8 +186,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
             if warning:
                 click.echo(wrap(warning), err=True)
         names = parse_names(variants, list(VARIANTS), "--variants")
-        fits = fit_request_runs(runs, cm, names, free_names, fixed, jobs,
-                                ray_address, verbose)
+        fits = fit_request_runs(runs, cm, names, free_names, fixed, jobs, ray_address, verbose, held_why)
         set_ci95(fits[0], ci_method)
         cal = to_calibration(fits[0], cm, "simulation in the loop: lmfit least_squares on relative quantile errors",
                              source, engine=engine_settings(runs[0].config), variants=fits)
@@ -239,10 +245,9 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
         click.echo(wrap(f"warning: --score-on names run(s) whose requests the fit sees: "
                         f"{', '.join(r.name for r in seen)}; scored in sample"), err=True)
         test = [r for r in test if not any(r is s for s in seen)]
-    fixed, free_names, variants = held_and_free(fix, fix_from, free, variants, cm)
+    fixed, free_names, variants, held_why = held_and_free(fix, fix_from, free, variants, cm)
     names = parse_names(variants, list(VARIANTS), "--variants")
-    fits = fit_request_runs(train, cm, names, free_names, fixed, jobs,
-                            None, verbose)
+    fits = fit_request_runs(train, cm, names, free_names, fixed, jobs, None, verbose, held_why)
     fitted = cm.with_params(fits[0].cost_params())
     table = pd.concat([score_runs(train, fitted).assign(sample="in"), score_runs(test, fitted).assign(sample="out")],
                       ignore_index=True)

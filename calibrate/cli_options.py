@@ -33,10 +33,11 @@ def parse_fixed(items) -> dict:
     return out
 
 
-def held_and_free(fix, fix_from, free, variants, cm) -> tuple[dict, tuple, str]:
+def held_and_free(fix, fix_from, free, variants, cm) -> tuple[dict, tuple, str, dict]:
     """The parameters held (``--fix``, and ``--fix-from``'s values but the ``--free`` ones), the
-    names left free, and the variants to try (``--fix-from`` alone: ``blend``, its ``overlap``
-    held like the rest; ``--free overlap``: ``blend``, the variants that do not hold it).
+    names left free, the variants to try (``--fix-from`` alone: ``blend``, its ``overlap``
+    held like the rest; ``--free overlap``: ``blend``, the variants that do not hold it), and
+    why each value taken from ``--fix-from`` is held (name -> ``from CAL``).
 
     Raises
     ------
@@ -55,7 +56,7 @@ def held_and_free(fix, fix_from, free, variants, cm) -> tuple[dict, tuple, str]:
         raise click.UsageError("no parameter left to fit: --fix holds every one --free names")
     default_variants = "blend" if free_given and "overlap" in names else "max,sum,blend"  # max and sum hold it
     if fix_from is None:
-        return fixed, names, variants or default_variants
+        return fixed, names, variants or default_variants, {}
     from schemas.calibration import Calibration
 
     if not free_given:
@@ -66,7 +67,7 @@ def held_and_free(fix, fix_from, free, variants, cm) -> tuple[dict, tuple, str]:
         raise click.UsageError(f"--fix-from {fix_from}: fitted on {cal.gpu.name}, not {cm.gpu.name}; "
                                "efficiencies do not carry over to another GPU")
     held = {n: p.value for n, p in cal.params.items() if n in PARAMS and n not in names and not math.isnan(p.value)}
-    return {**held, **fixed}, names, variants or "blend"
+    return {**held, **fixed}, names, variants or "blend", {n: f"from {fix_from}" for n in held if n not in fixed}
 
 
 def parse_names(text: str, known, option: str) -> tuple:

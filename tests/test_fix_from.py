@@ -56,6 +56,8 @@ def test_the_link_is_identified_on_top_of_a_tp1_calibration(tp2_log):
     assert link["ci95"][0] <= 0.3 <= link["ci95"][1] and abs(link["value"] - 0.3) < 0.06
     for name in ("eta_compute", "n_half_tokens", "eta_mem", "t_step_s", "t_seq_s"):  # held where the TP-1 fit put them
         assert not params[name]["vary"] and params[name]["value"] == TRUTH[name]
+        assert params[name]["bound"] == f"from {tp2_log / 'tp1.json'}"  # said, in the file and the summary
+    assert "".join(f"fixed (from {tp2_log / 'tp1.json'}):".split()) in "".join(res.output.split())
 
 
 def test_fix_from_needs_free_and_the_same_gpu(tp2_log):
