@@ -16,8 +16,8 @@ from replay.cli.engine_settings import check_limits, replay_config, taken_settin
 from replay.cli.options import replay_options
 from replay.errors import ConfigError, ReplayError
 
-from .cli_options import (cost_model_of, engine_options, hardware_options, held_and_free, parse_names,
-                          warn_metadata_mismatch)
+from .cli_options import (calibration_sources, cost_model_of, engine_options, hardware_options, held_and_free,
+                          parse_names, warn_metadata_mismatch)
 from .errors import CalibrationError, FitError, RunSpecError
 
 # numpy, pandas, the engine and the fits are imported in the commands: --help stays fast
@@ -147,7 +147,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
     tp, dp, expert_parallel, set_here = engine_options(replay_kwargs, tp, dp, expert_parallel, traces)
     with taken_settings_checked():
         cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
-    fixed, free_names, variants, held_why = held_and_free(fix, fix_from, free, variants, cm)
+    fixed, free_names, variants, held_why, cm = held_and_free(fix, fix_from, free, variants, cm)
     paths = [parse_run_spec(t)[0] for t in traces]
     first_kind, first_frame, _ = read_trace(paths[0])
     source = {"path": traces[0], "sha256": sha256_of(paths[0]), "kind": first_kind} if len(traces) == 1 else \
@@ -240,17 +240,23 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
         cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
         cfg = replay_config(replay_kwargs)
     train, test = load_runs(fit_on, cfg, read_trace, keep=set_here), load_runs(score_on, cfg, read_trace, keep=set_here)
+    fixed, free_names, variants, held_why, cm = held_and_free(fix, fix_from, free, variants, cm)
     seen = [r for r in test if any(share_requests(r, f) for f in train)]
     if seen:  # scored as what it is: in sample
         click.echo(wrap(f"warning: --score-on names run(s) whose requests the fit sees: "
                         f"{', '.join(r.name for r in seen)}; scored in sample"), err=True)
-        test = [r for r in test if not any(r is s for s in seen)]
-    fixed, free_names, variants, held_why = held_and_free(fix, fix_from, free, variants, cm)
+    held_seen = [r for r in test if not any(r is s for s in seen)
+                 and any(share_requests(r, spec, sha) for spec, sha in calibration_sources(fix_from))]
+    if held_seen:  # the values --fix-from holds were fitted on them
+        click.echo(wrap(f"warning: --fix-from {fix_from} was fitted on requests of: "
+                        f"{', '.join(r.name for r in held_seen)}; scored in sample"), err=True)
+    seen += held_seen
+    test = [r for r in test if not any(r is s for s in seen)]
     names = parse_names(variants, list(VARIANTS), "--variants")
     fits = fit_request_runs(train, cm, names, free_names, fixed, jobs, None, verbose, held_why)
     fitted = cm.with_params(fits[0].cost_params())
-    table = pd.concat([score_runs(train, fitted).assign(sample="in"), score_runs(test, fitted).assign(sample="out")],
-                      ignore_index=True)
+    table = pd.concat([score_runs(train + seen, fitted).assign(sample="in"),
+                       score_runs(test, fitted).assign(sample="out")], ignore_index=True)
     click.echo(format_validation(table))
     if output:
         set_ci95(fits[0], "stderr")

@@ -33,11 +33,13 @@ def parse_fixed(items) -> dict:
     return out
 
 
-def held_and_free(fix, fix_from, free, variants, cm) -> tuple[dict, tuple, str, dict]:
+def held_and_free(fix, fix_from, free, variants, cm) -> tuple[dict, tuple, str, dict, object]:
     """The parameters held (``--fix``, and ``--fix-from``'s values but the ``--free`` ones), the
     names left free, the variants to try (``--fix-from`` alone: ``blend``, its ``overlap``
-    held like the rest; ``--free overlap``: ``blend``, the variants that do not hold it), and
-    why each value taken from ``--fix-from`` is held (name -> ``from CAL``).
+    held like the rest; ``--free overlap``: ``blend``, the variants that do not hold it),
+    why each value taken from ``--fix-from`` is held (name -> ``from CAL``), and ``cm`` with
+    ``--fix-from``'s values (the fit starts there, and a freed parameter without effect on
+    the data keeps its value there).
 
     Raises
     ------
@@ -56,18 +58,36 @@ def held_and_free(fix, fix_from, free, variants, cm) -> tuple[dict, tuple, str, 
         raise click.UsageError("no parameter left to fit: --fix holds every one --free names")
     default_variants = "blend" if free_given and "overlap" in names else "max,sum,blend"  # max and sum hold it
     if fix_from is None:
-        return fixed, names, variants or default_variants, {}
+        return fixed, names, variants or default_variants, {}, cm
     from schemas.calibration import Calibration
 
     if not free_given:
         raise click.UsageError("--fix-from holds every parameter: name the ones to fit with --free "
                                "(e.g. --free eta_link,t_allreduce_hop_s,t_frontend_s)")
     cal = Calibration.read(fix_from)
-    if cal.gpu.name != cm.gpu.name:
-        raise click.UsageError(f"--fix-from {fix_from}: fitted on {cal.gpu.name}, not {cm.gpu.name}; "
-                               "efficiencies do not carry over to another GPU")
-    held = {n: p.value for n, p in cal.params.items() if n in PARAMS and n not in names and not math.isnan(p.value)}
-    return {**held, **fixed}, names, variants or "blend", {n: f"from {fix_from}" for n in held if n not in fixed}
+    spec = ("peak_flops", "mem_bandwidth_bytes_per_s")
+    if [getattr(cal.gpu, k) for k in spec] != [getattr(cm.gpu, k) for k in spec]:
+        raise click.UsageError(f"--fix-from {fix_from}: fitted on {cal.gpu.name} ({cal.gpu.peak_flops:.4g} FLOP/s, "
+                               f"{cal.gpu.mem_bandwidth_bytes_per_s:.4g} B/s), not {cm.gpu.name} "
+                               f"({cm.gpu.peak_flops:.4g}, {cm.gpu.mem_bandwidth_bytes_per_s:.4g}); efficiencies do not "
+                               "carry over to another GPU")
+    values = {n: p.value for n, p in cal.params.items() if n in PARAMS and not math.isnan(p.value)}
+    held = {n: v for n, v in values.items() if n not in names}
+    return ({**held, **fixed}, names, variants or "blend", {n: f"from {fix_from}" for n in held if n not in fixed},
+            cm.with_params(cm.params.replace(**{**values, **fixed})))
+
+
+def calibration_sources(path) -> list[tuple[str, str]]:
+    """The runs a calibration file was fitted on, as recorded (``(spec, sha256)`` pairs, the
+    spec as typed then); none for no file or a source without hashes."""
+    if path is None:
+        return []
+    from schemas.calibration import Calibration
+
+    src = Calibration.read(path).source or {}
+    specs, hashes = src.get("paths", [src.get("path")]), src.get("sha256")
+    hashes = hashes if isinstance(hashes, list) else [hashes]
+    return [(s, h) for s, h in zip(specs, hashes) if isinstance(s, str) and isinstance(h, str)]
 
 
 def parse_names(text: str, known, option: str) -> tuple:

@@ -90,26 +90,34 @@ def load_runs(specs, cfg: ReplayConfig, read_trace, keep=frozenset()) -> list[Ru
                 scored = ((t >= span[0]) & (t < span[1])).to_numpy()
                 if not scored.any():
                     raise FitError(f"{spec}: no request arrives in the window [{span[0]:g}, {span[1]:g}) s")
-                name = f"{name}@{span[0]:g}:{span[1]:g}"
+                name = f"{name}@{_seconds(span[0])}:{_seconds(span[1])}"
             runs.append(Run(name, part, run_cfg, meta, None, scored))
     return runs
 
 
-def share_requests(a: Run, b: Run) -> bool:
-    """Whether runs ``a`` and ``b`` (named by :func:`load_runs`) hold some of the same measured
+def _seconds(x: float) -> str:
+    """A window bound as short as it reads back exactly (``15``, ``10.1200926``, ``inf``)."""
+    return f"{x:g}" if float(f"{x:g}") == x else repr(x)
+
+
+def share_requests(a: Run, b: Run | str, b_sha256: str | None = None) -> bool:
+    """Whether runs ``a`` and ``b`` (named by :func:`load_runs`, or ``b`` a run spec, e.g. a
+    calibration's recorded source with its ``b_sha256``) hold some of the same measured
     requests: one file (the same bytes, whatever the path), the same benchmark or one of them
     the whole file, and time windows that overlap (none: the whole run)."""
     import os
 
     from schemas.calibration import sha256_of
 
-    (pa, ka, wa), (pb, kb, wb) = parse_run_spec(a.name), parse_run_spec(b.name)
+    (pa, ka, wa), (pb, kb, wb) = parse_run_spec(a.name), parse_run_spec(b if isinstance(b, str) else b.name)
     if ka is not None and kb is not None and ka != kb:
         return False
     (a0, a1), (b0, b1) = wa or (0.0, float("inf")), wb or (0.0, float("inf"))
     if not (a0 < b1 and b0 < a1):
         return False
     try:
+        if b_sha256 is not None:
+            return sha256_of(pa) == b_sha256
         return os.path.samefile(pa, pb) or sha256_of(pa) == sha256_of(pb)
     except OSError:
         return False

@@ -333,3 +333,27 @@ def test_a_bad_spec_file_is_a_data_error_an_unknown_key_a_usage_error(files):
     res = invoke("calibrate", "fit", files / "t.parquet", "--model", "no-such-model", "--gpu", "h100-80gb",
                  "-o", files / "c.json")
     assert res.exit_code == 2 and "unknown model" in res.output
+
+
+def test_validate_prints_the_runs_it_moved_in_sample(files, monkeypatch):
+    """An overlapping --score-on run is scored "in" and shown (its row was dropped); window
+    bounds are named exactly (10.1200926, not 10.1201, which decided overlaps wrongly)."""
+    monkeypatch.chdir(files)
+    res = invoke("calibrate", "validate", "--fit-on", "t.parquet@0:0.1000001", "--score-on", "t.parquet@0.05:1",
+                 "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--table-out", "e.csv")
+    assert res.exit_code == 0, res.output
+    table = pd.read_csv(files / "e.csv").drop_duplicates("run")
+    assert table["run"].tolist() == ["t.parquet@0:0.1000001", "t.parquet@0.05:1"]
+    assert table["sample"].tolist() == ["in", "in"]
+
+
+def test_validate_knows_the_runs_a_fix_from_calibration_was_fitted_on(files, monkeypatch):
+    """The values --fix-from holds were fitted on CAL's runs: scoring those is in sample."""
+    monkeypatch.chdir(files)
+    hw = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max"]
+    assert invoke("calibrate", "fit", "t.parquet@0:0.05", *hw, "-o", "first.json").exit_code == 0
+    res = invoke("calibrate", "validate", "--fit-on", "t.parquet@0.05:1", "--score-on", "t.parquet@0:0.05", *hw,
+                 "--fix-from", "first.json", "--free", "t_step_s", "--table-out", "e.csv")
+    assert res.exit_code == 0, res.output
+    assert "fitted on requests of" in " ".join(res.output.split())
+    assert set(pd.read_csv(files / "e.csv")["sample"]) == {"in"}

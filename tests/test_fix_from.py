@@ -66,8 +66,45 @@ def test_fix_from_needs_free_and_the_same_gpu(tp2_log):
     res = CliRunner().invoke(calibrate_main, [*base, "--gpu", "rtx-pro-6000"])
     assert res.exit_code == 2 and "name the ones to fit with --free" in res.output
     res = CliRunner().invoke(calibrate_main, [*base, "--gpu", "h100-80gb", "--free", "eta_link"])
-    assert res.exit_code == 2 and "fittedonrtx-pro-6000,noth100-80gb" in "".join(res.output.split())
+    flat = "".join(res.output.split())
+    assert res.exit_code == 2 and "noth100-80gb" in flat and "efficienciesdonotcarryovertoanotherGPU" in flat
     res = CliRunner().invoke(calibrate_main, [*base[:-2], "-o", str(tp2_log / "tp1.json"), "--gpu", "rtx-pro-6000",
                                               "--free", "eta_link"])
     assert res.exit_code == 2 and "the same file as the input" in res.output
     assert not (tp2_log / "x.json").exists()
+
+
+def test_a_freed_parameter_starts_at_the_calibrations_value(tp2_log, tmp_path):
+    """--fix-from CAL --free X: X starts from CAL's value, and one the data cannot see (eta_link
+    on a TP-1 log) keeps CAL's value, not the declared default (it came back as 1)."""
+    cal = json.loads((tp2_log / "tp1.json").read_text())
+    cal["params"]["eta_link"] = {"value": 0.27, "vary": True}
+    (tmp_path / "with_link.json").write_text(json.dumps(cal))
+    tp1_log = tmp_path / "tp1.parquet"
+    cfg = ReplayConfig(engine=EngineOptions(max_num_seqs=64, max_num_batched_tokens=2048))
+    trace = synth_requests(300, 6.0, "lognormal:mean=800,sigma=0.8", "lognormal:mean=200,sigma=0.7", seed=4)
+    truth = RooflineCostModel(MODEL, GPU, CostParams(**TRUTH))
+    measured, _ = replay_frame(trace, NoisyCostModel(truth, 0.03, np.random.default_rng(4)), cfg)
+    write_trace(trace.assign(ttft_s=measured["pred_ttft_s"], tpot_s=measured["pred_tpot_s"]), REQUEST_TRACE, tp1_log)
+    out = tmp_path / "back.json"
+    res = CliRunner().invoke(calibrate_main, ["fit", str(tp1_log), "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000",
+                                              *ENGINE, "--fix-from", str(tmp_path / "with_link.json"),
+                                              "--free", "eta_link,t_step_s", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    params = json.loads(out.read_text())["params"]
+    assert params["eta_link"]["value"] == 0.27  # no effect at TP 1: held where CAL had it
+
+
+def test_fix_from_compares_the_gpus_numbers_not_their_names(tp2_log, tmp_path):
+    spec = {"name": "rtx-pro-6000", "peak_flops": 2 * GPU.peak_flops, "mem_bandwidth_bytes_per_s":
+            GPU.mem_bandwidth_bytes_per_s, "mem_bytes": GPU.mem_bytes, "tp_link": "pcie5"}
+    (tmp_path / "fast.json").write_text(json.dumps(spec))
+    (tmp_path / "renamed.json").write_text(json.dumps({**spec, "name": "my card", "peak_flops": GPU.peak_flops}))
+    base = ["fit", str(tp2_log / "tp2.parquet"), "--model", "llama-3.1-8b", "--tp", "2", *ENGINE,
+            "--fix-from", str(tp2_log / "tp1.json"), "--free", "eta_link", "--variants", "blend"]
+    res = CliRunner().invoke(calibrate_main, [*base, "--gpu-spec", str(tmp_path / "fast.json"),
+                                              "-o", str(tmp_path / "a.json")])
+    assert res.exit_code == 2 and "efficienciesdonotcarryovertoanotherGPU" in "".join(res.output.split())
+    res = CliRunner().invoke(calibrate_main, [*base, "--gpu-spec", str(tmp_path / "renamed.json"),
+                                              "-o", str(tmp_path / "b.json")])
+    assert res.exit_code == 0, res.output
