@@ -149,7 +149,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
         cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
     fixed, free_names, variants, held_why, cm = held_and_free(fix, fix_from, free, variants, cm)
     paths = [parse_run_spec(t)[0] for t in traces]
-    first_kind, first_frame, _ = read_trace(paths[0])
+    first_kind, first_frame, first_meta = read_trace(paths[0])
     source = {"path": traces[0], "sha256": sha256_of(paths[0]), "kind": first_kind} if len(traces) == 1 else \
         {"paths": list(traces), "sha256": [sha256_of(p) for p in paths], "kind": first_kind}
     if first_kind == STEP_TRACE:
@@ -157,6 +157,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
             raise click.UsageError("give one step trace (several logs at once are request logs)")
         if ray_address is not None:
             raise click.UsageError("--ray-address: only a request log is fitted by replays; a step trace fits here")
+        warn_metadata_mismatch(first_meta, cm.model, cm.gpu, tp)
         names = parse_names(variants, list(VARIANTS), "--variants")
         try:
             fits, dropped = fit_steps(first_frame, cm, names, loss, fixed, balance_kinds)

@@ -17,6 +17,7 @@ from typing import Callable
 import lmfit
 import numpy as np
 
+from schemas.text import wrap_error
 from schemas.cost_params import PARAMS, VARIANTS, CostParams
 
 from .errors import FitError
@@ -161,8 +162,8 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
                 hold[n] = start_of[n]
                 why.setdefault(n, "not in the model's terms")
         if not free:
-            raise FitError("no parameter left to fit: each is fixed (--fix), set by the variant, or without "
-                           "effect on these data; free one with --free or drop a --fix")
+            held = "; ".join(f"{n}: {why[n]}" for n in candidates if n in why)
+            raise FitError(wrap_error(f"no parameter left to fit ({held}); free another with --free or drop a --fix"))
         require_rows(residuals[0], len(free), residuals[1])
         previous = [{k: f.params[k].value for k in free} for f in fits]
         if VARIANTS[v] is None and previous:  # the blend from the nested variants' optima only

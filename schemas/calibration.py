@@ -157,10 +157,10 @@ class Calibration:
                       expert_parallel=d.get("expert_parallel", False), engine=dict(d.get("engine") or {}),
                       fit=d.get("fit", {}), source=d.get("source", {}))
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError, SchemaError) as exc:
-            raise SchemaError(f"{path}: calibration field missing or invalid: {exc}") from None
+            raise SchemaError(wrap_error(f"{path}: calibration field missing or invalid: {exc}")) from None
         problem = cal.problem()
         if problem:
-            raise SchemaError(f"{path}: {problem}")
+            raise SchemaError(wrap_error(f"{path}: {problem}"))
         return cal
 
     def problem(self) -> str | None:

@@ -357,3 +357,18 @@ def test_validate_knows_the_runs_a_fix_from_calibration_was_fitted_on(files, mon
     assert res.exit_code == 0, res.output
     assert "fitted on requests of" in " ".join(res.output.split())
     assert set(pd.read_csv(files / "e.csv")["sample"]) == {"in"}
+
+
+def test_a_step_trace_fitted_at_another_tp_than_it_records_is_warned(tmp_path):
+    """Like a request log, a step trace (a kernel profile) whose metadata says TP 1 is fitted at
+    --tp 2 only with a warning saying so (it was silent)."""
+    from traces.io import write_trace
+
+    rows = [(0, 0.01 * i, 0.01, 100 * (i % 3), 1 if i % 3 else 0, 8, 8 * 500, 0) for i in range(30)]
+    steps = pd.DataFrame(rows, columns=["replica_id", "step_start_time_s", "step_duration_s", "num_prefill_tokens",
+                                        "num_prefill_seqs", "num_decode_seqs", "decode_context_tokens",
+                                        "prefill_context_tokens"])
+    write_trace(steps, "step_trace/1", tmp_path / "steps.parquet", {"tp": "1"})
+    res = invoke("calibrate", "fit", tmp_path / "steps.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                 "--tp", "2", "--variants", "max", "-o", tmp_path / "c.json")
+    assert "the trace says tp 1; fitting it as --tp 2" in " ".join(res.output.split()), res.output
