@@ -160,13 +160,14 @@ class Engine:
         """Why ``req`` can never run here (``None`` if it can).
 
         A request is rejected when prompt + output exceeds ``max_model_len`` (vLLM refuses
-        it) or when its peak KV (prompt + output - 1 tokens) exceeds the whole cache.
+        it) or when its peak KV (prompt + output - 1 tokens) exceeds the whole cache (one DP
+        rank's share: ``EngineConfig.max_request_blocks``).
         """
         total = req.num_prompt_tokens + req.num_output_tokens
         if self.config.max_model_len is not None and total > self.config.max_model_len:
             return because(REJECTED, "exceeds max_model_len")
         kv = self.replicas[0].kv
-        if kv.blocks_for(req.peak_kv_tokens) > kv.num_gpu_blocks:
+        if kv.blocks_for(req.peak_kv_tokens) > (self.config.max_request_blocks or kv.num_gpu_blocks):
             return because(REJECTED, "exceeds KV cache capacity")
         return None
 

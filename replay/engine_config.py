@@ -44,6 +44,9 @@ class EngineConfig:
     seed : int
         Seed of the engine's random draws (accepted drafts); one ``numpy.random.Generator``
         per replica, so a run is deterministic.
+    max_request_blocks : int | None
+        The most KV blocks one request may hold (None: the whole cache): one DP rank's share
+        when ``dp`` ranks are simulated as one replica, since a request lives on one rank.
     """
 
     num_gpu_blocks: int
@@ -59,6 +62,7 @@ class EngineConfig:
     exact_steps: bool = False
     spec_acceptance_rate: float = 0.0
     seed: int = 0
+    max_request_blocks: int | None = None
 
 
 def check_settings(engine_config: EngineConfig, scheduler_config, num_replicas: int) -> None:

@@ -176,7 +176,8 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
                               enable_prefix_caching=eng.enable_prefix_caching, hash_block_size=hash_block_size,
                               preemption_mode=eng.preemption_mode, swap_time_per_block_s=swap_time_per_block_s,
                               record_step_requests=rec.step_requests, exact_steps=cfg.exact_steps,
-                              spec_acceptance_rate=eng.spec_acceptance_rate or 0.0, seed=eng.seed)
+                              spec_acceptance_rate=eng.spec_acceptance_rate or 0.0, seed=eng.seed,
+                              max_request_blocks=blocks // dp if dp > 1 else None)
     if decode_cost_model is not None:
         m, pools = cost_model.model, cfg.disagg
         engine = DisaggEngine(

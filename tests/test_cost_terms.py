@@ -318,3 +318,19 @@ def test_step_time_non_decreasing_with_drafts(cm, row, which, by):
     p2, d2, cd2, cp2, _, e2 = bumped
     after = cm.step_time_s(p2, d2, cd2, cp2, _seqs(p2, s), num_decode_tokens=_positions(d2, e2))
     assert after >= before or math.isclose(after, before, rel_tol=1e-12)
+
+
+def test_dp_a_request_needs_room_on_one_rank():
+    """DP 2 ranks of 200 KV blocks each (3,200 tokens): a 5,000-token prompt fits the pooled
+    400 blocks but no rank, so it is rejected as vLLM would (it ran); a 3,000-token one runs."""
+    import pandas as pd
+
+    from replay.config import EngineOptions, ReplayConfig
+    from replay.simulate import replay_frame
+
+    cm = RooflineCostModel(get_model("qwen3-30b-a3b"), GPU, CostParams(), dp=2, expert_parallel=True)
+    trace = pd.DataFrame({"request_id": ["big", "ok"], "arrival_time_s": [0.0, 0.0],
+                          "num_prompt_tokens": [5000, 3000], "num_output_tokens": [3, 3]})
+    res, _ = replay_frame(trace, cm, ReplayConfig(EngineOptions(max_num_seqs=8, max_num_batched_tokens=2048,
+                                                                num_gpu_blocks=200)))
+    assert res["pred_status"].tolist() == ["rejected: exceeds KV cache capacity", "ok"]
