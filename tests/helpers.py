@@ -65,3 +65,17 @@ def write_calibration(cost_model, path, **params) -> None:
     Calibration(cost_model.model, cost_model.gpu, cost_model.tp, {k: FittedParam(v) for k, v in values.items()},
                 terms=list(cost_model.terms), dp=cost_model.dp,
                 expert_parallel=cost_model.expert_parallel).write(path)
+
+
+def write_content(path, content, missing: str = "absent") -> None:
+    """Put ``content`` at ``path``: bytes or text as given; None leaves no file (``missing``
+    "absent", removing one) or a folder in its place (``missing`` "folder")."""
+    if content is None:
+        if missing == "folder":
+            path.mkdir()
+        elif path.exists():
+            path.unlink()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)

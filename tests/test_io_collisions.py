@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from calibrate.umbrella import main as servecal
-from helpers import write_calibration
+from helpers import write_calibration, write_content
 from replay.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
@@ -124,13 +124,7 @@ def test_a_filter_named_like_a_file_is_no_input(files):
 @pytest.mark.parametrize("cmd", [REPLAY + ["-o", "r.parquet"],
                                  FIT + ["--model", "llama-3.1-8b", "--gpu", "h100-80gb", "-o", "r.parquet"]])
 def test_a_bad_vllm_log_is_one_data_error(files, content, message, cmd):
-    log = files / "v.log"
-    if content is None:
-        log.unlink()
-    elif isinstance(content, bytes):
-        log.write_bytes(content)
-    else:
-        log.write_text(content)
+    write_content(files / "v.log", content)
     res = invoke(*cmd, "--vllm-log", "v.log")
     assert res.exit_code == 1 and f"Error: {message}" in flat(res.output)
     assert not (files / "r.parquet").exists()

@@ -10,6 +10,7 @@ from replay.compare import compare, table_cells
 from replay.errors import ConfigError, TimeseriesError
 from replay.report import (NUM_TIME_WINDOWS, check_timeseries_span, errors_over_time, read_timeseries,
                            simulated_counts, write_report)
+from helpers import write_content
 from test_compare import make_cli_inputs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -207,12 +208,7 @@ def test_read_timeseries_errors(tmp_path):
 ])
 def test_every_read_failure_of_a_timeseries_is_one_error(tmp_path, name, content, message):
     p = tmp_path / name
-    if content is None:
-        p.mkdir()
-    elif isinstance(content, bytes):
-        p.write_bytes(content)
-    else:
-        p.write_text(content)
+    write_content(p, content, missing="folder")
     with pytest.raises(TimeseriesError) as err:
         read_timeseries(p)
     assert re.search(message, " ".join(str(err.value).split())), str(err.value)  # folded at 100 columns
