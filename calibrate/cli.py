@@ -228,7 +228,7 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
     from traces.io import read_trace
 
     from .request_fit import engine_settings
-    from .runs import load_runs, score_runs, share_requests
+    from .runs import in_source, load_runs, score_runs, share_requests
     from .step_fit import set_ci95
     from .summary import to_calibration
 
@@ -247,7 +247,7 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
         click.echo(wrap(f"warning: --score-on names run(s) whose requests the fit sees: "
                         f"{', '.join(r.name for r in seen)}; scored in sample"), err=True)
     held_seen = [r for r in test if not any(r is s for s in seen)
-                 and any(share_requests(r, spec, sha) for spec, sha in calibration_sources(fix_from))]
+                 and any(in_source(r, spec, sha) for spec, sha in calibration_sources(fix_from))]
     if held_seen:  # the values --fix-from holds were fitted on them
         click.echo(wrap(f"warning: --fix-from {fix_from} was fitted on requests of: "
                         f"{', '.join(r.name for r in held_seen)}; scored in sample"), err=True)

@@ -100,25 +100,41 @@ def _seconds(x: float) -> str:
     return f"{x:g}" if float(f"{x:g}") == x else repr(x)
 
 
-def share_requests(a: Run, b: Run | str, b_sha256: str | None = None) -> bool:
-    """Whether runs ``a`` and ``b`` (named by :func:`load_runs`, or ``b`` a run spec, e.g. a
-    calibration's recorded source with its ``b_sha256``) hold some of the same measured
-    requests: one file (the same bytes, whatever the path), the same benchmark or one of them
-    the whole file, and time windows that overlap (none: the whole run)."""
-    import os
+#: What identifies one measured request across files: a copy, a slice or a window of a log
+#: keeps these values exactly; two different logs do not share a measured latency.
+_MEASURED_KEY = ("request_id", "num_prompt_tokens", "num_output_tokens", "ttft_s", "e2e_s")
 
+
+def share_requests(a: Run, b: Run) -> bool:
+    """Whether runs ``a`` and ``b`` score some of the same measured requests (the same request
+    id, lengths and measured TTFT and E2E): the same file under another path, a copy, a slice
+    (``traces slice``) or an overlapping window alike."""
+    cols = [c for c in _MEASURED_KEY if c in a.trace and c in b.trace]
+    if "request_id" not in cols or not {"ttft_s", "e2e_s"} & set(cols):
+        return False
+    measured = [c for c in ("ttft_s", "e2e_s") if c in cols]
+
+    def keys(run):
+        rows = run.scored_rows(run.trace)
+        rows = rows[rows[measured].notna().any(axis=1)]  # a failed request measured nothing to share
+        return set(map(tuple, rows[cols].astype(str).to_numpy()))
+
+    return not keys(a).isdisjoint(keys(b))
+
+
+def in_source(a: Run, spec: str, sha256: str) -> bool:
+    """Whether run ``a`` (named by :func:`load_runs`) scores requests of ``spec``, a run a
+    calibration records it was fitted on (``FILE[#K][@START:END]`` as typed then, and the
+    file's ``sha256``): the same bytes, the same benchmark or one of them the whole file, and
+    time windows that overlap (none: the whole run)."""
     from schemas.calibration import sha256_of
 
-    (pa, ka, wa), (pb, kb, wb) = parse_run_spec(a.name), parse_run_spec(b if isinstance(b, str) else b.name)
+    (pa, ka, wa), (_, kb, wb) = parse_run_spec(a.name), parse_run_spec(spec)
     if ka is not None and kb is not None and ka != kb:
         return False
     (a0, a1), (b0, b1) = wa or (0.0, float("inf")), wb or (0.0, float("inf"))
-    if not (a0 < b1 and b0 < a1):
-        return False
     try:
-        if b_sha256 is not None:
-            return sha256_of(pa) == b_sha256
-        return os.path.samefile(pa, pb) or sha256_of(pa) == sha256_of(pb)
+        return a0 < b1 and b0 < a1 and sha256_of(pa) == sha256
     except OSError:
         return False
 

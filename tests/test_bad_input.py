@@ -253,13 +253,16 @@ def test_validate_scores_a_run_the_fit_saw_in_sample(files):
 
 
 @pytest.mark.parametrize("fit_on,score_on", [("t.parquet@0:10", "./t.parquet@0:10"), ("t.parquet", "t.parquet@0.05:1"),
-                                             ("t.parquet@0:0.15", "t.parquet@0.05:1"), ("t.parquet", "copy.parquet")])
+                                             ("t.parquet@0:0.15", "t.parquet@0.05:1"), ("t.parquet", "copy.parquet"),
+                                             ("t.parquet", "slice.parquet")])
 def test_validate_knows_a_run_the_fit_saw_under_another_name(files, fit_on, score_on, monkeypatch):
-    """The same requests named another way (a path spelled differently, a window inside the fit's
-    run, overlapping windows, a byte-identical copy) are in sample too (they were scored "out")."""
+    """The same measured requests named another way (a path spelled differently, a window inside
+    the fit's run, overlapping windows, a byte-identical copy, a slice written by `traces slice`)
+    are in sample too (they were scored "out")."""
     import shutil
 
     shutil.copyfile(files / "t.parquet", files / "copy.parquet")
+    assert invoke("traces", "slice", files / "t.parquet", "--start", "0.05", "-o", files / "slice.parquet").exit_code == 0
     monkeypatch.chdir(files)
     res = invoke("calibrate", "validate", "--fit-on", fit_on, "--score-on", score_on, "--model", "llama-3.1-8b",
                  "--gpu", "h100-80gb", "--variants", "max", "--table-out", "e.csv")
@@ -372,3 +375,15 @@ def test_a_step_trace_fitted_at_another_tp_than_it_records_is_warned(tmp_path):
     res = invoke("calibrate", "fit", tmp_path / "steps.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
                  "--tp", "2", "--variants", "max", "-o", tmp_path / "c.json")
     assert "the trace says tp 1; fitting it as --tp 2" in " ".join(res.output.split()), res.output
+
+
+def test_validate_scores_another_log_with_the_same_request_ids_out_of_sample(files, monkeypatch):
+    """Two logs of different runs both number their requests from 0 (LLMServingSim's bench-0..):
+    the ids alone do not make them the same requests."""
+    other = pd.read_parquet(files / "t.parquet").assign(ttft_s=[0.08, 0.09, 0.1])
+    write_table(to_table(REQUEST_TRACE, other), files / "other.parquet")
+    monkeypatch.chdir(files)
+    res = invoke("calibrate", "validate", "--fit-on", "t.parquet", "--score-on", "other.parquet", "--model",
+                 "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--table-out", "e.csv")
+    assert res.exit_code == 0, res.output
+    assert list(pd.read_csv(files / "e.csv").drop_duplicates("run")["sample"]) == ["in", "out"]
