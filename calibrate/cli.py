@@ -40,16 +40,16 @@ def main():
 def print_fits(fits, verbose: bool, held_why: dict | None = None) -> None:
     """The calibration summary first (values, 95 % intervals, identified or not, fit quality
     in words), then every variant's score; lmfit's own report only with ``verbose``.
-    ``held_why``: name -> why a held parameter is held (``from cal.json``), said instead of
-    "given" here and in the calibration written from ``fits``."""
+    ``held_why``: name -> (why a held parameter is held, whether its source identified it),
+    said instead of "given" here and in the calibration written from ``fits``."""
     from .summary import summary_lines
 
     best = fits[0]
     for fit in fits:
-        for n, why in (held_why or {}).items():
+        for n, (why, identified) in (held_why or {}).items():
             p = fit.params.get(n)
             if p is not None and not p.vary and p.bound == "given":
-                p.bound = why
+                p.bound, p.identifiable = why, identified
     if verbose:
         click.echo("lmfit report of the best variant (parameters in their fit scale, e.g. t_step_s in ms):")
         click.echo(best.report)

@@ -37,7 +37,8 @@ def held_and_free(fix, fix_from, free, variants, cm) -> tuple[dict, tuple, str, 
     """The parameters held (``--fix``, and ``--fix-from``'s values but the ``--free`` ones), the
     names left free, the variants to try (``--fix-from`` alone: ``blend``, its ``overlap``
     held like the rest; ``--free overlap``: ``blend``, the variants that do not hold it),
-    why each value taken from ``--fix-from`` is held (name -> ``from CAL``), and ``cm`` with
+    why each value taken from ``--fix-from`` is held and whether CAL identified it (name ->
+    ``("from CAL", True)``), and ``cm`` with
     ``--fix-from``'s values (the fit starts there, and a freed parameter without effect on
     the data keeps its value there).
 
@@ -73,7 +74,9 @@ def held_and_free(fix, fix_from, free, variants, cm) -> tuple[dict, tuple, str, 
                                "carry over to another GPU")
     values = {n: p.value for n, p in cal.params.items() if n in PARAMS and not math.isnan(p.value)}
     held = {n: v for n, v in values.items() if n not in names}
-    return ({**held, **fixed}, names, variants or "blend", {n: f"from {fix_from}" for n in held if n not in fixed},
+    why = {n: (f"from {fix_from}" + ("" if cal.params[n].identifiable else ", NOT IDENTIFIED there"),
+               cal.params[n].identifiable) for n in held if n not in fixed}
+    return ({**held, **fixed}, names, variants or "blend", why,
             cm.with_params(cm.params.replace(**{**values, **fixed})))
 
 

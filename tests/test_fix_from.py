@@ -57,6 +57,7 @@ def test_the_link_is_identified_on_top_of_a_tp1_calibration(tp2_log):
     for name in ("eta_compute", "n_half_tokens", "eta_mem", "t_step_s", "t_seq_s"):  # held where the TP-1 fit put them
         assert not params[name]["vary"] and params[name]["value"] == TRUTH[name]
         assert params[name]["bound"] == f"from {tp2_log / 'tp1.json'}"  # said, in the file and the summary
+        assert params[name]["identifiable"]  # as the TP-1 calibration had it (FittedParam's default)
     assert "".join(f"fixed (from {tp2_log / 'tp1.json'}):".split()) in "".join(res.output.split())
 
 
@@ -79,6 +80,7 @@ def test_a_freed_parameter_starts_at_the_calibrations_value(tp2_log, tmp_path):
     on a TP-1 log) keeps CAL's value, not the declared default (it came back as 1)."""
     cal = json.loads((tp2_log / "tp1.json").read_text())
     cal["params"]["eta_link"] = {"value": 0.27, "vary": True}
+    cal["params"]["t_seq_s"].update(identifiable=False, bound="the data allow any value in [0 s, 30 us]")
     (tmp_path / "with_link.json").write_text(json.dumps(cal))
     tp1_log = tmp_path / "tp1.parquet"
     cfg = ReplayConfig(engine=EngineOptions(max_num_seqs=64, max_num_batched_tokens=2048))
@@ -93,6 +95,8 @@ def test_a_freed_parameter_starts_at_the_calibrations_value(tp2_log, tmp_path):
     assert res.exit_code == 0, res.output
     params = json.loads(out.read_text())["params"]
     assert params["eta_link"]["value"] == 0.27  # no effect at TP 1: held where CAL had it
+    # a value CAL could not identify is held, and said so (it came out "identifiable")
+    assert not params["t_seq_s"]["identifiable"] and params["t_seq_s"]["bound"].endswith("NOT IDENTIFIED there")
 
 
 def test_fix_from_compares_the_gpus_numbers_not_their_names(tp2_log, tmp_path):
