@@ -66,7 +66,12 @@ def figures_folder(path: str | os.PathLike) -> Path | None:
     """The folder a report at ``path`` writes its figures into: ``<stem>_files`` beside a
     Markdown report; None for HTML (figures embedded) and other suffixes."""
     path = Path(path)
-    return path.parent / f"{path.stem}_files" if REPORT_FORMATS.get(path.suffix.lower()) == "markdown" else None
+    return path.parent / _figures_name(path) if REPORT_FORMATS.get(path.suffix.lower()) == "markdown" else None
+
+
+def _figures_name(path: Path) -> str:
+    """The name of a Markdown report's figure folder, ``<stem>_files``."""
+    return f"{path.stem}_files"
 
 
 def servecal_version() -> str:
@@ -219,7 +224,7 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
             raise ReplayError(f"simulated steps: missing column(s) {', '.join(missing)}")
     table = compare(result_df)
     metrics = list(table["metric"]) if not table.empty else []
-    folder = f"{path.stem}_files"  # Markdown's figures, named after the report (see figures_folder)
+    folder = _figures_name(path)  # Markdown's figures, named after the report
     blocks: list[tuple] = [("meta", list(context) if context else report_context())]
     figures: list[tuple[str, object]] = []  # (file name in the folder, figure)
 
