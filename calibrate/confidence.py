@@ -28,6 +28,7 @@ sloppiest direction of ``A``: an inner approximation of the set's projection.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -45,7 +46,8 @@ MAX_HALVINGS = 6
 
 
 def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], params: dict, data_cov: np.ndarray,
-                             rel_step: float = 0.05, level: float = 0.95, runner=None) -> tuple[dict, list, dict]:
+                             rel_step: float = 0.05, level: float = 0.95, runner=None,
+                             also_walk: tuple = ()) -> tuple[dict, list, dict]:
     """95 % intervals of the free parameters of a request-log fit, from the confidence set.
 
     Parameters
@@ -57,6 +59,9 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
     level : confidence level.
     runner : ``runner(fn, shared, items)`` running the Jacobian's columns and the line
         searches elsewhere (:func:`calibrate.request_fit.start_runner`); default: here.
+    also_walk : names of parameters the fit held (``vary`` False) because the data could not
+        identify them: the set is traced along them too, so that its points (``stats["points"]``)
+        span what the data allow of them; they stay held, with ``ci95`` that extent.
 
     Returns
     -------
@@ -66,7 +71,10 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
         of its range: NOT IDENTIFIED with the one side the data give; when no point of the
         set but the optimum was found along it: NOT IDENTIFIED, ``ci95`` None);
     warnings : list of str, one per parameter NOT IDENTIFIED;
-    stats : ``{"threshold", "g_optimum", "dof", "rule", "n_evals"}``.
+    stats : ``{"threshold", "g_optimum", "dof", "rule", "n_evals", "points"}``; ``points`` is a
+        list of dicts name -> value (natural units) of the traced parameters: the farthest
+        point of the set each line search reached, the points a prediction band is replayed at
+        (:func:`replay.bands.band_cost_models`).
 
     Notes
     -----
@@ -84,29 +92,41 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
         reason = "the measured quantiles do not vary under resampling (too few requests, or identical latencies)"
         why = f"no interval: {reason}"
         out = {n: FittedParam(p.value, None, False, why, True, None) if p.vary else p for n, p in params.items()}
-        return out, [f"{n}: NOT IDENTIFIED, {why}" for n in free], {"rule": f"not computed: {reason}", "n_evals": 0}
-    prob = _SetProblem(residual, free, {n: p.value for n, p in params.items() if not p.vary}, data_cov)
-    x0 = np.array([params[n].value for n in free]) / prob.scale
+        return out, [f"{n}: NOT IDENTIFIED, {why}" for n in free], {"rule": f"not computed: {reason}", "n_evals": 0,
+                                                                      "points": []}
+    held = [n for n in also_walk if n in params and not params[n].vary]
+    walked = free + held
+    prob = _SetProblem(residual, walked, {n: p.value for n, p in params.items() if not p.vary and n not in held},
+                       data_cov)
+    x0 = np.array([params[n].value for n in walked]) / prob.scale
     g0, r0 = prob.g(x0)
     threshold = float(chi2.ppf(level, prob.dof))
     rule = "goodness of fit"
     if g0 > threshold:
         threshold, rule = g0 + float(chi2.ppf(level, 1)), "profile (optimum fails the test)"
     prob.x0, prob.r0, prob.threshold, prob.rel_step = x0, r0, threshold, rel_step
-    jac = np.column_stack(run(_column, prob, range(len(free))))
+    jac = np.column_stack(run(_column, prob, range(len(walked))))
     fisher = jac.T @ prob.cov_pinv @ jac
     a_inv = np.linalg.pinv(fisher)
     rise = threshold - g0
-    walks = [(a_inv[:, i] * math.sqrt(rise / a_inv[i, i]), i) for i in range(len(free)) if a_inv[i, i] > 0]
+    walks = [(a_inv[:, i] * math.sqrt(rise / a_inv[i, i]), i) if a_inv[i, i] > 0 and np.any(jac[:, i]) else
+             (_at(np.zeros_like(x0), i, (prob.hi[i] - prob.lo[i]) / STEPS[-1]), i)  # no effect: along it alone
+             for i in range(len(walked))]
     ew, ev = np.linalg.eigh(fisher)
     walks.append((ev[:, 0] * math.sqrt(rise / max(ew[0], 1e-12 * max(ew[-1], 1e-300))), None))
     prob.jac = jac
-    found = run(_walk, prob, [(d, held, sign) for d, held in walks for sign in (1.0, -1.0)])
+    found = run(_walk, prob, [(d, k, sign) for d, k in walks for sign in (1.0, -1.0)])
     accepted = [x0, *[x for pts, _ in found for x in pts]]
-    n_evals = 1 + 2 * len(free) + sum(n for _, n in found)
+    n_evals = 1 + 2 * len(walked) + sum(n for _, n in found)
     pts = np.array(accepted) * prob.scale
+    ends = np.unique(np.array([inside[-1] for inside, _ in found if inside]).reshape(-1, len(walked)) * prob.scale,
+                     axis=0)
+    points = [dict(zip(walked, map(float, x))) for x in ends]
     corr = a_inv / np.sqrt(np.outer(np.diag(a_inv), np.diag(a_inv)).clip(1e-300))
     out, warns = dict(params), []
+    for i, n in enumerate(held):  # held, with the extent the data allow
+        lo, hi = float(pts[:, len(free) + i].min()), float(pts[:, len(free) + i].max())
+        out[n] = replace(params[n], ci95=(lo, hi) if hi > lo else None)
     for i, n in enumerate(free):
         p, spec = params[n], PARAMS[n]
         lo, hi = float(pts[:, i].min()), float(pts[:, i].max())
@@ -134,7 +154,8 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
         why = f"the data allow any value in [{fmt(n, lo)}, {fmt(n, hi)}]{mates}"
         out[n] = FittedParam(p.value, p.stderr, False, why, True, (lo, hi))
         warns.append(f"{n}: NOT IDENTIFIED, {why}")
-    return out, warns, {"threshold": threshold, "g_optimum": g0, "dof": prob.dof, "rule": rule, "n_evals": n_evals}
+    return out, warns, {"threshold": threshold, "g_optimum": g0, "dof": prob.dof, "rule": rule, "n_evals": n_evals,
+                        "points": points}
 
 
 class _SetProblem:
@@ -223,3 +244,52 @@ def _at(x: np.ndarray, i: int, value: float) -> np.ndarray:
     y = x.copy()
     y[i] = value
     return y
+
+
+def covariance_points(params: dict, correlations: dict, level: float = 0.95) -> list[dict]:
+    """Points on the boundary of the delta method's confidence ellipsoid of a step fit: the
+    optimum plus and minus each principal semi-axis, scaled to the ``level`` point of
+    chi-square with as many degrees of freedom as parameters (clipped to each range).
+
+    Parameters
+    ----------
+    params : dict name -> FittedParam; the free ones with a ``stderr`` span the ellipsoid.
+    correlations : ``"a,b"`` -> correlation of the estimates (:class:`calibrate.fitting.FitResult`).
+    level : confidence level.
+
+    Returns
+    -------
+    list of dicts name -> value (natural units), ``2 k`` points for ``k`` parameters with a
+    standard error; empty when none has one.
+
+    Notes
+    -----
+    The ellipsoid ``(theta - theta0)^T C^-1 (theta - theta0) <= chi2_k(level)`` is the
+    large-sample confidence set of a least-squares fit (Seber & Wild, Nonlinear Regression,
+    1989, section 5.2); its principal axes are the eigenvectors of ``C``. The replayed
+    prediction at these points (:func:`replay.bands.band_cost_models`) is the sigma-point
+    propagation of the unscented transform (Julier & Uhlmann, Proc. IEEE 92(3), 2004).
+    """
+    from scipy.stats import chi2
+
+    names = [n for n, p in params.items() if p.vary and p.stderr is not None and np.isfinite(p.stderr)
+             and p.stderr > 0]
+    if not names:
+        return []
+    sd = np.array([params[n].stderr for n in names])
+    corr = np.eye(len(names))
+    for i, a in enumerate(names):
+        for j, b in enumerate(names):
+            if i != j:
+                corr[i, j] = correlations.get(f"{a},{b}", correlations.get(f"{b},{a}", 0.0))
+    w, v = np.linalg.eigh(corr * np.outer(sd, sd))
+    radius = math.sqrt(chi2.ppf(level, len(names)))
+    x0 = np.array([params[n].value for n in names])
+    lo = np.array([PARAMS[n].lower for n in names])
+    hi = np.array([PARAMS[n].upper for n in names])
+    points = []
+    for k in range(len(names)):
+        axis = radius * math.sqrt(max(w[k], 0.0)) * v[:, k]
+        for sign in (1.0, -1.0):
+            points.append(dict(zip(names, map(float, np.clip(x0 + sign * axis, lo, hi)))))
+    return points

@@ -230,8 +230,12 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
                             data_cov=data_cov, starts=_STARTS, max_nfev=max_nfev or 10 * (len(free) + 1),
                             runner=runner)
         best = fits[0]
+        unknown_held = tuple(n for n, p in best.params.items() if not p.vary and (p.bound or "").startswith(
+            "NOT IDENTIFIED ("))  # traced too: the band of a what-if spans what the data allow of them
         best.params, warns, best.stats["confidence_set"] = confidence_set_intervals(residual, best.params, data_cov,
-                                                                                    runner=runner)
+                                                                                    runner=runner,
+                                                                                    also_walk=unknown_held)
+        best.stats["band_points"] = best.stats["confidence_set"].pop("points")
     delta = tuple(f"{n}: NOT IDENTIFIED" for n, p in best.params.items() if p.vary)
     best.warnings = [w for w in best.warnings if not w.startswith(delta)] + warns
     best.stats["ci_method"] = "confidence set" if best.stats["confidence_set"]["n_evals"] else "stderr"

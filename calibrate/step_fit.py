@@ -8,6 +8,7 @@ from replay.cost_model import FRONTEND_PARAMS, RooflineCostModel
 from schemas.cost_params import PARAMS, CostParams
 from schemas.metrics import step_kind
 
+from .confidence import covariance_points
 from .errors import FitError
 from .fitting import FitResult, fit_variants, least_squares
 
@@ -174,10 +175,12 @@ def bootstrap_ci95(data: StepData, cost_model: RooflineCostModel, fit: FitResult
 
 def set_ci95(fit: FitResult, method: str, bootstrap: dict | None = None) -> None:
     """Store 95 % intervals in ``fit.params``: from the bootstrap, or ``value +/- 1.96 stderr``
-    clipped to the parameter's declared range; a fit that computed its own intervals (a
-    request-log fit's confidence set) keeps them."""
+    clipped to the parameter's declared range, and the points a prediction band is replayed
+    at (``stats["band_points"]``, :func:`calibrate.confidence.covariance_points`); a fit that
+    computed its own intervals (a request-log fit's confidence set) keeps them and its points."""
     if fit.stats.get("ci_method") == "confidence set":
         return
+    fit.stats["band_points"] = covariance_points(fit.params, fit.correlations)
     for k, p in fit.params.items():
         if not p.vary or not p.identifiable:  # only a bound is known (FittedParam.bound)
             continue

@@ -74,6 +74,11 @@ class Calibration:
         Statistics: method, rows, residuals, correlations, per-variant results.
     source : dict
         ``path``, ``sha256`` and ``kind`` of the trace(s) it was fitted on.
+    band_points : list[dict]
+        Points of the parameters' 95 % confidence set (name -> value, natural units; the
+        others at ``params``): where the data allow the parameters to be. ``replay`` replays
+        at each to put a band on every prediction (:mod:`replay.bands`); empty in files
+        written before bands (then a prediction has no band).
     """
 
     model: ModelSpec
@@ -86,6 +91,7 @@ class Calibration:
     engine: dict = field(default_factory=dict)
     fit: dict = field(default_factory=dict)
     source: dict = field(default_factory=dict)
+    band_points: list = field(default_factory=list)
 
     def value(self, name: str) -> float:
         """The value of parameter ``name`` (its declared default when not in the file)."""
@@ -114,6 +120,7 @@ class Calibration:
             "engine": self.engine,
             "fit": self.fit,
             "source": self.source,
+            "band_points": self.band_points,
         }
 
     def write(self, path: str | os.PathLike) -> None:
@@ -155,7 +162,8 @@ class Calibration:
             cal = cls(model=ModelSpec.from_dict(d["model"]), gpu=GpuSpec.from_dict(d["gpu"]),
                       tp=d["tp"], params=params, terms=list(d.get("terms", _V1_TERMS)), dp=d.get("dp", 1),
                       expert_parallel=d.get("expert_parallel", False), engine=dict(d.get("engine") or {}),
-                      fit=d.get("fit", {}), source=d.get("source", {}))
+                      fit=d.get("fit", {}), source=d.get("source", {}),
+                      band_points=[dict(pt.items()) for pt in d.get("band_points") or []])
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError, SchemaError) as exc:
             raise SchemaError(wrap_error(f"{path}: calibration field missing or invalid: {exc}")) from None
         problem = cal.problem()
@@ -176,6 +184,11 @@ class Calibration:
                 return f"{name} is {v!r}; expected a whole number from 1 to 4096"
         if not isinstance(self.terms, list) or not all(isinstance(t, str) for t in self.terms):
             return f"terms is {self.terms!r}; expected a list of term names"
+        for i, pt in enumerate(self.band_points):
+            for k, v in pt.items():
+                problem = check_value(k, v, f"band_points[{i}].{k}")
+                if problem:
+                    return problem
         if not isinstance(self.expert_parallel, bool):
             return f"expert_parallel is {self.expert_parallel!r}; expected true or false"
         return None

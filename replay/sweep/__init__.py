@@ -18,11 +18,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..closed_loop import on_send_times
-from ..compare import scheduler_table
+from ..bands import prediction_row
 from ..config import DisaggOptions, ReplayConfig
 from ..errors import ConfigError
-from ..metrics import goodput_rps
 from ..progress import optional_bar
 from ..ray_tasks import map_on_ray
 from ..simulate import replay_frame
@@ -101,10 +99,7 @@ def evaluate_point(ctx: SweepContext, point: dict) -> dict:
     if scale != 1.0:
         frame = frame.assign(arrival_time_s=frame["arrival_time_s"] / scale)
     result, _ = replay_frame(frame, ctx.cost_model, cfg, ctx.metadata)
-    result = on_send_times(result)  # rates over the simulated sends of a closed loop
-    row = scheduler_table({"": result}, cfg.scheduling.slo_ttft_s, cfg.scheduling.slo_tpot_s).iloc[0].to_dict()
-    del row["scheduler"]
-    row["throughput_rps"] = goodput_rps(result, None, None)
+    row = prediction_row(result, cfg.scheduling.slo_ttft_s, cfg.scheduling.slo_tpot_s)
     return {**{column(k): v for k, v in point.items()}, **row}
 
 
