@@ -43,6 +43,8 @@ from .summary import fmt
 STEPS = (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0)
 #: Halvings of :data:`STEPS` tried while a walk has found no point inside the set.
 MAX_HALVINGS = 6
+#: Bisections that move a walk's last point toward the set's boundary.
+BISECTIONS = 2
 
 
 def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], params: dict, data_cov: np.ndarray,
@@ -198,34 +200,54 @@ def _walk(prob: _SetProblem, item) -> tuple[list, int]:
     ``held`` (the one the direction moves) take one Gauss-Newton step back into the valley
     (it is curved: the straight line leaves it); two misses in a row end the walk. While no
     point is inside, a miss halves the whole ladder instead (at most :data:`MAX_HALVINGS`
-    times): where the quantiles respond abruptly the quadratic model's distance overshoots."""
+    times): where the quantiles respond abruptly the quadratic model's distance overshoots.
+    The walk's last point is then moved toward the set's boundary by :data:`BISECTIONS`
+    bisections between it and the first step that left the set (a band replayed at the
+    walks' ends is only as wide as they reach)."""
     d, held, sign = item
-    x, t_prev, misses, inside, n = prob.x0, 0.0, 0, [], 0
+    x, t_prev, misses, inside, n, t_miss = prob.x0, 0.0, 0, [], 0, None
     ladder, halvings, k = STEPS, 0, 0
     while k < len(ladder):
         t = ladder[k]
         trial = np.clip(x + sign * (t - t_prev) * d, prob.lo, prob.hi)
         if np.allclose(trial, x):
             break  # at a bound: no further
-        gt, rt = prob.g(trial)
-        n += 1
-        if gt > prob.threshold and held is not None:
-            trial = _follow(trial, rt, prob.jac, prob.sqrt_w, held, prob.lo, prob.hi)
-            gt, rt = prob.g(trial)
-            n += 1
-        if gt <= prob.threshold:
+        ok, trial, used = _try(prob, trial, held)
+        n += used
+        if ok:
             inside.append(trial)
-            x, t_prev, misses = trial, t, 0
+            x, t_prev, misses, t_miss = trial, t, 0, None
         elif not inside and halvings < MAX_HALVINGS:
             halvings += 1
             ladder, k = tuple(s / 2 ** halvings for s in STEPS), 0
             continue
         else:
             misses += 1
+            t_miss = t if t_miss is None else t_miss
             if misses == 2:
                 break
         k += 1
+    for _ in range(BISECTIONS if inside and t_miss is not None else 0):
+        t = (t_prev + t_miss) / 2
+        ok, trial, used = _try(prob, np.clip(x + sign * (t - t_prev) * d, prob.lo, prob.hi), held)
+        n += used
+        if ok:
+            inside.append(trial)
+            x, t_prev = trial, t
+        else:
+            t_miss = t
     return inside, n
+
+
+def _try(prob: _SetProblem, trial: np.ndarray, held) -> tuple[bool, np.ndarray, int]:
+    """Whether ``trial`` (or, when it is outside and ``held`` is set, its Gauss-Newton
+    follower, :func:`_follow`) is inside the set; the point; the evaluations spent."""
+    gt, rt = prob.g(trial)
+    if gt > prob.threshold and held is not None:
+        trial = _follow(trial, rt, prob.jac, prob.sqrt_w, held, prob.lo, prob.hi)
+        gt, _ = prob.g(trial)
+        return gt <= prob.threshold, trial, 2
+    return gt <= prob.threshold, trial, 1
 
 
 def _follow(x: np.ndarray, r: np.ndarray, jac: np.ndarray, sqrt_w: np.ndarray, held: int, lo_b, hi_b) -> np.ndarray:

@@ -1,0 +1,115 @@
+"""Prediction bands (issue #18 item 1): the band's arithmetic by hand, the points a
+calibration carries, and a narrow band where the data pin every term. Coverage over seeds of
+what-ifs is in tests/test_request_fit_intervals.py (it reuses those fits)."""
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import chi2
+
+from calibrate.confidence import covariance_points
+from replay.bands import BAND_STATS, BandJob, band_of_rows, predict_with_band, prediction_row
+from replay.config import EngineOptions, ReplayConfig
+from replay.cost_model import RooflineCostModel
+from replay.simulate import replay_frame
+from schemas.calibration import Calibration, FittedParam
+from schemas.cost_params import CostParams
+from schemas.errors import SchemaError
+from schemas.specs import get_gpu, get_model
+from traces.synth import synth_requests
+
+
+def _row(x):
+    return {s: x for s in BAND_STATS}
+
+
+def test_band_is_the_range_over_the_points_widened_by_the_seeds():
+    band = band_of_rows(_row(10.0), [_row(9.0), _row(12.0), _row(11.0)], [_row(10.5), _row(9.8)])
+    # [min 9, max 12] over the point and the set, then -0.2 (9.8 - 10) and +0.5 (10.5 - 10) from the seeds
+    assert band.low["ttft_p90_s"] == pytest.approx(8.8) and band.high["ttft_p90_s"] == pytest.approx(12.5)
+    assert band.n_points == 3 and band.n_seeds == 2
+    assert band.half_width("ttft_p90_s") == pytest.approx((12.5 - 8.8) / 2 / 10)
+    assert band.holds("e2e_p50_s", 8.8) and not band.holds("e2e_p50_s", 12.6)
+    assert band.cell("tpot_p50_s", scale=1.0) == "10.0 [8.8, 12.5]"
+
+
+def test_a_statistic_missing_at_some_points_takes_the_range_of_the_others():
+    nan = _row(float("nan"))
+    band = band_of_rows(_row(2.0), [nan, _row(3.0)])
+    assert (band.low["e2e_p99_s"], band.high["e2e_p99_s"]) == (2.0, 3.0)
+
+
+def test_no_points_no_band():
+    band = band_of_rows(_row(0.25), [])
+    assert band.low == band.point == band.high and band.cell("ttft_p50_s") == "250.0"
+
+
+def test_covariance_points_are_the_ellipsoid_axes_by_hand():
+    # two uncorrelated parameters: the points are x0 +- sqrt(chi2_2(0.95)) sd along each axis
+    params = {"eta_mem": FittedParam(0.8, 0.01), "t_step_s": FittedParam(4e-4, 2e-5),
+              "eta_compute": FittedParam(0.5, None, False, "NOT IDENTIFIED", True)}
+    pts = covariance_points(params, {})
+    r = math.sqrt(chi2.ppf(0.95, 2))  # 2.4477
+    got = sorted((round(p["eta_mem"], 6), round(p["t_step_s"], 9)) for p in pts)
+    want = sorted([(round(0.8 + r * 0.01, 6), 4e-4), (round(0.8 - r * 0.01, 6), 4e-4),
+                   (0.8, round(4e-4 + r * 2e-5, 9)), (0.8, round(4e-4 - r * 2e-5, 9))])
+    assert got == want and all(set(p) == {"eta_mem", "t_step_s"} for p in pts)
+
+
+def test_covariance_points_follow_a_correlation_and_stay_in_range():
+    # correlation -1: the ellipsoid is a segment along (1, -1) (in units of each sd)
+    params = {"eta_mem": FittedParam(0.99, 0.01), "t_step_s": FittedParam(4e-4, 1e-4)}
+    pts = covariance_points(params, {"eta_mem,t_step_s": -1.0})
+    assert max(p["eta_mem"] for p in pts) <= 1.0  # eta_mem's declared upper bound
+    moved = [p for p in pts if abs(p["t_step_s"] - 4e-4) > 1e-9]
+    assert moved and all((p["eta_mem"] - 0.99) * (p["t_step_s"] - 4e-4) < 0 for p in moved)
+
+
+def test_calibration_keeps_its_band_points_and_rejects_a_bad_one(tmp_path):
+    cal = Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, {"eta_mem": FittedParam(0.8, 0.01)},
+                      band_points=[{"eta_mem": 0.78}, {"eta_mem": 0.82}])
+    cal.write(tmp_path / "c.json")
+    assert Calibration.read(tmp_path / "c.json").band_points == [{"eta_mem": 0.78}, {"eta_mem": 0.82}]
+    bad = tmp_path / "bad.json"
+    bad.write_text((tmp_path / "c.json").read_text().replace("0.82", "1.7"))
+    with pytest.raises(SchemaError, match=r"band_points\[1\]\.eta_mem is 1\.7; expected 0\.01 to 1"):
+        Calibration.read(bad)
+
+
+def _llama(params=CostParams()):
+    return RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), params)
+
+
+def test_band_replays_each_point_and_speculative_decoding_adds_seeds():
+    trace = synth_requests(40, 5.0, "fixed:200", "fixed:20", seed=1)
+    slow = {"eta_mem": 0.4}
+    cfg = ReplayConfig(engine=EngineOptions(max_num_seqs=16, max_num_batched_tokens=512))
+    band = predict_with_band(BandJob(trace, {}, _llama(), cfg, [slow]))
+    at_slow, _ = replay_frame(trace, _llama(CostParams(eta_mem=0.4)), cfg)
+    assert band.high["tpot_p50_s"] == pytest.approx(prediction_row(at_slow)["tpot_p50_s"])
+    assert band.low["tpot_p50_s"] == band.point["tpot_p50_s"] < band.high["tpot_p50_s"]
+    spec = cfg.with_options(speculative_tokens=3, spec_acceptance_rate=0.6)
+    job = BandJob(trace, {}, _llama(), spec, [slow])
+    assert [k for k, _, _ in job.replays()] == ["point", "set"] + ["seed"] * 4
+    assert predict_with_band(job).n_seeds == 4
+
+
+def test_a_step_fit_that_pins_every_term_gives_a_narrow_band():
+    """The demo's step log identifies every term: the band of a replay at another load is
+    within +-5 % (issue #18: narrow where the data pin the terms)."""
+    from calibrate.demo import TRUTH, NoisyCostModel
+    from calibrate.step_fit import fit_steps, set_ci95
+    from replay.config import RecordOptions
+    from replay.result_columns import steps_frame
+
+    cfg = ReplayConfig(EngineOptions(max_num_seqs=128, max_num_batched_tokens=2048), record=RecordOptions(steps=True))
+    trace = synth_requests(800, 8.0, "lognormal:mean=1024,sigma=0.8", "lognormal:mean=256,sigma=0.7", seed=0)
+    _, engine = replay_frame(trace, NoisyCostModel(_llama(TRUTH), 0.03, np.random.default_rng(0)), cfg)
+    fit = fit_steps(steps_frame(engine), _llama())[0][0]
+    set_ci95(fit, "stderr")
+    assert all(p.identifiable for n, p in fit.params.items() if p.vary and n != "overlap")
+    what_if = synth_requests(800, 12.0, "lognormal:mean=1024,sigma=0.8", "lognormal:mean=256,sigma=0.7", seed=5)
+    plain = ReplayConfig(EngineOptions(max_num_seqs=128, max_num_batched_tokens=2048))
+    band = predict_with_band(BandJob(what_if, {}, _llama(fit.cost_params()), plain, fit.stats["band_points"]))
+    for s in ("ttft_p50_s", "tpot_p50_s", "tpot_p90_s", "e2e_p50_s", "e2e_p90_s"):
+        assert 0 < band.half_width(s) < 0.05, (s, band.half_width(s))
