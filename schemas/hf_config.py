@@ -207,16 +207,23 @@ def is_moe_layer(cfg: dict, i: int, where: str) -> bool:
 
 
 def _count_opt(cfg: dict, where: str, hidden: int, layers: int, vocab: int) -> int:
-    """OPT: biases everywhere, LayerNorm (weight+bias), ReLU MLP, learned positions (+2 offset)."""
+    """OPT (Hugging Face ``modeling_opt.py``): q/k/v/out projections and an ungated ReLU MLP
+    ``fc2(relu(fc1(x)))`` of width ``ffn_dim``, with biases unless ``enable_bias`` is false;
+    two LayerNorms per layer (weight and bias unless ``layer_norm_elementwise_affine`` is
+    false); learned positions with 2 extra rows; a final LayerNorm when
+    ``do_layer_norm_before`` and not ``_remove_final_layer_norm``."""
     ffn = _cfg_int(cfg, "ffn_dim", where)
     proj = _cfg_int(cfg, "word_embed_proj_dim", where, default=hidden)
     max_pos = _cfg_int(cfg, "max_position_embeddings", where)
-    layer = 4 * (hidden * hidden + hidden) + (hidden * ffn + ffn) + (ffn * hidden + hidden) \
-        + 2 * 2 * hidden
+    bias = 1 if cfg.get("enable_bias", True) else 0
+    norm = 2 * hidden if cfg.get("layer_norm_elementwise_affine", True) else 0
+    layer = 4 * (hidden * hidden + bias * hidden) + (hidden * ffn + bias * ffn) \
+        + (ffn * hidden + bias * hidden) + 2 * norm
     embed = vocab * proj + (max_pos + 2) * hidden
     if proj != hidden:
         embed += 2 * hidden * proj               # project_in, project_out
-    final_norm = 2 * hidden if cfg.get("do_layer_norm_before", True) else 0
+    final = cfg.get("do_layer_norm_before", True) and not cfg.get("_remove_final_layer_norm", False)
+    final_norm = norm if final else 0
     lm_head = 0 if cfg.get("tie_word_embeddings", True) else vocab * proj
     return layers * layer + embed + final_norm + lm_head
 

@@ -64,7 +64,10 @@ class ModelSpec:
         Bytes per KV-cache element [bytes]: 1 for an fp8 KV cache; default ``dtype_bytes``
         (vLLM's ``--kv-cache-dtype auto``).
     intermediate_size : int
-        Width of the dense MLP [elements]; 0 if unknown.
+        Width of the dense MLP [elements]; 0 if unknown. Informative only: the weights and
+        FLOPs come from ``num_params``, counted per architecture (a gated 3-matrix MLP for
+        Llama-style models, OPT's 2-matrix ReLU FFN of width ``ffn_dim``:
+        :func:`schemas.hf_config.count_params`).
     moe_intermediate_size : int
         Width of one routed expert's MLP [elements]; 0 for a dense model or if unknown.
     vocab_size : int

@@ -17,6 +17,7 @@ Used by ``tests/test_fuzz.py`` (a quick profile in the default run, a long one b
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import random
@@ -527,6 +528,10 @@ def importer_targets(real: Path | None) -> list[Target]:
     T.append(Target("llmperf", {"l.json": _json_head(real / "llmperf_leaderboard_anyscale_llama2_70b_individual.json",
                                                      30)},
                     imp("llmperf", lambda rng: _invalid(rng) + ["--concurrency", "5"]), ["l.json"], {"l.json": "json"}))
+    # the first 20 requests of a real DistServe run (line 1, no metrics block), under a name with settings
+    ds = ast.literal_eval((real / "distserve_opt13b_a100_distserve-c21d11-300-3.exp").read_text().split("\n", 1)[0])
+    T.append(Target("distserve", {"distserve-c21d11-20-3.exp": (str(ds[:20]) + "\n").encode()},
+                    imp("distserve", _invalid), ["distserve-c21d11-20-3.exp"], {"distserve-c21d11-20-3.exp": "text"}))
     p = "lss_profile_rtx4090_llama31_8b_"
     prof = {"p_meta.yaml": (real / f"{p}meta.yaml").read_bytes(),
             "p_tp1_dense.csv": (real / f"{p}tp1_dense.csv").read_bytes(),

@@ -17,9 +17,10 @@ def test_production_recipes_run_as_written(real_data_dir, tmp_path, monkeypatch)
     section = text.split("## Getting your production log in", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
     commands = [c.strip() for b in blocks for c in b.replace("\\\n", " ").splitlines() if c.strip()]
-    assert len(commands) == 7 and all(c.startswith("traces import ") for c in commands[:4])
+    assert len(commands) == 9 and all(c.startswith("traces import ") for c in commands[:4])
     assert commands[4].startswith("calibrate fit ") and commands[5].startswith("replay ")
     assert commands[6].startswith("traces import blis-observe trace.yaml")
+    assert all(c.startswith("traces import distserve ") for c in commands[7:])
     monkeypatch.chdir(tmp_path)
     # no BLIS trace among the real files: the recipe runs on the hand-written pair of the tests
     for suffix in ("yaml", "csv"):
@@ -35,6 +36,8 @@ def test_production_recipes_run_as_written(real_data_dir, tmp_path, monkeypatch)
     # the calibration took the log's settings, and the replay the calibration's: no engine option typed
     assert "max_num_batched_tokens=64" in out[4] and "max_num_batched_tokens=64" in out[5]
     assert "max_num_seqs=64" in out[6]
+    assert "vllm, 100 requests at 1 req/s" in out[7]
+    assert "distserve, prefill TP 2 PP 1, decode TP 1 PP 1, 300 requests at 3 req/s" in out[8]
     for name in ("sweep.parquet", "rate076.parquet", "spans.parquet", "vllm_stats.parquet", "vllm_ts.csv",
-                 "observed.parquet"):
+                 "observed.parquet", "vllm_1rps.parquet", "distserve_3rps.parquet"):
         assert (tmp_path / name).exists()

@@ -82,6 +82,43 @@ def import_llmperf_cmd(src, output, concurrency, invalid):
     write_requests(frame, meta, output)
 
 
+@import_.command("distserve")
+@click.argument("src", type=click.Path(dir_okay=False))
+@OUTPUT
+@INVALID
+@file_errors
+def import_distserve_cmd(src, output, invalid):
+    """DistServe benchmark result (.exp: a Python list of per-request timestamps) -> request trace.
+
+    Arrival = issue_time minus the first; TTFT and E2E from the timestamps
+    (DistServe's ttft_ms, latency_ms, tpot_ms must agree). The file name's
+    settings (vllm-N-RATE, distserve-c21d11-N-RATE: engine, request rate, pool
+    TP/PP) go in the metadata.
+
+    \b
+    Example:
+      traces import distserve distserve_opt13b_a100_distserve-c21d11-300-3.exp -o ds3.parquet
+    """
+    import json
+
+    from ..importers.distserve import import_distserve
+
+    frame, meta = import_distserve(src, invalid=invalid)
+    write_requests(frame, meta, output)
+    if "engine" not in meta:
+        click.echo(wrap("note: the file name does not end in vllm-N-RATE.exp or distserve-cXYdXY-N-RATE.exp: "
+                        "engine, rate and parallelism not recorded"))
+        return
+    line = f"run (file name): {meta['engine']}"
+    if "disagg_settings" in meta:
+        d = json.loads(meta["disagg_settings"])
+        line += f", prefill TP {d['tp_prefill']} PP {d['pp_prefill']}, decode TP {d['tp_decode']} PP {d['pp_decode']}"
+    line += f", {meta['name_num_requests']} requests at {float(meta['request_rate']):g} req/s"
+    if meta["name_num_requests"] != str(len(frame)):
+        line += f" (the file holds {len(frame)})"
+    click.echo(wrap(line))
+
+
 @import_.command("genai-perf")
 @click.argument("src", type=click.Path(dir_okay=False))
 @OUTPUT
