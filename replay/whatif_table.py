@@ -23,13 +23,19 @@ def _rename(name: str) -> str:
     return name
 
 
+def whatif_head(head: list[str]) -> list[str]:
+    """Column names of a measured-vs-predicted table as baseline vs what-if: ``meas_`` ->
+    ``base_``, ``pred_`` -> ``whatif_``, ``err_`` -> ``change_``."""
+    return [_rename(h) for h in head]
+
+
 def whatif_cells(table: pd.DataFrame, wide: bool = False) -> tuple[list[str], list[list[str]]]:
     """Header and cells of a :func:`replay.compare.compare` table as baseline vs what-if:
     ``base_pXX`` (measured), ``whatif_pXX`` (predicted), ``change_pXX`` ((what-if - measured) /
     measured, or the difference in ms below 1 ms), ms; ``wide``: means and every percentile."""
     head, rows = table_cells(table, PERCENTILES) if wide else narrow_cells(table, NARROW_PERCENTILES)
     keep = [i for i, h in enumerate(head) if h not in _ERROR_ONLY]
-    return [_rename(head[i]) for i in keep], [[r[i] for i in keep] for r in rows]
+    return whatif_head([head[i] for i in keep]), [[r[i] for i in keep] for r in rows]
 
 
 def format_whatif_table(table: pd.DataFrame, differences: list[str], wide: bool = False) -> str:

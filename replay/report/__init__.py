@@ -300,9 +300,14 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
         win = errors_over_time(result_df)
         rows = [[f"{i + 1}", f"{r.start_s:.1f}-{r.end_s:.1f}", str(r.n), ms(r.meas_p50), ms(r.pred_p50),
                  err_cell(r.meas_p50, r.pred_p50)] for i, r in enumerate(win.itertuples())]
-        blocks += [("h2", "Errors over time"),
+        head = ["window", "arrivals (s)", "n", "meas_p50_ms", "pred_p50_ms", "err_p50"]
+        if differences:
+            from ..whatif_table import whatif_head
+
+            head = whatif_head(head)
+        blocks += [("h2", "Changes over time" if differences else "Errors over time"),
                    ("p", f"TTFT p50 in {NUM_TIME_WINDOWS} equal windows of arrival time (compared requests only)."),
-                   ("table", ["window", "arrivals (s)", "n", "meas_p50_ms", "pred_p50_ms", "err_p50"], rows)]
+                   ("table", head, rows)]
 
     if ts is not None:
         running, waiting = simulated_counts(result_df, ts["t"].to_numpy())
