@@ -201,6 +201,18 @@ def test_compare_schedulers_rows_carry_bands_and_gpu_counts(spaced):
     assert _row(res.output, "chunked").split()[1] == "2"      # 2 replicas x TP 1
     assert _row(res.output, "disagg").split()[1] == "3"       # 1 prefill + 2 decode instances
     assert "[" in _row(res.output, "chunked")
+    off = invoke(trace, "--calibration", cal, "--compare-schedulers", "chunked", "--no-band")
+    assert off.exit_code == 0 and "no band (--no-band)" in off.output and "[" not in _row(off.output, "chunked")
+
+
+def test_no_band_skips_even_the_seed_replays_of_speculative_decoding(spaced):
+    trace, cal = spaced
+    spec = ("--speculative-tokens", 3, "--spec-acceptance-rate", 0.7)
+    on = invoke(trace, "--calibration", cal, *spec)
+    assert on.exit_code == 0, on.output
+    assert "4 other seeds" in " ".join(on.output.split())
+    off = invoke(trace, "--calibration", cal, *spec, "--no-band")
+    assert off.exit_code == 0 and "[" not in _row(off.output, "tpot")
 
 
 # -- item 5: the report ----------------------------------------------------------------------------------

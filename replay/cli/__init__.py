@@ -151,7 +151,7 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
         kv_note = rederive_kv_blocks(kwargs, sources, cal, cost_model)
     if kv_note:
         click.echo(wrap(kv_note), err=True)
-    points = cal.band_points if band else []
+    points = cal.band_points if band else None  # None: no band replays at all (--no-band)
     if model_spec is not None and model_spec.name != cal.model.name:
         click.echo(wrap(f"note: the calibration was fitted on {cal.model.name}; its efficiencies are carried over "
                         f"to {model_spec.name} on the same GPU (an extrapolation: check against a measured run)"),

@@ -27,16 +27,19 @@ def band_mapper(replays: int, seconds_each: float, jobs: int | None = None):
 
 def band_of_replay(frame, meta, cost_model, cfg, points: list, point_row: dict, seconds_each: float):
     """The band of one replay already run (``point_row``: its :func:`replay.bands.prediction_row`,
-    which took ``seconds_each`` seconds), from its calibration's ``points``.
+    which took ``seconds_each`` seconds), from its calibration's ``points`` (None: no band, not
+    even the seed spread of a replay that draws random numbers).
 
     ``cfg`` is replayed without recording token times, steps or step requests (the band needs
     the latencies only).
     """
     from dataclasses import replace
 
-    from ..bands import BandJob, predict_with_band
+    from ..bands import BandJob, band_of_rows, predict_with_band
     from ..config import RecordOptions
 
+    if points is None:  # --no-band
+        return band_of_rows(point_row, [])
     job = BandJob(frame, meta or {}, cost_model, replace(cfg, record=RecordOptions()), list(points))
     with band_mapper(len(job.replays()) - 1, seconds_each) as mapper:
         return predict_with_band(job, point_row, mapper)
@@ -44,13 +47,14 @@ def band_of_replay(frame, meta, cost_model, cfg, points: list, point_row: dict, 
 
 def main_band(frame, meta, cost_model, cfg, points: list, result, seconds_each: float):
     """The band of ``replay``'s own replay (``result``, which took ``seconds_each`` seconds):
-    :func:`band_of_replay` at the calibration's ``points``; a band of the point alone when
-    there are none (:meth:`replay.bands.Band.has_band` False) and the replay draws nothing."""
+    :func:`band_of_replay` at the calibration's ``points``; a band of the point alone
+    (:meth:`replay.bands.Band.has_band` False) when ``points`` is None (``--no-band``) or
+    empty and the replay draws nothing."""
     from ..bands import band_of_rows, prediction_row
 
     s = cfg.scheduling
     row = prediction_row(result, s.slo_ttft_s, s.slo_tpot_s)
-    if not points and not cfg.engine.speculative_tokens:
+    if points is None or (not points and not cfg.engine.speculative_tokens):
         return band_of_rows(row, [])
     return band_of_replay(frame, meta, cost_model, cfg, points, row, seconds_each)
 

@@ -30,7 +30,7 @@ def parse_scheduler_list(text: str) -> list[str]:
 
 
 def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: DisaggOptions | None,
-                           names: list[str], wide: bool = False, points: list = ()) -> None:
+                           names: list[str], wide: bool = False, points: list | None = ()) -> None:
     """Replay ``frame`` under each scheduler of ``names`` (``cfg`` otherwise) and print one table.
 
     Colocated schedulers run on ``cfg``'s replicas, ``disagg`` on the pools ``disagg``
@@ -71,14 +71,11 @@ def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: D
                     + ("" if wide else "; --wide: every column") + f"; {band_legend(band, no_band(points))})"))
 
 
-def no_band(points) -> str:
-    """Why a table has no band: ``--no-band`` given, or a calibration without band points."""
+def no_band(points: list | None) -> str:
+    """Why a table has no band: ``--no-band`` given (``points`` None), or a calibration without band points."""
     from ..band_tables import NO_BAND_POINTS
 
-    ctx = click.get_current_context(silent=True)
-    if ctx is not None and ctx.params.get("band") is False:
-        return "no band (--no-band)"
-    return NO_BAND_POINTS
+    return "no band (--no-band)" if points is None else NO_BAND_POINTS
 
 
 def hardware(cost_model, replicas: int) -> str:
@@ -154,7 +151,7 @@ def check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers,
 
 def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: int | None, ray_address: str | None,
               sweep_out: str | None, wide: bool = False, quiet: bool = False,
-              disagg: DisaggOptions | None = None, points: list = ()) -> None:
+              disagg: DisaggOptions | None = None, points: list | None = ()) -> None:
     """Replay ``frame`` at every point of ``sweeps`` (``cfg`` otherwise; ``disagg``: the pools of swept
     ``disagg`` points), each also at the calibration's band ``points`` for its band; print the
     table, write ``sweep_out``."""
@@ -172,7 +169,7 @@ def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: in
                     f"scheduler {sched.scheduler}, max_num_seqs={eng.max_num_seqs}, "
                     f"max_num_batched_tokens={eng.max_num_batched_tokens}{loop} (swept options override these)"))
     start = time.perf_counter()
-    table = run_sweep(SweepContext(frame, meta or {}, cost_model, cfg, disagg, list(points)), sweeps, jobs,
+    table = run_sweep(SweepContext(frame, meta or {}, cost_model, cfg, disagg, points), sweeps, jobs,
                       ray_address)
     where = (f"on Ray ({ray_address})" if ray_address else
              f"on {min(jobs or os.cpu_count() or 1, n)} local process(es)")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..band_tables import band_columns
-from ..bands import BandJob, predict_with_band, prediction_row
+from ..bands import BandJob, band_of_rows, predict_with_band, prediction_row
 from ..config import DisaggOptions, ReplayConfig
 from ..errors import ConfigError
 from ..progress import optional_bar
@@ -75,9 +75,10 @@ class SweepContext:
     disagg : DisaggOptions, optional
         The pools of the points whose swept ``scheduler`` is ``disagg`` (default: ``cfg``'s
         or :class:`DisaggOptions`'s defaults).
-    band_points : list of dict
+    band_points : list of dict or None
         The calibration's band points (:attr:`schemas.calibration.Calibration.band_points`):
-        every point of the sweep is also replayed at each, for its band (none: no band).
+        every point of the sweep is also replayed at each, for its band (empty: no band but
+        the seed spread where the replay draws; None: no band at all).
     """
 
     frame: pd.DataFrame
@@ -85,7 +86,7 @@ class SweepContext:
     cost_model: object
     cfg: ReplayConfig
     disagg: DisaggOptions | None = None
-    band_points: list = field(default_factory=list)
+    band_points: list | None = field(default_factory=list)
 
 
 def evaluate_point(ctx: SweepContext, point: dict) -> dict:
@@ -110,7 +111,8 @@ def evaluate_point(ctx: SweepContext, point: dict) -> dict:
         frame = frame.assign(arrival_time_s=frame["arrival_time_s"] / scale)
     result, _ = replay_frame(frame, ctx.cost_model, cfg, ctx.metadata)
     row = prediction_row(result, cfg.scheduling.slo_ttft_s, cfg.scheduling.slo_tpot_s)
-    band = predict_with_band(BandJob(frame, ctx.metadata, ctx.cost_model, cfg, list(ctx.band_points)), row)
+    band = (band_of_rows(row, []) if ctx.band_points is None else
+            predict_with_band(BandJob(frame, ctx.metadata, ctx.cost_model, cfg, list(ctx.band_points)), row))
     return {**{column(k): v for k, v in point.items()}, **band_columns(row, band)}
 
 
