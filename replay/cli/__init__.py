@@ -65,7 +65,8 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
               help="Measured 1 s time series (CSV: t, running, waiting, ...; vLLM's timeseries.csv; t in "
                    "seconds since the trace's start) to plot against the simulated counts in --report.")
 @click.option("--tolerance", default=None,
-              help="Exit 3 when an error exceeds its bound, e.g. ttft_p50=0.1,tpot_p50=0.1.")
+              help="Exit 3 when an error exceeds its bound, e.g. ttft_p50=0.1,tpot_p50=0.1 (a replay of the "
+                   "measured run only: refused when an option makes it a what-if).")
 @click.option("--compare-schedulers", default=None, metavar="LIST",
               help="Replay the trace under each scheduler of LIST (e.g. fcfs,chunked,static,sjf,edf,disagg) "
                    "and print one table of predicted latency percentiles and goodput instead of the "
@@ -270,7 +271,8 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
         written = write_report(on_send_times(result), report, timeseries, steps_frame(engine),
                                report_context(trace, calibration_path, cost_model, cfg, engine,
                                               command=command_line()),
-                               tolerances, band=pred_band, differences=differences, calibration=cal, trace=trace)
+                               tolerances, band=pred_band, differences=differences, calibration=cal, trace=trace,
+                               band_note=None if band else "no band (--no-band)")
         click.echo(wrap(f"wrote {', '.join(str(p) for p in written)}"))
     if tolerances:
         broken = broken_tolerances(table, tolerances)

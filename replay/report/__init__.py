@@ -175,7 +175,7 @@ def tolerance_verdict(table: pd.DataFrame, tolerances: dict[str, float] | None):
 def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_timeseries=None,
                  simulated_steps: pd.DataFrame | None = None, context: list[tuple[str, str]] | None = None,
                  tolerances: dict[str, float] | None = None, band=None, differences: list[str] | None = None,
-                 calibration=None, trace=None) -> list[Path]:
+                 calibration=None, trace=None, band_note: str | None = None) -> list[Path]:
     """Write the measured-vs-predicted report of a replay and its figures.
 
     Parameters
@@ -202,6 +202,8 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
         The prediction's 95 % band: a table of the predicted percentiles with their bands
         (also the only latency table of a trace without measured latencies) and a
         ``band_pXX`` column beside each error of the comparison.
+    band_note : str, optional
+        Why ``band`` has no band, when it has none (default: the calibration has no band points).
     differences : list of str, optional
         What makes the replay a what-if (:func:`replay.cli.baseline.whatif_differences`): the
         comparison is then baseline (measured) vs what-if, its differences changes.
@@ -259,7 +261,8 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
 
         blocks += [("h2", "Prediction"), ("table", *prediction_cells(band)),
                    ("p", f"Times in ms over the {band.point.get('n_ok', 0)} completed requests; throughput "
-                         f"{band.cell('throughput_rps', fmt=lambda x: f'{x:.3f}')} requests/s. {band_legend(band)}.")]
+                         f"{band.cell('throughput_rps', fmt=lambda x: f'{x:.3f}')} requests/s. "
+                         f"{band_legend(band, band_note)}.")]
 
     n_compared = int(compared_rows(result_df).sum())
     counts = (f"Requests: {len(result_df)} in the result, {n_compared} compared (completed on both sides), "

@@ -44,8 +44,8 @@ def in_sample(trace: str | os.PathLike, cal) -> str:
 
 def parameter_rows(cal) -> list[list[str]]:
     """A row per parameter of ``cal``: name, value, 95 % interval (or the bound the data give),
-    ``identified`` / ``NOT IDENTIFIED`` / ``fixed`` (:func:`calibrate.summary.param_cells`)."""
-    from calibrate.summary import param_cells
+    ``identified`` / ``NOT IDENTIFIED`` / ``fixed`` (:func:`schemas.cost_params.param_cells`)."""
+    from schemas.cost_params import param_cells
 
     return [[name, *param_cells(name, p)] for name, p in cal.params.items()]
 
