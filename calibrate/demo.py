@@ -26,7 +26,7 @@ from traces.io import write_trace
 from traces.synth import synth_requests
 
 from .summary import param_cells, to_calibration
-from .step_fit import fit_steps
+from .step_fit import fit_steps, set_ci95
 
 #: The synthetic cluster's true parameters (what calibration should recover).
 TRUTH = CostParams(eta_compute=0.55, n_half_tokens=64.0, eta_mem=0.80, overlap=0.0, t_step_s=4e-4, t_seq_s=2e-5)
@@ -77,6 +77,7 @@ def demo(out_dir, num_requests, rate, noise, seed):
 
     fits, _ = fit_steps(steps, RooflineCostModel(model, gpu))
     best = fits[0]
+    set_ci95(best, "stderr")  # the intervals and the band points, as calibrate fit stores them
     cal = to_calibration(best, RooflineCostModel(model, gpu), "lmfit least_squares of step durations",
                          {"path": str(out / "steps.parquet"), "sha256": sha256_of(out / "steps.parquet"),
                           "kind": STEP_TRACE}, engine={"max_num_seqs": eng.max_num_seqs,

@@ -5,25 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from replay.text import wrap
-from schemas.calibration import Calibration, FittedParam
-from schemas.cost_params import PARAMS
+from schemas.calibration import Calibration
+from schemas.cost_params import PARAMS, param_cells, unit_scale as _unit
 
 if TYPE_CHECKING:
     from .fitting import FitResult
-
-
-def param_cells(name: str, p: FittedParam) -> tuple[str, str, str]:
-    """A parameter as printed: value with unit, its 95 % interval (or what bound the data
-    give), and its state (``identified``, ``NOT IDENTIFIED`` or ``fixed``)."""
-    unit, scale = _unit(PARAMS[name].unit, p.value)
-    val = f"{p.value / scale:.4g}{unit}"
-    if not p.vary:
-        return val, "", "fixed"
-    if not p.identifiable:
-        bound = p.bound.split("the data give ")[-1] if p.bound and "the data give " in p.bound else ""
-        return val, bound if bound != "nothing more" else "", "NOT IDENTIFIED"
-    ci = p.ci95 or ((p.value - 1.96 * p.stderr, p.value + 1.96 * p.stderr) if p.stderr is not None else None)
-    return val, f"[{ci[0] / scale:.4g}, {ci[1] / scale:.4g}]" if ci else "", "identified"
 
 
 def summary_lines(fit: FitResult, warned: frozenset = frozenset()) -> list[str]:
@@ -53,15 +39,6 @@ def fmt(name: str, value: float) -> str:
     """``value`` of parameter ``name`` with its unit, 3 significant digits (``0.489 ms``)."""
     unit, scale = _unit(PARAMS[name].unit, value)
     return f"{value / scale:.3g}{unit}"
-
-
-def _unit(unit: str, value: float) -> tuple[str, float]:
-    """A printed unit and its scale: seconds as ms or us where that reads better."""
-    if unit != "s":
-        return (f" {unit}" if unit else ""), 1.0
-    if abs(value) >= 0.1 or value == 0:
-        return " s", 1.0
-    return (" ms", 1e-3) if abs(value) >= 1e-4 else (" us", 1e-6)
 
 
 def to_calibration(fit: FitResult, cost_model, method: str, source: dict, engine: dict | None = None,

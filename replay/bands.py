@@ -91,14 +91,25 @@ class Band:
     n_points: int
     n_seeds: int
 
-    def cell(self, stat: str, scale: float = 1e3, digits: int = 1) -> str:
-        """``"412.3 [398.0, 430.1]"``: the point and the band of ``stat``, times ``scale``."""
-        p, lo, hi = (self.point[stat] * scale, self.low[stat] * scale, self.high[stat] * scale)
+    def cell(self, stat: str, scale: float = 1e3, digits: int = 1, fmt=None) -> str:
+        """``"412.3 [398.0, 430.1]"``: the point and the band of ``stat``, times ``scale``;
+        the point alone without a band, ``"-"`` when it is not finite. ``fmt(value)``, when
+        given, formats each of the three numbers in ``stat``'s own units instead (e.g.
+        :func:`replay.compare.ms_cell`: seconds as milliseconds)."""
+        if fmt is None:
+            def fmt(x):
+                return f"{x * scale:.{digits}f}"
+        p, lo, hi = self.point[stat], self.low[stat], self.high[stat]
         if not np.isfinite(p):
             return "-"
-        if not self.n_points and not self.n_seeds:
-            return f"{p:.{digits}f}"
-        return f"{p:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+        if not self.has_band:
+            return fmt(p)
+        return f"{fmt(p)} [{fmt(lo)}, {fmt(hi)}]"
+
+    @property
+    def has_band(self) -> bool:
+        """Whether anything but the point was replayed (band points or other seeds)."""
+        return bool(self.n_points or self.n_seeds)
 
     def holds(self, stat: str, value: float) -> bool:
         """Whether ``value`` lies in the band of ``stat`` (ends included)."""

@@ -341,8 +341,12 @@ def format_scheduler_table(table: pd.DataFrame, percentiles=PERCENTILES, wide: b
 
     By default p50 and p90 of TTFT, TPOT and E2E and the goodput, within
     :data:`replay.text.WIDTH` (100) characters (the p90 columns go first when the scheduler
-    names are long); ``wide=True`` prints every column, ``_ms`` in the names.
+    names are long); ``wide=True`` prints every column, ``_ms`` in the names. A ``gpus``
+    column is printed when the table has one; rows with bands
+    (:func:`replay.band_tables.band_columns`) show each p90 cell (``wide``: every cell) as
+    ``"point [low, high]"``.
     """
+    from .band_tables import row_band
     from .text import WIDTH, render_table
 
     if table.empty:
@@ -354,11 +358,19 @@ def format_scheduler_table(table: pd.DataFrame, percentiles=PERCENTILES, wide: b
         qs = [q for q in NARROW_PERCENTILES if q in percentiles] or list(percentiles)[:2]
         cols = [(label, q) for label in ("ttft", "tpot", "e2e") for q in qs]
         head = ["scheduler", "n_ok"] + [f"{label}_p{q}" for label, q in cols] + ["goodput"]
+    gpus = ["gpus"] if "gpus" in table else []
+    head[1:1] = gpus
+
+    def ms(x):
+        return f"{x * 1e3:.1f}" if wide else ms_cell(x)
+
     lines = []
-    for _, r in table.iterrows():
-        cells = [str(r["scheduler"]), str(r["n_ok"])]
-        cells += [f"{r[f'{label}_p{q}_s'] * 1e3:.1f}" if wide else ms_cell(r[f"{label}_p{q}_s"]) for label, q in cols]
-        cells.append(f"{r['goodput_rps']:.3f}")
+    for r in table.to_dict("records"):
+        band = row_band(r)
+        cells = [str(r["scheduler"])] + [str(r[c]) for c in gpus] + [str(r["n_ok"])]
+        cells += [band.cell(f"{label}_p{q}_s", fmt=ms) if wide or q == 90 else ms(r[f"{label}_p{q}_s"])
+                  for label, q in cols]
+        cells.append(band.cell("goodput_rps", fmt=lambda x: f"{x:.3f}") if wide else f"{r['goodput_rps']:.3f}")
         lines.append(cells)
     if wide:
         return render_table(head, lines)

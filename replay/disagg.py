@@ -303,13 +303,19 @@ def resolve_pools(cost_model: RooflineCostModel,
     return prefill, decode, link
 
 
+def pool_gpus(cost_model: RooflineCostModel, cfg: DisaggOptions) -> int:
+    """GPUs of the two pools: prefill instances x their TP + decode instances x theirs."""
+    prefill, decode, _ = resolve_pools(cost_model, cfg)
+    return cfg.prefill_replicas * prefill.tp + cfg.decode_replicas * decode.tp
+
+
 def describe_config(cost_model: RooflineCostModel, cfg: DisaggOptions) -> str:
     """The resolved pools in one line for a run header, e.g. ``1 prefill x 2 x h100-80gb +
     1 decode x 1 x h100-80gb (3 GPUs; prefill TP=2, decode TP=1), KV link nvlink4 (450 GB/s,
     2 us), first token from prefill``.
     """
     prefill, decode, link = resolve_pools(cost_model, cfg)
-    gpus = cfg.prefill_replicas * prefill.tp + cfg.decode_replicas * decode.tp
+    gpus = pool_gpus(cost_model, cfg)
     return (f"{cfg.prefill_replicas} prefill x {prefill.tp} x {prefill.gpu.name} + {cfg.decode_replicas} decode x "
             f"{decode.tp} x {decode.gpu.name} ({gpus} GPUs; prefill TP={prefill.tp}, decode TP={decode.tp}), "
             f"KV link {link.name} "

@@ -13,8 +13,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from .errors import ParamError
+
+if TYPE_CHECKING:
+    from .calibration import FittedParam
 
 
 @dataclass(frozen=True)
@@ -190,3 +194,28 @@ VARIANTS = {"max": 0.0, "sum": 1.0, "blend": None}
 #: token); free it on top of a TP-1 calibration of the GPU (``calibrate fit --fix-from``).
 REQUEST_FIT_FREE = ("eta_compute", "n_half_tokens", "eta_mem", "t_step_s", "t_seq_s", "t_allreduce_hop_s",
                     "t_alltoall_s", "t_frontend_s")
+
+
+# -- a parameter as printed (calibrate's summary, replay's report) --------------------------------
+
+def unit_scale(unit: str, value: float) -> tuple[str, float]:
+    """A printed unit and its scale: seconds as ms or us where that reads better."""
+    if unit != "s":
+        return (f" {unit}" if unit else ""), 1.0
+    if abs(value) >= 0.1 or value == 0:
+        return " s", 1.0
+    return (" ms", 1e-3) if abs(value) >= 1e-4 else (" us", 1e-6)
+
+
+def param_cells(name: str, p: FittedParam) -> tuple[str, str, str]:
+    """A parameter as printed: value with unit, its 95 % interval (or what bound the data
+    give), and its state (``identified``, ``NOT IDENTIFIED`` or ``fixed``)."""
+    unit, scale = unit_scale(PARAMS[name].unit, p.value)
+    val = f"{p.value / scale:.4g}{unit}"
+    if not p.vary:
+        return val, "", "fixed"
+    if not p.identifiable:
+        bound = p.bound.split("the data give ")[-1] if p.bound and "the data give " in p.bound else ""
+        return val, bound if bound != "nothing more" else "", "NOT IDENTIFIED"
+    ci = p.ci95 or ((p.value - 1.96 * p.stderr, p.value + 1.96 * p.stderr) if p.stderr is not None else None)
+    return val, f"[{ci[0] / scale:.4g}, {ci[1] / scale:.4g}]" if ci else "", "identified"

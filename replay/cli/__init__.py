@@ -7,6 +7,8 @@ numpy, pandas and pyarrow are imported when a command runs, not for ``--help``.
 """
 from __future__ import annotations
 
+import time
+
 import click
 
 from schemas.calibration import Calibration
@@ -20,8 +22,9 @@ from ..errors import ConfigError, ReplayError
 from ..text import wrap
 from .engine_settings import (calibrated_cost_model, check_limits, engine_sources, fill_engine_options,
                               multi_scheduler_config, replay_config, taken_settings_checked)
-from .options import (chrome_trace_options, output_options, parse_tolerances, replay_options, report_folders,
-                      show_progress)
+from .options import (chrome_trace_options, command_line, output_options, parse_tolerances, replay_options,
+                      report_folders, show_progress)
+from .baseline import refuse_tolerance, rederive_kv_blocks, whatif_differences
 from .runners import check_sweep_options, compare_schedulers_run, hardware, parse_scheduler_list, sweep_run
 
 # an unknown --model is a bad option (exit 2), as in 'calibrate fit'; a bad spec inside a
@@ -62,7 +65,8 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
               help="Measured 1 s time series (CSV: t, running, waiting, ...; vLLM's timeseries.csv; t in "
                    "seconds since the trace's start) to plot against the simulated counts in --report.")
 @click.option("--tolerance", default=None,
-              help="Exit 3 when an error exceeds its bound, e.g. ttft_p50=0.1,tpot_p50=0.1.")
+              help="Exit 3 when an error exceeds its bound, e.g. ttft_p50=0.1,tpot_p50=0.1 (a replay of the "
+                   "measured run only: refused when an option makes it a what-if).")
 @click.option("--compare-schedulers", default=None, metavar="LIST",
               help="Replay the trace under each scheduler of LIST (e.g. fcfs,chunked,static,sjf,edf,disagg) "
                    "and print one table of predicted latency percentiles and goodput instead of the "
@@ -81,11 +85,14 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
               help="--sweep: also write the table (.parquet or .csv; seconds, requests/s).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the simulation's random draws (accepted draft tokens of --speculative-tokens).")
+@click.option("--band/--no-band", default=True, show_default=True,
+              help="Replay at the calibration's band points too and print each prediction's 95 % band "
+                   "(--sweep and --compare-schedulers: every row's).")
 @output_options
 @_errors
 def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times, chrome_trace, chrome_trace_window,
          chrome_trace_max_requests, report, measured_timeseries, tolerance, compare_schedulers, sweep, jobs,
-         ray_address, sweep_out, vllm_log, wide, quiet, seed, **kwargs):
+         ray_address, sweep_out, vllm_log, wide, quiet, seed, band, **kwargs):
     """Replay TRACE through the simulated engine; compare with measured latencies.
 
     \b
@@ -105,6 +112,9 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     from ..config import RecordOptions
     from ..result_columns import steps_frame
     from ..simulate import replay_frame
+    from ..band_tables import band_coverage, format_prediction
+    from ..whatif_table import format_whatif_table
+    from .band_run import main_band, measured_goodput, slo_words
 
     show_progress(quiet)
     tolerances = parse_tolerances(tolerance)
@@ -133,11 +143,16 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     cal = Calibration.read(calibration_path)
     model_spec = get_model(model) if model else None
     kwargs.update(tp=tp, dp=dp)
-    for line in fill_engine_options(kwargs, engine_sources(vllm_log, cal, calibration_path, trace)):
+    sources = engine_sources(vllm_log, cal, calibration_path, trace)
+    for line in fill_engine_options(kwargs, sources):
         click.echo(wrap(line), err=True)
     tp, dp = kwargs.pop("tp"), kwargs.pop("dp")
     with taken_settings_checked():
         cost_model = calibrated_cost_model(calibration_path, cal, model_spec, tp, dp)
+        kv_note = rederive_kv_blocks(kwargs, sources, cal, cost_model)
+    if kv_note:
+        click.echo(wrap(kv_note), err=True)
+    points = cal.band_points if band else None  # None: no band replays at all (--no-band)
     if model_spec is not None and model_spec.name != cal.model.name:
         click.echo(wrap(f"note: the calibration was fitted on {cal.model.name}; its efficiencies are carried over "
                         f"to {model_spec.name} on the same GPU (an extrapolation: check against a measured run)"),
@@ -145,6 +160,10 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     kind, frame, meta = read_trace(trace)
     if kind != REQUEST_TRACE:
         raise DataError(f"{trace}: is a {kind}; replay needs a request trace ({REQUEST_TRACE})")
+    differences = whatif_differences(cal, calibration_path, model_spec, cost_model.tp, cost_model.dp,
+                                     kwargs["scheduler"], meta)
+    if tolerances:
+        refuse_tolerance(differences)
     warning = check_limits(str(trace), frame, kwargs["max_num_seqs"], cost_model.dp)
     if warning:
         click.echo(wrap(warning), err=True)
@@ -157,12 +176,12 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     kwargs["seed"] = seed
     if names is not None:
         with taken_settings_checked():
-            compare_schedulers_run(frame, meta, cost_model, *multi_scheduler_config(kwargs), names, wide)
+            compare_schedulers_run(frame, meta, cost_model, *multi_scheduler_config(kwargs), names, wide, points)
         return
     if sweeps is not None:
         with taken_settings_checked():
             cfg, disagg = multi_scheduler_config(kwargs) if "scheduler" in sweeps else (replay_config(kwargs), None)
-            sweep_run(frame, meta, cost_model, cfg, sweeps, jobs, ray_address, sweep_out, wide, quiet, disagg)
+            sweep_run(frame, meta, cost_model, cfg, sweeps, jobs, ray_address, sweep_out, wide, quiet, disagg, points)
         return
     with taken_settings_checked():
         cfg = replay_config(kwargs, RecordOptions(token_times=token_times, steps=steps_out is not None or bool(report),
@@ -182,7 +201,9 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
     click.echo(wrap(f"replaying {len(frame)} requests: model {m.name}, {where}, max_num_seqs={eng.max_num_seqs}, "
                     f"max_num_batched_tokens={eng.max_num_batched_tokens}{loop}"))
     with taken_settings_checked():
+        started = time.perf_counter()
         result, engine = replay_frame(frame, cost_model, cfg, meta)
+        seconds = time.perf_counter() - started
     n_ok = int((result["pred_status"] == OK).sum())
     rejected = result["pred_status"].str.startswith(REJECTED).sum()
     kv = f"{engine.replicas[0].kv.num_gpu_blocks} blocks"
@@ -209,16 +230,6 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
                         + ("" if "block_hashes" in frame else "; the trace has no block_hashes, so nothing can hit")))
     elif sched.router == "prefix_affinity":
         click.echo("note: --router prefix_affinity needs --enable-prefix-caching; routing by load only", err=True)
-    if sched.slo_ttft_s is not None or sched.slo_tpot_s is not None:
-        from ..metrics import goodput_rps
-
-        slos = ", ".join(f"{k} <= {v} s" for k, v in (("ttft", sched.slo_ttft_s), ("tpot", sched.slo_tpot_s))
-                         if v is not None)
-        line = f"goodput ({slos}): predicted " \
-               f"{goodput_rps(on_send_times(result), sched.slo_ttft_s, sched.slo_tpot_s):.3f} req/s"
-        if {"ttft_s", "tpot_s", "e2e_s"} <= set(result.columns):
-            line += f", measured {goodput_rps(result, sched.slo_ttft_s, sched.slo_tpot_s, prefix=''):.3f} req/s"
-        click.echo(wrap(line))
     if output:
         from traces.io import write_trace
 
@@ -241,15 +252,27 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
                             f"{written.end_s:.1f} s); raise it (0: no limit) or choose a --chrome-trace-window"),
                        err=True)
         click.echo(f"wrote {chrome_trace}")
+    pred_band = main_band(frame, meta, cost_model, cfg, points, result, seconds)
+    click.echo(format_prediction(pred_band, slo_words(sched), measured_goodput(result, sched), wide=wide,
+                                 legend=None if band else "no band (--no-band)"))
     table = compare(result)
-    click.echo(format_table(table, wide=wide))
+    if table.empty:
+        click.echo("(the trace has no measured latencies: a prediction only, nothing to compare)")
+    elif differences:
+        click.echo(format_whatif_table(table, differences, wide=wide))
+    else:
+        click.echo("MEASURED vs PREDICTED\n" + format_table(table, wide=wide))
+        coverage = band_coverage(table, pred_band)
+        if coverage:
+            click.echo(wrap(coverage))
     if report:
-        from ..report import write_report
-
-        from ..report import report_context
+        from ..report import report_context, write_report
 
         written = write_report(on_send_times(result), report, timeseries, steps_frame(engine),
-                               report_context(trace, calibration_path, cost_model, cfg, engine), tolerances)
+                               report_context(trace, calibration_path, cost_model, cfg, engine,
+                                              command=command_line()),
+                               tolerances, band=pred_band, differences=differences, calibration=cal, trace=trace,
+                               band_note=None if band else "no band (--no-band)")
         click.echo(wrap(f"wrote {', '.join(str(p) for p in written)}"))
     if tolerances:
         broken = broken_tolerances(table, tolerances)

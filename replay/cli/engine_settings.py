@@ -27,6 +27,33 @@ ENGINE_OPTIONS = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "num_gp
 _HARDWARE_KEYS = {"tensor_parallel_size": "tp", "data_parallel_size": "dp", "enable_expert_parallel": "expert_parallel"}
 #: Key of the click context's ``meta``: the settings :func:`fill_engine_options` took, by source.
 _TAKEN = "servecal.engine_settings_taken"
+#: Key of the click context's ``meta``: options typed unlike a source (:func:`typed_unlike_sources`).
+_DIFFER = "servecal.engine_settings_differ"
+#: Command-line flags whose name is not ``--`` + the parameter's name with dashes.
+_FLAGS = {"dp": "--data-parallel-size"}
+
+
+def flag(name: str) -> str:
+    """The command-line flag of parameter ``name``: ``max_num_seqs`` -> ``--max-num-seqs``, ``dp`` ->
+    ``--data-parallel-size``."""
+    return _FLAGS.get(name, f"--{name.replace('_', '-')}")
+
+
+def typed_unlike_sources() -> list[tuple[str, object, object, str]]:
+    """``(flag, typed value, recorded value, source label)`` of every option
+    :func:`fill_engine_options` saw typed on the command line unlike the first source that
+    records it (the measured run's settings)."""
+    return list(click.get_current_context().meta.get(_DIFFER, []))
+
+
+def recorded_setting(sources: list, key: str):
+    """``(value, label)`` of setting ``key`` (vLLM's name) in the first source of ``sources``
+    that records it (:func:`engine_sources`), or ``(None, None)``."""
+    for label, settings in sources:
+        value = (settings or {}).get(key)
+        if value is not None:
+            return value, label
+    return None, None
 
 def fill_engine_options(kwargs: dict, sources: list) -> list[str]:
     """Fill the engine options left at their defaults from ``sources`` (``(label, settings)``
@@ -53,7 +80,8 @@ def fill_engine_options(kwargs: dict, sources: list) -> list[str]:
                 continue
             if given:
                 if value != kwargs[name]:
-                    differ.append(f"--{name.replace('_', '-')} {kwargs[name]} (the {label} says {value})")
+                    differ.append(f"{flag(name)} {kwargs[name]} (the {label} says {value})")
+                    ctx.meta.setdefault(_DIFFER, []).append((flag(name), kwargs[name], value, label))
             else:
                 kwargs[name] = value
                 taken.setdefault(label, []).append(f"{name}={value}")

@@ -173,3 +173,24 @@ def chrome_trace_options(chrome_trace, window: str | None, max_requests: int):
         return parse_window(window)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def command_line() -> str:
+    """The command being run as typed, from its parameters given on the command line
+    (``replay run.parquet --calibration cal.json --tp 2``; shell-quoted), for a report."""
+    import shlex
+
+    ctx = click.get_current_context()
+    words = [ctx.command_path]
+    for p in ctx.command.params:
+        if ctx.get_parameter_source(p.name) != click.core.ParameterSource.COMMANDLINE:
+            continue
+        value = ctx.params.get(p.name)
+        if isinstance(p, click.Argument):
+            words.append(str(value))
+        elif getattr(p, "is_flag", False) and not getattr(p, "count", False):
+            words.append(p.opts[0] if value or not p.secondary_opts else p.secondary_opts[0])
+        else:
+            for v in (value if p.multiple else [value]):
+                words += [p.opts[-1] if p.opts[-1].startswith("--") else p.opts[0], str(v)]
+    return shlex.join(words)

@@ -30,15 +30,24 @@ def parse_scheduler_list(text: str) -> list[str]:
 
 
 def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: DisaggOptions | None,
-                           names: list[str], wide: bool = False) -> None:
+                           names: list[str], wide: bool = False, points: list | None = ()) -> None:
     """Replay ``frame`` under each scheduler of ``names`` (``cfg`` otherwise) and print one table.
 
     Colocated schedulers run on ``cfg``'s replicas, ``disagg`` on the pools ``disagg``
-    (:meth:`~replay.config.ReplayConfig.with_scheduler`); the header says how many GPUs each uses.
+    (:meth:`~replay.config.ReplayConfig.with_scheduler`); the ``gpus`` column says how many GPUs
+    each uses. Each row carries its 95 % band from the calibration's band ``points``
+    (:func:`.band_run.band_of_replay`; none: no band).
     """
-    from ..compare import format_scheduler_table, scheduler_table
+    import time
+
+    import pandas as pd
+
+    from ..band_tables import band_columns, band_legend
+    from ..bands import prediction_row
+    from ..compare import format_scheduler_table
     from ..disagg import describe_config
     from ..simulate import replay_frame
+    from .band_run import band_of_replay
 
     m, eng, sched = cost_model.model, cfg.engine, cfg.scheduling
     click.echo(wrap(f"comparing {len(names)} schedulers on {len(frame)} requests: model {m.name}, "
@@ -46,25 +55,47 @@ def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: D
                     f"max_num_batched_tokens={eng.max_num_batched_tokens}"))
     if "disagg" in names:
         click.echo(wrap(f"  disagg: {describe_config(cost_model, cfg.with_scheduler('disagg', disagg).disagg)}"))
-    results = {}
+    rows, band = [], None
     for name in names:
-        results[name], _ = replay_frame(frame, cost_model, cfg.with_scheduler(name, disagg), meta)
-    click.echo(format_scheduler_table(scheduler_table(results, sched.slo_ttft_s, sched.slo_tpot_s), wide=wide))
+        run = cfg.with_scheduler(name, disagg)
+        started = time.perf_counter()
+        result, _ = replay_frame(frame, cost_model, run, meta)
+        row = prediction_row(result, sched.slo_ttft_s, sched.slo_tpot_s)
+        band = band_of_replay(frame, meta, cost_model, run, points, row, time.perf_counter() - started)
+        rows.append({"scheduler": name, "gpus": num_gpus(cost_model, sched.replicas, run.disagg),
+                     **band_columns(row, band)})
+    click.echo(format_scheduler_table(pd.DataFrame(rows), wide=wide))
     slo = [f"{k} <= {v} s" for k, v in (("ttft", sched.slo_ttft_s), ("tpot", sched.slo_tpot_s)) if v is not None]
     click.echo(wrap("(predicted, ms over completed requests; goodput: completed requests/s"
                     + (f" meeting {' and '.join(slo)}" if slo else "; no --slo-ttft-s/--slo-tpot-s given")
-                    + ("" if wide else "; --wide: every column") + ")"))
+                    + ("" if wide else "; --wide: every column") + f"; {band_legend(band, no_band(points))})"))
+
+
+def no_band(points: list | None) -> str:
+    """Why a table has no band: ``--no-band`` given (``points`` None), or a calibration without band points."""
+    from ..band_tables import NO_BAND_POINTS
+
+    return "no band (--no-band)" if points is None else NO_BAND_POINTS
 
 
 def hardware(cost_model, replicas: int) -> str:
     """``"2 replicas of 2 x h100-80gb (TP=2), 4 GPUs"``, ``"1 x h100-80gb (TP=1)"`` or, with
     data parallelism, ``"2 x rtx-pro-6000 (TP=1, DP=2)"``."""
     dp = getattr(cost_model, "dp", 1)
-    gpus = cost_model.tp * dp
-    one = f"{gpus} x {cost_model.gpu.name} (TP={cost_model.tp}{f', DP={dp}' if dp > 1 else ''})"
+    one = f"{num_gpus(cost_model, 1)} x {cost_model.gpu.name} (TP={cost_model.tp}{f', DP={dp}' if dp > 1 else ''})"
     if replicas == 1:
         return one
-    return f"{replicas} replicas of {one}, {replicas * gpus} GPUs"
+    return f"{replicas} replicas of {one}, {num_gpus(cost_model, replicas)} GPUs"
+
+
+def num_gpus(cost_model, replicas: int, disagg=None) -> int:
+    """GPUs a run uses: ``replicas`` x TP x DP colocated, or the prefill and decode pools'
+    (:func:`replay.disagg.pool_gpus`) of ``disagg`` (:class:`~replay.config.DisaggOptions`)."""
+    if disagg is not None:
+        from ..disagg import pool_gpus
+
+        return pool_gpus(cost_model, disagg)
+    return replicas * cost_model.tp * getattr(cost_model, "dp", 1)
 
 
 def check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers, exclusive) -> dict | None:
@@ -120,12 +151,14 @@ def check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers,
 
 def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: int | None, ray_address: str | None,
               sweep_out: str | None, wide: bool = False, quiet: bool = False,
-              disagg: DisaggOptions | None = None) -> None:
+              disagg: DisaggOptions | None = None, points: list | None = ()) -> None:
     """Replay ``frame`` at every point of ``sweeps`` (``cfg`` otherwise; ``disagg``: the pools of swept
-    ``disagg`` points), print the table, write ``sweep_out``."""
+    ``disagg`` points), each also at the calibration's band ``points`` for its band; print the
+    table, write ``sweep_out``."""
     import os
     import time
 
+    from ..band_tables import band_legend, row_band
     from ..sweep import SweepContext, format_sweep_table, run_sweep, sweep_points, write_sweep_table
 
     n = len(sweep_points(sweeps))
@@ -136,7 +169,8 @@ def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: in
                     f"scheduler {sched.scheduler}, max_num_seqs={eng.max_num_seqs}, "
                     f"max_num_batched_tokens={eng.max_num_batched_tokens}{loop} (swept options override these)"))
     start = time.perf_counter()
-    table = run_sweep(SweepContext(frame, meta or {}, cost_model, cfg, disagg), sweeps, jobs, ray_address)
+    table = run_sweep(SweepContext(frame, meta or {}, cost_model, cfg, disagg, points), sweeps, jobs,
+                      ray_address)
     where = (f"on Ray ({ray_address})" if ray_address else
              f"on {min(jobs or os.cpu_count() or 1, n)} local process(es)")
     click.echo(format_sweep_table(table, list(sweeps), wide=wide))
@@ -144,7 +178,8 @@ def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: in
     click.echo(wrap("(predicted, ms over completed requests; throughput: completed requests/s"
                     + (f"; goodput: those meeting {' and '.join(slo)}" if slo else
                        "; give --slo-ttft-s/--slo-tpot-s for goodput")
-                    + ("" if wide else "; --wide: every column") + ")"))
+                    + ("" if wide else "; --wide: every column")
+                    + f"; {band_legend(row_band(table.iloc[0].to_dict()) if len(table) else None, no_band(points))})"))
     if not quiet:
         click.echo(f"{n} points in {time.perf_counter() - start:.1f} s {where}", err=True)
     if sweep_out:

@@ -32,9 +32,10 @@ import pandas as pd
 from schemas.atomic import atomic_output, write_text_atomic
 
 from ..compare import (MAPE_MIN_MEAS_S, REL_ERR_FLOOR_S, broken_tolerances, compare, compared_rows, err_cell,
-                       format_table, table_cells)
+                       table_cells)
 from ..errors import ConfigError, ReplayError
 from .figures import STEP_COLUMNS, cdf_figure, png as png_bytes, scatter_figure, steps_figure, timeseries_figure
+from .provenance import PARAMETER_HEAD, in_sample, parameter_rows, with_band_columns
 from .render import ms, pct, render
 from .timeseries import (NUM_TIME_WINDOWS, TIMESERIES_COLUMNS, check_timeseries_span, errors_over_time,
                          read_timeseries, simulated_counts)
@@ -85,7 +86,7 @@ def servecal_version() -> str:
 
 
 def report_context(trace=None, calibration=None, cost_model=None, cfg=None, engine=None,
-                   extra: dict | None = None) -> list[tuple[str, str]]:
+                   extra: dict | None = None, command: str | None = None) -> list[tuple[str, str]]:
     """What a report says was run: ``(label, value)`` pairs for its header.
 
     Parameters
@@ -101,14 +102,16 @@ def report_context(trace=None, calibration=None, cost_model=None, cfg=None, engi
         from GPU memory).
     extra : dict, optional
         More ``label: value`` lines, appended.
+    command : str, optional
+        The command line that ran (:func:`replay.cli.options.command_line`).
 
     Returns
     -------
     list of (str, str)
-        ``trace``, ``calibration``, ``model``, ``GPU``, ``TP``, ``scheduler``, ``engine``,
-        ``servecal`` (those known), then ``extra``.
+        ``command``, ``trace``, ``calibration``, ``model``, ``GPU``, ``TP``, ``scheduler``,
+        ``engine``, ``servecal`` (those known), then ``extra``.
     """
-    items = []
+    items = [("command", command)] if command else []
     if trace is not None:
         items.append(("trace", str(trace)))
     if calibration is not None:
@@ -171,7 +174,8 @@ def tolerance_verdict(table: pd.DataFrame, tolerances: dict[str, float] | None):
 
 def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_timeseries=None,
                  simulated_steps: pd.DataFrame | None = None, context: list[tuple[str, str]] | None = None,
-                 tolerances: dict[str, float] | None = None) -> list[Path]:
+                 tolerances: dict[str, float] | None = None, band=None, differences: list[str] | None = None,
+                 calibration=None, trace=None, band_note: str | None = None) -> list[Path]:
     """Write the measured-vs-predicted report of a replay and its figures.
 
     Parameters
@@ -194,6 +198,18 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
     tolerances : dict, optional
         ``{"ttft_p50": 0.1, ...}`` (``replay --tolerance``): adds the PASS/FAIL line and a
         table of every check.
+    band : replay.bands.Band, optional
+        The prediction's 95 % band: a table of the predicted percentiles with their bands
+        (also the only latency table of a trace without measured latencies) and a
+        ``band_pXX`` column beside each error of the comparison.
+    band_note : str, optional
+        Why ``band`` has no band, when it has none (default: the calibration has no band points).
+    differences : list of str, optional
+        What makes the replay a what-if (:func:`replay.cli.baseline.whatif_differences`): the
+        comparison is then baseline (measured) vs what-if, its differences changes.
+    calibration : schemas.calibration.Calibration, optional
+        Adds its parameters with their 95 % intervals and, with ``trace`` (the replayed
+        file), whether that trace was in its data (:func:`.provenance.in_sample`).
 
     Returns
     -------
@@ -236,15 +252,35 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
 
     kind, line, checks = tolerance_verdict(table, tolerances)
     blocks.append(("verdict", kind, line))
+    if calibration is not None:
+        blocks += [("h2", "Calibration"), ("table", PARAMETER_HEAD, parameter_rows(calibration))]
+        if trace is not None:
+            blocks.append(("p", f"Scored trace: {in_sample(trace, calibration)}."))
+    if band is not None:
+        from ..band_tables import band_legend, prediction_cells
+
+        blocks += [("h2", "Prediction"), ("table", *prediction_cells(band)),
+                   ("p", f"Times in ms over the {band.point.get('n_ok', 0)} completed requests; throughput "
+                         f"{band.cell('throughput_rps', fmt=lambda x: f'{x:.3f}')} requests/s. "
+                         f"{band_legend(band, band_note)}.")]
 
     n_compared = int(compared_rows(result_df).sum())
     counts = (f"Requests: {len(result_df)} in the result, {n_compared} compared (completed on both sides), "
               f"{len(result_df) - n_compared} excluded (failed in the measured run or not completed by the simulator).")
-    blocks.append(("h2", "Measured vs predicted"))
-    if table.empty:
-        blocks += [("p", format_table(table)), ("p", counts)]
+    if differences:
+        from ..whatif_table import whatif_cells
+
+        blocks += [("h2", "Baseline (measured) vs what-if"),
+                   ("p", f"A what-if, not a validation: {'; '.join(differences)}. change_pXX = (what-if - "
+                         "measured) / measured at that percentile (ms below 1 ms measured).")]
+        if not table.empty:
+            blocks.append(("table", *with_band_columns(*whatif_cells(table, wide=True), band)))
+        blocks.append(("p", counts))
+    elif table.empty:
+        blocks += [("h2", "Measured vs predicted"),
+                   ("p", "The trace has no measured latencies: the prediction above is all there is."), ("p", counts)]
     else:
-        blocks += [("table", *table_cells(table)),
+        blocks += [("h2", "Measured vs predicted"), ("table", *with_band_columns(*table_cells(table), band)),
                    ("p", "Times in ms. err_pXX = (predicted - measured) / measured at that percentile, or "
                          f"predicted - measured in ms where the measured value is below {REL_ERR_FLOOR_S * 1e3:g} ms; "
                          f"mape over measured values >= {MAPE_MIN_MEAS_S * 1e3:g} ms; bias = mean predicted - mean "
@@ -267,9 +303,14 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
         win = errors_over_time(result_df)
         rows = [[f"{i + 1}", f"{r.start_s:.1f}-{r.end_s:.1f}", str(r.n), ms(r.meas_p50), ms(r.pred_p50),
                  err_cell(r.meas_p50, r.pred_p50)] for i, r in enumerate(win.itertuples())]
-        blocks += [("h2", "Errors over time"),
+        head = ["window", "arrivals (s)", "n", "meas_p50_ms", "pred_p50_ms", "err_p50"]
+        if differences:
+            from ..whatif_table import whatif_head
+
+            head = whatif_head(head)
+        blocks += [("h2", "Changes over time" if differences else "Errors over time"),
                    ("p", f"TTFT p50 in {NUM_TIME_WINDOWS} equal windows of arrival time (compared requests only)."),
-                   ("table", ["window", "arrivals (s)", "n", "meas_p50_ms", "pred_p50_ms", "err_p50"], rows)]
+                   ("table", head, rows)]
 
     if ts is not None:
         running, waiting = simulated_counts(result_df, ts["t"].to_numpy())

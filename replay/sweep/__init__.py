@@ -14,11 +14,12 @@ written in :mod:`.table`, and Ray tasks come from :mod:`replay.ray_tasks`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..bands import prediction_row
+from ..band_tables import band_columns
+from ..bands import BandJob, band_of_rows, predict_with_band, prediction_row
 from ..config import DisaggOptions, ReplayConfig
 from ..errors import ConfigError
 from ..progress import optional_bar
@@ -74,6 +75,10 @@ class SweepContext:
     disagg : DisaggOptions, optional
         The pools of the points whose swept ``scheduler`` is ``disagg`` (default: ``cfg``'s
         or :class:`DisaggOptions`'s defaults).
+    band_points : list of dict or None
+        The calibration's band points (:attr:`schemas.calibration.Calibration.band_points`):
+        every point of the sweep is also replayed at each, for its band (empty: no band but
+        the seed spread where the replay draws; None: no band at all).
     """
 
     frame: pd.DataFrame
@@ -81,10 +86,14 @@ class SweepContext:
     cost_model: object
     cfg: ReplayConfig
     disagg: DisaggOptions | None = None
+    band_points: list | None = field(default_factory=list)
 
 
 def evaluate_point(ctx: SweepContext, point: dict) -> dict:
     """Replay one point; its row of the sweep table.
+
+    The band points are replayed here, one after the other: the sweep's points already
+    keep every worker busy.
 
     Returns
     -------
@@ -92,7 +101,9 @@ def evaluate_point(ctx: SweepContext, point: dict) -> dict:
         The swept values (columns of :func:`column`), ``n_ok``, ``{metric}_p{q}_s`` of
         :data:`replay.compare.SCHEDULER_TABLE_METRICS` (seconds), ``goodput_rps`` and
         ``throughput_rps`` (requests/s, :func:`replay.metrics.goodput_rps` with and without
-        the SLOs of ``ctx.cfg``).
+        the SLOs of ``ctx.cfg``), and their bands: ``{stat}_low``, ``{stat}_high`` for every
+        stat of :data:`replay.bands.BAND_STATS`, ``band_points`` and ``band_seeds``
+        (:func:`replay.band_tables.band_columns`).
     """
     cfg, scale = point_config(ctx.cfg, point, ctx.disagg)
     frame = ctx.frame
@@ -100,7 +111,9 @@ def evaluate_point(ctx: SweepContext, point: dict) -> dict:
         frame = frame.assign(arrival_time_s=frame["arrival_time_s"] / scale)
     result, _ = replay_frame(frame, ctx.cost_model, cfg, ctx.metadata)
     row = prediction_row(result, cfg.scheduling.slo_ttft_s, cfg.scheduling.slo_tpot_s)
-    return {**{column(k): v for k, v in point.items()}, **row}
+    band = (band_of_rows(row, []) if ctx.band_points is None else
+            predict_with_band(BandJob(frame, ctx.metadata, ctx.cost_model, cfg, list(ctx.band_points)), row))
+    return {**{column(k): v for k, v in point.items()}, **band_columns(row, band)}
 
 
 # -- where the points run -----------------------------------------------------------------------
@@ -169,7 +182,7 @@ def run_sweep(ctx: SweepContext, sweeps: dict[str, list], jobs: int | None = Non
             rows = map_in_processes(_evaluate_in_worker, points, min(jobs, len(points)), _init_worker, (ctx,), done)
     table = pd.DataFrame(rows)
     if ctx.cfg.scheduling.slo_ttft_s is None and ctx.cfg.scheduling.slo_tpot_s is None:
-        table = table.drop(columns="goodput_rps")
+        table = table.drop(columns=["goodput_rps", "goodput_rps_low", "goodput_rps_high"])
     return table
 
 

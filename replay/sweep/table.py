@@ -11,6 +11,8 @@ from .grid import column
 
 #: Metrics of the printed table (the file also has ``queue_wait``).
 TABLE_METRICS = ("ttft", "tpot", "e2e")
+#: The percentile whose cells show their band in the default table (``--wide``: every cell).
+BAND_PERCENTILE = 90
 #: Formats ``--sweep-out`` can write, by file suffix.
 OUTPUT_FORMATS = (".parquet", ".csv")
 
@@ -30,7 +32,11 @@ def format_sweep_table(table: pd.DataFrame, swept: list[str], percentiles=PERCEN
         :data:`replay.text.WIDTH` (100) characters a line (when many options are swept,
         E2E p90, n_ok, E2E p50, TPOT p90 and TTFT p90 are left out, in that order, until
         the table fits).
+
+    A table with bands (``{stat}_low``/``{stat}_high``, :func:`replay.band_tables.band_columns`)
+    shows each p90 cell as ``"point [low, high]"``; ``wide``: every time and rate cell.
     """
+    from ..band_tables import row_band
     from ..compare import NARROW_PERCENTILES, ms_cell
     from ..text import WIDTH, render_table
 
@@ -44,11 +50,16 @@ def format_sweep_table(table: pd.DataFrame, swept: list[str], percentiles=PERCEN
         head = cols + ["n_ok"] + [f"{m}_p{q}_ms" for m, q in stats] + rates
     else:
         head = cols + ["n_ok"] + [f"{m}_p{q}" for m, q in stats] + [c.removesuffix("_rps") for c in rates]
+    def ms(x):
+        return f"{x * 1e3:.1f}" if wide else ms_cell(x)
+
     lines = []
     for r in table.to_dict("records"):  # keeps each column's type (iterrows would make ints floats)
+        band = row_band(r)
         cells = [f"{r[c]:g}" if isinstance(r[c], float) else str(r[c]) for c in cols] + [str(r["n_ok"])]
-        cells += [f"{r[f'{m}_p{q}_s'] * 1e3:.1f}" if wide else ms_cell(r[f"{m}_p{q}_s"]) for m, q in stats]
-        cells += [f"{r[c]:.3f}" for c in rates]
+        cells += [band.cell(f"{m}_p{q}_s", fmt=ms) if wide or q == BAND_PERCENTILE else ms(r[f"{m}_p{q}_s"])
+                  for m, q in stats]
+        cells += [band.cell(c, fmt=lambda x: f"{x:.3f}") if wide else f"{r[c]:.3f}" for c in rates]
         lines.append(cells)
     if wide:
         return render_table(head, lines)

@@ -1,0 +1,129 @@
+"""Predictions with their 95 % bands as text: ``replay``'s PREDICTION table, the line saying
+how many measured statistics fall inside their band, and the band cells of the sweep and
+scheduler tables.
+
+A cell is ``"412.3 [398.0, 430.1]"``: the prediction at the calibration's values and the
+band's ends (:class:`replay.bands.Band`), in milliseconds as :func:`replay.compare.ms_cell`
+writes them; the prediction alone when there is no band.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .bands import Band
+from .compare import METRICS, ms_cell
+from .metrics import PERCENTILES
+
+#: Rows of the PREDICTION table, in order (labels of :data:`replay.compare.METRICS`).
+PREDICTION_METRICS = tuple(label for _, _, label in METRICS)
+#: Percentiles whose measured values are checked against their band.
+COVERAGE_PERCENTILES = (50, 90)
+#: What ``replay`` says when the calibration carries no band points.
+NO_BAND_POINTS = "no band: the calibration has no band points (written before bands; refit)"
+
+
+def band_cell(band: Band, stat: str) -> str:
+    """``"412.3 [398.0, 430.1]"``: ``stat`` (seconds) of ``band`` in ms, its band in brackets."""
+    return band.cell(stat, fmt=ms_cell)
+
+
+def rate_cell(band: Band, stat: str) -> str:
+    """``"12.345 [12.100, 12.600]"``: a rate (requests/s) and its band."""
+    return band.cell(stat, fmt=lambda x: f"{x:.3f}")
+
+
+def band_legend(band: Band | None, reason: str | None = None) -> str:
+    """What the brackets are: ``"[low, high]: the 95 % band over 12 points of the calibration's
+    confidence set ..."``; ``reason`` (or :data:`NO_BAND_POINTS`) when ``band`` has none."""
+    if band is None or not band.has_band:
+        return reason or NO_BAND_POINTS
+    parts = []
+    if band.n_points:
+        parts.append(f"the {band.n_points} points of the calibration's 95 % confidence set")
+    if band.n_seeds:
+        parts.append(f"{band.n_seeds} other seeds of the random draws")
+    return (f"[low, high]: the 95 % band, the range of the prediction replayed at {' and at '.join(parts)} "
+            "(an inner approximation of the projection of that set)")
+
+
+def prediction_cells(band: Band, percentiles=PERCENTILES) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of the PREDICTION table: a row per metric of :data:`PREDICTION_METRICS`,
+    a column per percentile (ms, with bands)."""
+    head = ["metric"] + [f"p{q}" for q in percentiles]
+    rows = [[m] + [band_cell(band, f"{m}_p{q}_s") for q in percentiles] for m in PREDICTION_METRICS]
+    return head, rows
+
+
+def format_prediction(band: Band, slo: str | None = None, measured_goodput: float | None = None,
+                      legend: str | None = None, wide: bool = False) -> str:
+    """The PREDICTION block: latency percentiles (ms) with their bands, throughput, goodput
+    (with ``slo``, its objectives in words: ``"ttft <= 0.5 s"``; ``measured_goodput`` in
+    requests/s beside it when known) and the legend line (:func:`band_legend`, or ``legend``).
+
+    Within :data:`replay.text.WIDTH` (100) columns (p99 goes first when it does not fit)
+    unless ``wide``.
+    """
+    from .text import WIDTH, render_table, wrap
+
+    head, rows = prediction_cells(band)
+    table = render_table(head, rows, None if wide else WIDTH, drop_order=("p99",))
+    lines = [f"PREDICTION ({band.point.get('n_ok', 0)} completed requests; latencies in ms)", table,
+             f"throughput: {rate_cell(band, 'throughput_rps')} completed requests/s"]
+    if slo:
+        meas = "" if measured_goodput is None else f"; measured {measured_goodput:.3f} req/s"
+        lines.append(wrap(f"goodput ({slo}): {rate_cell(band, 'goodput_rps')} req/s{meas}"))
+    lines.append(wrap(f"({legend or band_legend(band)})"))
+    return "\n".join(lines)
+
+
+def band_coverage(table, band: Band, percentiles=COVERAGE_PERCENTILES) -> str | None:
+    """One line: how many measured ``p50``/``p90`` statistics of a :func:`replay.compare.compare`
+    table lie inside their band, naming those outside (measured value and band, ms); None
+    without a band or measured values."""
+    if not band.has_band or table is None or table.empty:
+        return None
+    inside, outside = 0, []
+    for r in table.to_dict("records"):
+        if r["metric"] not in PREDICTION_METRICS:
+            continue
+        for q in percentiles:
+            stat, meas = f"{r['metric']}_p{q}_s", r.get(f"meas_p{q}", np.nan)
+            if not (np.isfinite(meas) and np.isfinite(band.point.get(stat, np.nan))):
+                continue
+            if band.holds(stat, meas):
+                inside += 1
+            else:
+                outside.append(f"{r['metric']} p{q} (measured {ms_cell(meas)}, band "
+                               f"[{ms_cell(band.low[stat])}, {ms_cell(band.high[stat])}])")
+    total = inside + len(outside)
+    if not total:
+        return None
+    qs = "/".join(f"p{q}" for q in percentiles)
+    line = f"inside their 95 % band: {inside} of {total} measured {qs} statistics"
+    return line + (f"; outside: {', '.join(outside)}" if outside else "")
+
+
+def band_columns(row: dict, band: Band) -> dict:
+    """``row`` with ``{stat}_low`` and ``{stat}_high`` for every stat of
+    :data:`replay.bands.BAND_STATS` (same units) from ``band``, and ``band_points`` and
+    ``band_seeds`` (what was replayed for it; 0 and 0: no band, low = high = the point)."""
+    from .bands import BAND_STATS
+
+    out = dict(row)
+    for s in BAND_STATS:
+        out[f"{s}_low"], out[f"{s}_high"] = band.low[s], band.high[s]
+    out["band_points"], out["band_seeds"] = band.n_points, band.n_seeds
+    return out
+
+
+def row_band(row: dict) -> Band:
+    """The :class:`Band` of a table row carrying ``{stat}_low``/``{stat}_high``
+    (:func:`band_columns`); a row without them has no band."""
+    from .bands import BAND_STATS
+
+    has = all(f"{s}_low" in row for s in BAND_STATS)
+    low = {s: row[f"{s}_low"] if has else row.get(s, np.nan) for s in BAND_STATS}
+    high = {s: row[f"{s}_high"] if has else row.get(s, np.nan) for s in BAND_STATS}
+    n = int(row.get("band_points", 0) or 0) if has else 0
+    return Band({s: row.get(s, np.nan) for s in (*BAND_STATS, "n_ok")}, low, high, n,
+                int(row.get("band_seeds", 0) or 0) if has else 0)

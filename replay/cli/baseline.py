@@ -1,0 +1,135 @@
+"""Whether ``replay`` reproduces the measured run or asks a what-if of it, and the KV cache of a
+what-if at another tensor-parallel degree.
+
+The measured run's settings are those recorded in the trace, the ``--vllm-log`` and the
+calibration (:func:`.engine_settings.engine_sources`, first wins), its model, TP and DP
+those of the trace's metadata or else the calibration's, its scheduler vLLM's (``chunked``).
+An option typed on the command line unlike them makes the replay a what-if: its comparison
+with the measured latencies is a baseline, not an error, and ``--tolerance`` does not apply.
+"""
+from __future__ import annotations
+
+import click
+
+from schemas.calibration import Calibration
+
+from .engine_settings import recorded_setting, typed_unlike_sources
+
+#: The scheduler of the measured run when nothing records one (vLLM v1's).
+MEASURED_SCHEDULER = "chunked"
+
+
+def _typed(name: str) -> bool:
+    return click.get_current_context().get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+
+def _trace_int(meta: dict | None, key: str) -> int | None:
+    v = str((meta or {}).get(key) or "")
+    return int(v) if v.isdigit() else None
+
+
+def _trace_model(meta: dict | None) -> str | None:
+    """The model an importer recorded in the trace's metadata, resolved to a catalog name (None:
+    none recorded or unknown)."""
+    from schemas.errors import SpecError
+    from schemas.specs import get_model
+
+    named = (meta or {}).get("model")
+    if not named:
+        return None
+    try:
+        return get_model(named).name
+    except SpecError:
+        return None
+
+
+def whatif_differences(cal: Calibration, cal_path, model_spec, tp: int, dp: int, scheduler: str,
+                       trace_meta: dict | None = None) -> list[str]:
+    """What makes this replay differ from the measured run, one phrase per option
+    (``"--tp 2 (the calibration cal.json says 1)"``); empty when it replays the measured run.
+
+    Parameters
+    ----------
+    cal, cal_path : the calibration and its file.
+    model_spec : the ``--model`` given (None: the calibration's).
+    tp, dp : the tensor- and data-parallel degrees replayed.
+    scheduler : the scheduler replayed.
+    trace_meta : the trace's ``servecal.*`` metadata (an importer's ``model``, ``tp``).
+
+    Notes
+    -----
+    Engine options typed unlike a recorded setting come from
+    :func:`.engine_settings.fill_engine_options`; ``--model``, ``--tp`` and
+    ``--data-parallel-size`` are compared with the trace's metadata, else the calibration's;
+    a typed ``--scheduler`` that no source records with vLLM's ``chunked``.
+    """
+    out = [f"{f} {given} (the {label} says {value})" for f, given, value, label in typed_unlike_sources()]
+    seen = {f for f, *_ in typed_unlike_sources()}
+    cal_label = f"calibration {cal_path}"
+    if model_spec is not None:
+        measured, label = (_trace_model(trace_meta), "trace") if _trace_model(trace_meta) else (cal.model.name,
+                                                                                                  cal_label)
+        if model_spec.name != measured:
+            out.append(f"--model {model_spec.name} (the {label} says {measured})")
+    for f, name, value, recorded, label in (
+            ("--tp", "tp", tp, *((_trace_int(trace_meta, "tp"), "trace") if _trace_int(trace_meta, "tp")
+                                  else (cal.tp, cal_label))),
+            ("--data-parallel-size", "dp", dp, cal.dp, cal_label)):
+        if _typed(name) and f not in seen and value != recorded:
+            out.append(f"{f} {value} (the {label} says {recorded})")
+    if _typed("scheduler") and "--scheduler" not in seen and scheduler != MEASURED_SCHEDULER:
+        out.append(f"--scheduler {scheduler} (the measured run: vLLM's {MEASURED_SCHEDULER})")
+    return out
+
+
+def refuse_tolerance(differences: list[str]) -> None:
+    """``--tolerance`` judges a replay of the measured run: a usage error (exit 2) on a what-if."""
+    if differences:
+        from schemas.text import wrap_error
+
+        raise click.UsageError(wrap_error(f"--tolerance judges a replay of the measured run, and this one is a what-if: "
+                                    f"{'; '.join(differences)}. Drop --tolerance, or the options that differ."))
+
+
+def rederive_kv_blocks(kwargs: dict, sources: list, cal: Calibration, cost_model) -> str | None:
+    """At a TP other than the measured run's, size the KV cache from GPU memory instead of
+    keeping the recorded ``num_gpu_blocks`` (in ``kwargs``, in place); what to tell the user.
+
+    The recorded count ``B0`` at TP ``t0`` says how much memory per GPU the run had beside the
+    weights and the cache: ``other = mem * util - weights / t0 - B0 * block_bytes(t0)``
+    (clipped at 0), kept at the new TP ``t``:
+    ``floor((mem * util - weights / t - other) / block_bytes(t))``
+    (:func:`replay.kv_capacity.kv_capacity_blocks`; bytes per GPU, ``block_bytes`` of
+    :func:`replay.kv_capacity.kv_block_bytes_per_rank`). A typed ``--num-gpu-blocks`` wins;
+    a count recorded at the same TP is kept. Another DP degree keeps the per-rank count
+    (each rank has its own cache and GPU).
+
+    Returns
+    -------
+    str or None
+        ``"num_gpu_blocks 2790 (recorded at TP 1) -> 6000 from GPU memory at TP 2 (...)"``.
+
+    Raises
+    ------
+    ConfigError
+        The weights do not fit at the new TP.
+    """
+    from ..kv_capacity import kv_block_bytes_per_rank, kv_capacity_blocks
+
+    old = kwargs.get("num_gpu_blocks")
+    if old is None or _typed("num_gpu_blocks"):
+        return None
+    _, label = recorded_setting(sources, "num_gpu_blocks")
+    settings = dict(sources).get(label) or {}
+    t0 = settings.get("tensor_parallel_size") or cal.tp
+    t = cost_model.tp
+    if t == t0:
+        return None
+    m, g = cost_model.model, cost_model.gpu
+    util, bs = kwargs["gpu_memory_utilization"], kwargs["block_size"]
+    other = max(0.0, g.mem_bytes * util - m.weight_bytes / t0 - old * kv_block_bytes_per_rank(m, t0, bs))
+    new = kv_capacity_blocks(m, g, t, util, bs, non_torch_bytes=other)
+    kwargs["num_gpu_blocks"] = new
+    return (f"num_gpu_blocks {old} (recorded at TP {t0}) -> {new} from GPU memory at TP {t} (weights / {t}; the "
+            f"{other / 2**30:.2f} GiB per GPU beside weights and KV that the recorded count implies kept; "
+            "--num-gpu-blocks overrides)")

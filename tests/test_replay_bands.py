@@ -1,0 +1,254 @@
+"""``replay`` with the calibration's bands (issue 18 items 1-5): the PREDICTION table, the band
+coverage line, a what-if against its baseline, the KV cache at another TP, bands on sweep and
+scheduler rows, and the report."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from replay.band_tables import NO_BAND_POINTS
+from replay.bands import BAND_STATS
+from replay.compare import ms_cell
+from replay.config import EngineOptions, ReplayConfig
+from replay.cost_model import RooflineCostModel
+from replay.kv_capacity import kv_block_bytes_per_rank
+from replay.simulate import replay_frame
+from replay.text import WIDTH
+from schemas.calibration import Calibration, FittedParam
+from schemas.cost_params import CostParams
+from schemas.specs import get_gpu, get_model
+from schemas.tables import REQUEST_TRACE
+from traces.synth import synth_requests
+
+COST = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"),
+                         CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4))
+#: Two points of a confidence set: the per-step time 50 us lower and higher.
+POINTS = [{"t_step_s": 0.5e-4}, {"t_step_s": 1.5e-4}]
+
+
+def write_cal(path, points=POINTS, engine=None, tp=1):
+    values = {k: v for k, v in COST.params.items() if v == v}
+    Calibration(COST.model, COST.gpu, tp, {k: FittedParam(v, stderr=v / 10 or None, ci95=(v * 0.9, v * 1.1))
+                                           for k, v in values.items()},
+                terms=list(COST.terms), engine=engine or {}, band_points=list(points),
+                source={"path": "fitted.parquet", "sha256": "0" * 64, "kind": REQUEST_TRACE}).write(path)
+
+
+def invoke(*args):
+    from replay.cli import main
+
+    return CliRunner().invoke(main, list(map(str, args)), prog_name="replay")
+
+
+def widest(text):
+    return max(map(len, text.splitlines()), default=0)
+
+
+@pytest.fixture
+def spaced(tmp_path, monkeypatch):
+    """Three identical requests 10 s apart (100 prompt tokens, 2 output tokens), no measured
+    latencies: each runs alone, so TTFT is one prefill step and TPOT one decode step."""
+    from traces.io import write_trace
+
+    monkeypatch.chdir(tmp_path)
+    df = pd.DataFrame({"request_id": ["a", "b", "c"], "arrival_time_s": [0.0, 10.0, 20.0],
+                       "num_prompt_tokens": [100] * 3, "num_output_tokens": [2] * 3})
+    write_trace(df, REQUEST_TRACE, "t.parquet")
+    write_cal("cal.json")
+    return "t.parquet", "cal.json"
+
+
+@pytest.fixture
+def measured(tmp_path, monkeypatch):
+    """300 requests with latencies measured on a slower 'cluster'; a calibration of COST with POINTS."""
+    from traces.io import write_trace
+
+    monkeypatch.chdir(tmp_path)
+    df = synth_requests(300, 20.0, "lognormal:mean=800,sigma=0.8", "lognormal:mean=150,sigma=0.8", seed=1)
+    truth = COST.with_params(COST.params.replace(t_step_s=1.2e-4))
+    meas, _ = replay_frame(df, truth, ReplayConfig(EngineOptions(max_num_seqs=32)))
+    df = df.assign(queue_wait_s=meas["pred_queue_wait_s"], ttft_s=meas["pred_ttft_s"], tpot_s=meas["pred_tpot_s"],
+                   e2e_s=meas["pred_e2e_s"])
+    write_trace(df, REQUEST_TRACE, "m.parquet")
+    write_cal("cal.json", engine={"max_num_seqs": 32})
+    return "m.parquet", "cal.json"
+
+
+def _row(output, metric):
+    return next(line for line in output.splitlines() if line.split() and line.split()[0] == metric)
+
+
+# -- item 1: the PREDICTION table ------------------------------------------------------------------------
+
+def test_a_pure_what_if_prints_its_prediction_with_the_hand_known_p50_and_band(spaced):
+    trace, cal = spaced
+    res = invoke(trace, "--calibration", cal)
+    assert res.exit_code == 0, res.output
+    assert "PREDICTION" in res.output and "nothing to compare" in res.output
+    assert widest(res.output) <= WIDTH, res.output
+    # alone in the engine: TTFT = one prefill step of 100 tokens, at each point of the set
+    ttft = [COST.with_params(COST.params.replace(**pt)).prefill_time_s(100) for pt in ({}, *POINTS)]
+    assert ttft[1] < ttft[0] < ttft[2]
+    cells = _row(res.output, "ttft")
+    assert f"{ms_cell(ttft[0])} [{ms_cell(ttft[1])}, {ms_cell(ttft[2])}]" in cells, cells
+    assert _row(res.output, "queue_wait").split()[1:4] == ["0.0", "[0.0,", "0.0]"]
+    assert "the 2 points of the calibration's 95 % confidence set" in " ".join(res.output.split())
+    assert "goodput" not in res.output  # no SLO given
+
+
+def test_goodput_band_with_an_slo_and_no_band_legends(spaced, tmp_path):
+    trace, cal = spaced
+    res = invoke(trace, "--calibration", cal, "--slo-ttft-s", 10)
+    assert res.exit_code == 0, res.output
+    assert "goodput (ttft <= 10.0 s): " in res.output and "[" in _row(res.output, "goodput")
+    off = invoke(trace, "--calibration", cal, "--no-band")
+    assert off.exit_code == 0 and "no band (--no-band)" in off.output and "[" not in _row(off.output, "ttft")
+    write_cal(tmp_path / "old.json", points=[])
+    old = invoke(trace, "--calibration", "old.json")
+    assert old.exit_code == 0 and NO_BAND_POINTS in " ".join(old.output.split())
+
+
+def test_measured_run_keeps_the_comparison_and_counts_the_statistics_in_their_band(measured):
+    trace, cal = measured
+    res = invoke(trace, "--calibration", cal)
+    assert res.exit_code == 0, res.output
+    assert "PREDICTION" in res.output and "err_p50" in res.output and "change" not in res.output
+    line = " ".join(res.output.split("inside their 95 % band: ")[1].split())
+    inside, total = int(line.split()[0]), int(line.split()[2])
+    assert total == 8  # p50 and p90 of queue_wait, ttft, tpot, e2e
+    assert (inside == total) == ("outside" not in line)
+    assert widest(res.output) <= WIDTH, res.output
+
+
+# -- item 2: what-if vs baseline ----------------------------------------------------------------------------
+
+def test_an_option_unlike_the_measured_run_makes_a_what_if_with_a_change_column(measured):
+    trace, cal = measured
+    res = invoke(trace, "--calibration", cal, "--max-num-seqs", 8)
+    assert res.exit_code == 0, res.output
+    assert "BASELINE (measured) vs WHAT-IF" in res.output
+    assert "change_p50" in res.output and "err_p" not in res.output
+    assert "--max-num-seqs 8 (the calibration cal.json says 32)" in " ".join(res.output.split())
+    assert "inside their 95 % band" not in res.output
+    assert widest(res.output) <= WIDTH, res.output
+    same = invoke(trace, "--calibration", cal, "--max-num-seqs", 32)  # typed, but as measured
+    assert same.exit_code == 0 and "err_p50" in same.output and "WHAT-IF" not in same.output
+
+
+@pytest.mark.parametrize("args, named", [(["--tp", 2], "--tp 2 (the calibration cal.json says 1)"),
+                                         (["--scheduler", "fcfs"], "--scheduler fcfs"),
+                                         (["--model", "qwen3-32b"], "--model qwen3-32b")])
+def test_tolerance_is_refused_on_a_what_if(measured, args, named):
+    trace, cal = measured
+    res = invoke(trace, "--calibration", cal, *args, "--tolerance", "ttft_p50=0.1")
+    assert res.exit_code == 2, res.output
+    assert "what-if" in res.output and named in " ".join(res.output.split())
+
+
+# -- item 3: the KV cache at another TP ---------------------------------------------------------------
+
+def test_kv_blocks_are_re_derived_from_gpu_memory_at_another_tp(spaced, tmp_path):
+    trace, _ = spaced
+    write_cal(tmp_path / "kv.json", engine={"num_gpu_blocks": 2790})
+    m, g = COST.model, COST.gpu
+    bb1, bb2 = kv_block_bytes_per_rank(m, 1, 16), kv_block_bytes_per_rank(m, 2, 16)
+    other = g.mem_bytes * 0.9 - m.weight_bytes - 2790 * bb1  # what the recorded count implies beside weights
+    expected = math.floor((g.mem_bytes * 0.9 - m.weight_bytes / 2 - other) / bb2)
+    assert expected > 2 * 2790  # half the weights per GPU, and half the KV heads per block
+    res = invoke(trace, "--calibration", "kv.json", "--tp", 2)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert f"num_gpu_blocks 2790 (recorded at TP 1) -> {expected} from GPU memory at TP 2" in text
+    assert f"KV cache {expected} blocks" in text
+    same = invoke(trace, "--calibration", "kv.json")
+    assert "KV cache 2790 blocks" in same.output and "recorded at TP" not in same.output
+    typed = invoke(trace, "--calibration", "kv.json", "--tp", 2, "--num-gpu-blocks", 1000)
+    assert "KV cache 1000 blocks" in typed.output and "recorded at TP" not in typed.output
+
+
+# -- item 4: sweep and compare-schedulers rows carry bands ----------------------------------------------
+
+def test_sweep_rows_carry_bands_in_the_file_and_the_p90_cells(spaced, tmp_path):
+    trace, cal = spaced
+    res = invoke(trace, "--calibration", cal, "--sweep", "max-num-seqs=1,2", "--sweep-out", "s.csv", "--jobs", 1,
+                 "--slo-ttft-s", 1)
+    assert res.exit_code == 0, res.output
+    assert widest(res.output) <= WIDTH, res.output
+    table = pd.read_csv("s.csv")
+    for s in BAND_STATS:
+        assert {f"{s}_low", f"{s}_high"} <= set(table.columns), s
+        ok = table[s].notna()
+        assert (table.loc[ok, f"{s}_low"] <= table.loc[ok, s] + 1e-12).all()
+        assert (table.loc[ok, s] <= table.loc[ok, f"{s}_high"] + 1e-12).all()
+    assert (table["band_points"] == 2).all()
+    ttft = [COST.with_params(COST.params.replace(**pt)).prefill_time_s(100) for pt in POINTS]
+    assert table["ttft_p90_s_low"].to_numpy() == pytest.approx([ttft[0]] * 2)
+    assert table["ttft_p90_s_high"].to_numpy() == pytest.approx([ttft[1]] * 2)
+    row = _row(res.output, "1")
+    assert f"[{ms_cell(ttft[0])}, {ms_cell(ttft[1])}]" in row, res.output
+
+
+def test_compare_schedulers_rows_carry_bands_and_gpu_counts(spaced):
+    trace, cal = spaced
+    res = invoke(trace, "--calibration", cal, "--compare-schedulers", "chunked,disagg", "--replicas", 2,
+                 "--decode-replicas", 2)
+    assert res.exit_code == 0, res.output
+    assert widest(res.output) <= WIDTH, res.output
+    head = next(line for line in res.output.splitlines() if line.split()[:2] == ["scheduler", "gpus"])
+    assert "ttft_p90" in head
+    assert _row(res.output, "chunked").split()[1] == "2"      # 2 replicas x TP 1
+    assert _row(res.output, "disagg").split()[1] == "3"       # 1 prefill + 2 decode instances
+    assert "[" in _row(res.output, "chunked")
+    off = invoke(trace, "--calibration", cal, "--compare-schedulers", "chunked", "--no-band")
+    assert off.exit_code == 0 and "no band (--no-band)" in off.output and "[" not in _row(off.output, "chunked")
+
+
+def test_no_band_skips_even_the_seed_replays_of_speculative_decoding(spaced):
+    trace, cal = spaced
+    spec = ("--speculative-tokens", 3, "--spec-acceptance-rate", 0.7)
+    on = invoke(trace, "--calibration", cal, *spec)
+    assert on.exit_code == 0, on.output
+    assert "4 other seeds" in " ".join(on.output.split())
+    off = invoke(trace, "--calibration", cal, *spec, "--no-band")
+    assert off.exit_code == 0 and "[" not in _row(off.output, "tpot")
+
+
+# -- item 5: the report ----------------------------------------------------------------------------------
+
+def test_report_of_a_pure_what_if_has_the_predicted_table_parameters_and_provenance(spaced):
+    trace, cal = spaced
+    res = invoke(trace, "--calibration", cal, "--report", "r.md")
+    assert res.exit_code == 0, res.output
+    text = open("r.md").read()
+    assert "## Prediction" in text and "| ttft |" in text and "[" in text.split("## Prediction")[1]
+    assert "## Calibration" in text and "| eta_compute | 0.5 |" in text and "identified" in text
+    assert "out of sample" in text and "replay t.parquet --calibration cal.json --report r.md" in text
+
+
+def test_report_in_sample_and_band_columns(measured):
+    from schemas.calibration import sha256_of
+
+    trace, cal = measured
+    c = Calibration.read(cal)
+    c.source = {"path": trace, "sha256": sha256_of(trace), "kind": REQUEST_TRACE}
+    c.write(cal)
+    res = invoke(trace, "--calibration", cal, "--report", "r.html")
+    assert res.exit_code == 0, res.output
+    text = open("r.html").read()
+    assert "in sample: the calibration was fitted on this trace" in text
+    assert "<th>band_p50</th>" in text and "<th>err_p50</th>" in text
+    whatif = invoke(trace, "--calibration", cal, "--max-num-seqs", 8, "--report", "w.html")
+    assert whatif.exit_code == 0, whatif.output
+    text = open("w.html").read()
+    assert "<th>change_p50</th>" in text and "<th>err_p50</th>" not in text and "what-if" in text
+
+
+def test_band_cell_contains_the_point():
+    from replay.bands import band_of_rows
+
+    band = band_of_rows({s: 1.0 for s in BAND_STATS}, [{s: 0.9 for s in BAND_STATS}, {s: 1.2 for s in BAND_STATS}])
+    assert band.cell("ttft_p50_s", fmt=ms_cell) == "1000 [900.0, 1200]"
+    assert all(band.low[s] <= band.point[s] <= band.high[s] for s in BAND_STATS)
+    assert np.isfinite(band.half_width("ttft_p50_s"))
