@@ -97,6 +97,31 @@ def demo(out_dir, num_requests, rate, noise, seed):
     click.echo(wrap(f"3. replay with the calibration (scheduler {cfg.scheduling.scheduler}, --max-num-seqs {eng.max_num_seqs} "
                     f"--max-num-batched-tokens {eng.max_num_batched_tokens}) -> {out}/replay.parquet") + "\n")
     click.echo(format_table(compare(pred)))
+    _what_if(trace, truth, cal, replace(cfg, record=RecordOptions()))
+
+
+#: The demo's what-if: the same requests arriving this many times faster.
+WHAT_IF_RATE_SCALE = 1.5
+
+
+def _what_if(trace, truth, cal, cfg) -> None:
+    """Step 4: a what-if the fit never saw (the load x :data:`WHAT_IF_RATE_SCALE`), predicted
+    with its 95 % band (:mod:`replay.bands`) and checked against the synthetic cluster."""
+    from replay.band_tables import format_prediction
+    from replay.bands import BandJob, predict_with_band, prediction_row
+
+    faster = trace.assign(arrival_time_s=trace["arrival_time_s"] / WHAT_IF_RATE_SCALE)
+    band = predict_with_band(BandJob(faster, {}, cost_model_from_calibration(cal), cfg, cal.band_points))
+    true_row = prediction_row(replay_frame(faster, truth, cfg)[0])
+    stats = [f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e") for q in (50, 90)]
+    held = [s for s in stats if band.holds(s, true_row[s])]
+    click.echo("\n" + wrap(f"4. what-if: {WHAT_IF_RATE_SCALE:g}x the load (traces scale --rate-scale {WHAT_IF_RATE_SCALE:g}), "
+                           "predicted with the calibration's band:"))
+    click.echo(format_prediction(band))
+    outside = [f"{s[:-2].replace('_', ' ')} {true_row[s] * 1e3:.1f} ms, band [{band.low[s] * 1e3:.1f}, "
+               f"{band.high[s] * 1e3:.1f}]" for s in stats if s not in held]
+    click.echo(wrap(f"the synthetic cluster at that load: {len(held)} of {len(stats)} p50/p90 TTFT, TPOT, E2E "
+                    "inside their band" + (f"; outside: {'; '.join(outside)}" if outside else "")))
 
 
 class NoisyCostModel:
