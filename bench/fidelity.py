@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -75,25 +76,107 @@ def errors(table: pd.DataFrame) -> dict:
             for m in ("ttft", "tpot", "e2e") for q in ("p50", "p90")}
 
 
-def case_rows(name, fitted_on, fit_cm, fit_runs, score, fit_kw=None):
-    """Fit (request runs, with ``fit_requests`` options ``fit_kw``) or take ``fit_cm`` as is;
+@dataclass
+class Case:
+    """One calibration of the table and the runs it is scored on (bench/bands.py uses the same cases).
+
+    Attributes
+    ----------
+    name, fitted_on : str
+        As the table shows them.
+    cost_model : RooflineCostModel
+        Where the fit starts (its values are held where ``fit_kw`` does not free them), or the
+        calibration as is when ``fit_runs`` is None.
+    fit_runs : list of Run, optional
+        The request runs fitted (``fit_requests``); None: ``cost_model`` is not refitted.
+    score : list of Run
+        The runs it did not see (``out``).
+    fit_kw : dict, optional
+        ``fit_requests`` options (:func:`on_top`).
+    source : FitResult, optional
+        With ``fit_runs`` None, the fit ``cost_model``'s values come from (a kernel profile, a link fit).
+    held_from : tuple of FitResult
+        Fits whose values the calibration holds (:func:`on_top`'s GPU fit).
+    """
+
+    name: str
+    fitted_on: str
+    cost_model: RooflineCostModel
+    fit_runs: list | None
+    score: list
+    fit_kw: dict | None = None
+    source: object = None
+    held_from: tuple = ()
+
+
+def cases(f: dict) -> list[Case]:
+    """Every case of the table, on the imported files ``f`` (:func:`imported`)."""
+    pro = ReplayConfig(EngineOptions(**PRO6000))
+    cl = ReplayConfig(EngineOptions(**CODELLAMA))
+    llama = cost_model("llama-3.1-8b", "rtx-pro-6000")
+    qwen = cost_model("qwen3-32b", "rtx-pro-6000", tp=2)
+    moe = cost_model("qwen3-30b-a3b", "rtx-pro-6000", dp=2, expert_parallel=True)
+    code = cost_model("codellama-34b", "h100-80gb")
+    _, steps, _ = read_trace(f["steps.parquet"])
+    profile = fit_steps(steps, llama)[0][0]
+    from_profile = llama.with_params(profile.cost_params())
+
+    def runs(spec, cfg):
+        return load_runs([str(spec)], cfg, read_trace)
+
+    # the GPU and host terms of the PRO 6000 from the Llama run (TP 1), the link from the MoE
+    # run (expert-parallel all-to-alls over the same PCIe): Qwen3-32B TP 2 never seen
+    gpu_fit = fit_requests(runs(f["llama.parquet"], pro), llama, jobs=1)[0]
+    link_fit = fit_requests(runs(f["moe.parquet"], pro), moe, jobs=1, **on_top(gpu_fit))[0]
+
+    return [
+        Case("llama-8b: kernel profile -> run", "profile (LLMServingSim)", from_profile, None,
+             runs(f["llama.parquet"], pro), source=profile),
+        Case("llama-8b: first 15 s -> rest", "run@0:15", llama, runs(f"{f['llama.parquet']}@0:15", pro),
+             runs(f"{f['llama.parquet']}@15:", pro)),
+        Case("qwen3-32b tp2: llama profile -> run", "llama-8b profile", qwen.with_params(profile.cost_params()), None,
+             runs(f["qwen32.parquet"], pro), source=profile),
+        Case("qwen3-32b tp2: first 15 s -> rest", "run@0:15", qwen, runs(f"{f['qwen32.parquet']}@0:15", pro),
+             runs(f"{f['qwen32.parquet']}@15:", pro)),
+        Case("qwen3-32b tp2: llama run (GPU) + moe run (link) -> run", "llama + moe runs",
+             qwen.with_params(link_fit.cost_params()), None, runs(f["qwen32.parquet"], pro), source=link_fit,
+             held_from=(gpu_fit,)),
+        Case("qwen3-32b tp2: llama run (GPU) + first 15 s (link) -> rest", "llama run + run@0:15", qwen,
+             runs(f"{f['qwen32.parquet']}@0:15", pro), runs(f"{f['qwen32.parquet']}@15:", pro), on_top(gpu_fit),
+             held_from=(gpu_fit,)),
+        Case("qwen3-30b-a3b dp2+ep: own log", "run", moe, runs(f["moe.parquet"], pro), []),
+        Case("qwen3-30b-a3b dp2+ep: first 15 s -> rest", "run@0:15", moe, runs(f"{f['moe.parquet']}@0:15", pro),
+             runs(f"{f['moe.parquet']}@15:", pro)),
+        Case("codellama-34b: sync (GuideLLM) -> sweep", "sweep#0", code, runs(f"{f['sweep.parquet']}#0", cl),
+             [r for k in (1, 2, 3, 4) for r in runs(f"{f['sweep.parquet']}#{k}", cl)]),
+        Case("codellama-34b: sync (vLLM OTLP) -> sweep", "spans#0", code, runs(f"{f['spans.parquet']}#0", cl),
+             [r for k in (1, 2, 3, 4) for r in runs(f"{f['spans.parquet']}#{k}", cl)]),
+    ]
+
+
+def calibrated(case: Case) -> tuple:
+    """The case's calibration: ``(cost model at its values, variant, FitResult)``; the fit is the
+    request fit of ``fit_runs``, else ``case.source``."""
+    if case.fit_runs:
+        fit = fit_requests(case.fit_runs, case.cost_model, jobs=1, **(case.fit_kw or {}))[0]
+        return case.cost_model.with_params(fit.cost_params()), fit.variant, fit
+    return case.cost_model, case.cost_model.params.form, case.source
+
+
+def case_rows(case: Case) -> list[dict]:
+    """Fit (request runs, with ``fit_requests`` options ``fit_kw``) or take the cost model as is;
     score in and out of sample."""
     t0 = time.perf_counter()
-    if fit_runs:
-        fits = fit_requests(fit_runs, fit_cm, jobs=1, **(fit_kw or {}))
-        fit_cm = fit_cm.with_params(fits[0].cost_params())
-        variant = fits[0].variant
-    else:
-        variant = fit_cm.params.form
+    fit_cm, variant, _ = calibrated(case)
     rows = []
-    for sample, runs in (("in", fit_runs or []), ("out", score)):
+    for sample, runs in (("in", case.fit_runs or []), ("out", case.score)):
         if not runs:
             continue
         table = score_runs(runs, fit_cm)
         for run, g in table.groupby("run", sort=False):
-            rows.append({"case": name, "fitted on": fitted_on, "sample": sample, "scored on": run,
+            rows.append({"case": case.name, "fitted on": case.fitted_on, "sample": sample, "scored on": run,
                          "variant": variant, **errors(g)})
-    print(f"{name}: {time.perf_counter() - t0:.1f} s", flush=True)
+    print(f"{case.name}: {time.perf_counter() - t0:.1f} s", flush=True)
     return rows
 
 
@@ -104,51 +187,11 @@ def main():
     ap.add_argument("--only", default=None, help="Run only cases whose name contains this.")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        f = imported(args.data, Path(tmp))
-        pro = ReplayConfig(EngineOptions(**PRO6000))
-        cl = ReplayConfig(EngineOptions(**CODELLAMA))
-        llama = cost_model("llama-3.1-8b", "rtx-pro-6000")
-        qwen = cost_model("qwen3-32b", "rtx-pro-6000", tp=2)
-        moe = cost_model("qwen3-30b-a3b", "rtx-pro-6000", dp=2, expert_parallel=True)
-        code = cost_model("codellama-34b", "h100-80gb")
-        _, steps, _ = read_trace(f["steps.parquet"])
-        profile = fit_steps(steps, llama)[0][0]
-        from_profile = llama.with_params(profile.cost_params())
-
-        def runs(spec, cfg):
-            return load_runs([str(spec)], cfg, read_trace)
-
-        # the GPU and host terms of the PRO 6000 from the Llama run (TP 1), the link from the MoE
-        # run (expert-parallel all-to-alls over the same PCIe): Qwen3-32B TP 2 never seen
-        gpu_fit = fit_requests(runs(f["llama.parquet"], pro), llama, jobs=1)[0]
-        link_fit = fit_requests(runs(f["moe.parquet"], pro), moe, jobs=1, **on_top(gpu_fit))[0]
-
-        cases = [
-            ("llama-8b: kernel profile -> run", "profile (LLMServingSim)", from_profile, None,
-             runs(f["llama.parquet"], pro)),
-            ("llama-8b: first 15 s -> rest", "run@0:15", llama, runs(f"{f['llama.parquet']}@0:15", pro),
-             runs(f"{f['llama.parquet']}@15:", pro)),
-            ("qwen3-32b tp2: llama profile -> run", "llama-8b profile", qwen.with_params(profile.cost_params()), None,
-             runs(f["qwen32.parquet"], pro)),
-            ("qwen3-32b tp2: first 15 s -> rest", "run@0:15", qwen, runs(f"{f['qwen32.parquet']}@0:15", pro),
-             runs(f"{f['qwen32.parquet']}@15:", pro)),
-            ("qwen3-32b tp2: llama run (GPU) + moe run (link) -> run", "llama + moe runs",
-             qwen.with_params(link_fit.cost_params()), None, runs(f["qwen32.parquet"], pro)),
-            ("qwen3-32b tp2: llama run (GPU) + first 15 s (link) -> rest", "llama run + run@0:15", qwen,
-             runs(f"{f['qwen32.parquet']}@0:15", pro), runs(f"{f['qwen32.parquet']}@15:", pro), on_top(gpu_fit)),
-            ("qwen3-30b-a3b dp2+ep: own log", "run", moe, runs(f["moe.parquet"], pro), []),
-            ("qwen3-30b-a3b dp2+ep: first 15 s -> rest", "run@0:15", moe, runs(f"{f['moe.parquet']}@0:15", pro),
-             runs(f"{f['moe.parquet']}@15:", pro)),
-            ("codellama-34b: sync (GuideLLM) -> sweep", "sweep#0", code, runs(f"{f['sweep.parquet']}#0", cl),
-             [r for k in (1, 2, 3, 4) for r in runs(f"{f['sweep.parquet']}#{k}", cl)]),
-            ("codellama-34b: sync (vLLM OTLP) -> sweep", "spans#0", code, runs(f"{f['spans.parquet']}#0", cl),
-             [r for k in (1, 2, 3, 4) for r in runs(f"{f['spans.parquet']}#{k}", cl)]),
-        ]
         rows = []
-        for name, fitted_on, cm, fit_runs, score, *fit_kw in cases:
-            if args.only and args.only not in name:
+        for case in cases(imported(args.data, Path(tmp))):
+            if args.only and args.only not in case.name:
                 continue
-            rows += case_rows(name, fitted_on, cm, fit_runs, score, *fit_kw)
+            rows += case_rows(case)
     table = pd.DataFrame(rows)
     write(table, args.out)
 
