@@ -23,7 +23,7 @@ from calibrate.request_fit import fit_requests
 from calibrate.runs import load_runs, score_runs
 from calibrate.step_fit import fit_steps
 from replay.cost_model import RooflineCostModel
-from replay.config import EngineOptions, ReplayConfig
+from replay.config import DisaggOptions, EngineOptions, ReplayConfig, SchedulingOptions
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
 from traces.cli import main as traces_cli
@@ -33,6 +33,17 @@ ROOT = Path(__file__).resolve().parents[1]
 PRO6000 = dict(max_num_seqs=128, max_num_batched_tokens=2048)
 CODELLAMA = dict(max_num_seqs=32, max_num_batched_tokens=64, max_model_len=8192, num_gpu_blocks=2790,
                  enable_prefix_caching=True)
+#: vLLM v0 (the DistServe paper's baseline, 2024): prefill-priority whole prompts (``fcfs``),
+#: its defaults max_num_seqs 256 and max_num_batched_tokens max(max_model_len 2048, 2048); the
+#: KV blocks are not recorded, so they come from GPU memory (gpu_memory_utilization 0.9).
+VLLM_V0 = dict(max_num_seqs=256, max_num_batched_tokens=2048)
+#: DistServe's OPT-13B runs: prefill instance TP 2, decode instance TP 1 (the file names, c21d11).
+DISTSERVE = DisaggOptions(tp_prefill=2, tp_decode=1)
+#: The vLLM runs' names (requests-rate) and the DistServe runs' rates, PROVENANCE.md.
+OPT_VLLM_LOW, OPT_VLLM_HIGH = ("100-1", "150-1.5", "100-2", "200-2"), ("250-2.5", "300-3", "350-3.5", "400-4")
+DISTSERVE_RATES = ("3", "4.5", "6", "7.5", "9", "10.5", "12")
+#: What a decode engine other than vLLM's is fitted on (the prefill terms held from vLLM's fit).
+DECODE_ENGINE = ("eta_mem", "t_step_s", "t_seq_s")
 #: What a run of another parallelism calibrates on top of a TP-1 calibration of the same GPU: the link.
 LINK = ("eta_link", "t_allreduce_hop_s", "t_alltoall_s", "t_frontend_s")
 
@@ -55,6 +66,10 @@ def imported(data: Path, tmp: Path) -> dict:
         "sweep.parquet": ["guidellm", data / "guidellm_results_codellama34b_prefill_sweep.json"],
         "spans.parquet": ["vllm-otlp", data / "vllm_otlp_spans_codellama34b_prefill_sweep.jsonl", "--guidellm",
                           data / "guidellm_results_codellama34b_prefill_sweep.json"],
+        **{f"opt_vllm_{n}.parquet": ["distserve", data / f"distserve_opt13b_a100_vllm-{n}.exp"]
+           for n in OPT_VLLM_LOW + OPT_VLLM_HIGH},
+        **{f"opt_distserve_{r}.parquet": ["distserve", data / f"distserve_opt13b_a100_distserve-c21d11-300-{r}.exp"]
+           for r in DISTSERVE_RATES},
     }
     out = {}
     for name, args in jobs.items():
@@ -97,6 +112,8 @@ class Case:
         With ``fit_runs`` None, the fit ``cost_model``'s values come from (a kernel profile, a link fit).
     held_from : tuple of FitResult
         Fits whose values the calibration holds (:func:`on_top`'s GPU fit).
+    slo : bool
+        Also report DistServe's SLO attainment and the saturation knee (:func:`slo_rows`).
     """
 
     name: str
@@ -107,6 +124,7 @@ class Case:
     fit_kw: dict | None = None
     source: object = None
     held_from: tuple = ()
+    slo: bool = False
 
 
 def cases(f: dict) -> list[Case]:
@@ -151,6 +169,32 @@ def cases(f: dict) -> list[Case]:
              [r for k in (1, 2, 3, 4) for r in runs(f"{f['sweep.parquet']}#{k}", cl)]),
         Case("codellama-34b: sync (vLLM OTLP) -> sweep", "spans#0", code, runs(f"{f['spans.parquet']}#0", cl),
              [r for k in (1, 2, 3, 4) for r in runs(f"{f['spans.parquet']}#{k}", cl)]),
+        *opt_cases(f, runs),
+    ]
+
+
+def opt_cases(f: dict, runs) -> list[Case]:
+    """OPT-13B on A100-80GB (DistServe's alignment runs, issue #19): vLLM v0 calibrated at <= 2
+    req/s, scored at the knee (2.5 to 4 req/s); DistServe's disaggregated runs predicted from
+    that calibration (another engine: only the hardware terms transfer), and with the decode
+    engine's terms fitted on its 3 req/s run."""
+    opt = cost_model("opt-13b", "a100-80gb")
+    v0 = ReplayConfig(EngineOptions(**VLLM_V0), SchedulingOptions("fcfs"))
+    ds = ReplayConfig(EngineOptions(**VLLM_V0)).with_scheduler("disagg", DISTSERVE)
+    low = [r for n in OPT_VLLM_LOW for r in runs(f[f"opt_vllm_{n}.parquet"], v0)]
+    high = [r for n in OPT_VLLM_HIGH for r in runs(f[f"opt_vllm_{n}.parquet"], v0)]
+    distserve = {r: runs(f[f"opt_distserve_{r}.parquet"], ds) for r in DISTSERVE_RATES}
+    vllm_fit = fit_requests(low, opt, jobs=1)[0]
+    held = {k: v for k, v in vllm_fit.values().items() if k not in DECODE_ENGINE and np.isfinite(v)}
+    return [
+        Case("opt-13b vllm a100: <= 2 req/s -> 2.5 to 4 req/s", "vllm 1-2 req/s", opt, low, high, slo=True),
+        Case("opt-13b distserve c21d11: vllm <= 2 req/s -> runs", "vllm 1-2 req/s",
+             opt.with_params(vllm_fit.cost_params()), None, [r for rs in distserve.values() for r in rs],
+             source=vllm_fit, slo=True),
+        Case("opt-13b distserve c21d11: vllm (prefill) + 3 req/s run (decode) -> rest", "vllm + distserve 3 req/s",
+             opt.with_params(vllm_fit.cost_params()), distserve["3"],
+             [r for k, rs in distserve.items() if k != "3" for r in rs],
+             dict(fixed=held, free=DECODE_ENGINE, variants=("blend",)), held_from=(vllm_fit,), slo=True),
     ]
 
 
@@ -163,9 +207,9 @@ def calibrated(case: Case) -> tuple:
     return case.cost_model, case.cost_model.params.form, case.source
 
 
-def case_rows(case: Case) -> list[dict]:
+def case_rows(case: Case) -> tuple[list[dict], list[dict]]:
     """Fit (request runs, with ``fit_requests`` options ``fit_kw``) or take the cost model as is;
-    score in and out of sample."""
+    score in and out of sample; the SLO rows of a ``slo`` case."""
     t0 = time.perf_counter()
     fit_cm, variant, _ = calibrated(case)
     rows = []
@@ -177,7 +221,73 @@ def case_rows(case: Case) -> list[dict]:
             rows.append({"case": case.name, "fitted on": case.fitted_on, "sample": sample, "scored on": run,
                          "variant": variant, **errors(g)})
     print(f"{case.name}: {time.perf_counter() - t0:.1f} s", flush=True)
+    return rows, slo_rows(case, fit_cm) if case.slo else []
+
+
+#: DistServe's SLO (its align_with_real.py): TTFT < 200 ms and TPOT < 100 ms, strictly.
+SLO_TTFT_S, SLO_TPOT_S = 0.2, 0.1
+#: The knee: the rate at which TTFT p90 crosses this (issue #19).
+KNEE_TTFT_P90_S = 2.0
+
+
+def attainment(ttft_s, tpot_s) -> float:
+    """Share of requests with TTFT < 200 ms and TPOT < 100 ms (a one-token request has no
+    TPOT, NaN here, 0 in DistServe's files: it meets that objective)."""
+    ttft, tpot = np.asarray(ttft_s, float), np.asarray(tpot_s, float)
+    return float(np.mean((ttft < SLO_TTFT_S) & (np.isnan(tpot) | (tpot < SLO_TPOT_S))))
+
+
+def slo_rows(case: Case, fit_cm) -> list[dict]:
+    """Per run of ``case`` (in and out): its rate, measured and predicted SLO attainment and TTFT p90."""
+    from dataclasses import replace as dc_replace
+
+    from replay.config import RecordOptions
+    from replay.simulate import replay_frame
+    from schemas.status import OK
+
+    rows = []
+    for sample, runs in (("in", case.fit_runs or []), ("out", case.score)):
+        for run in runs:
+            res, _ = replay_frame(run.trace, fit_cm, dc_replace(run.config, record=RecordOptions()), run.metadata)
+            ok = res["pred_status"] == OK
+            rows.append({"case": case.name, "sample": sample, "scored on": run.name,
+                         "rate_rps": float(run.metadata.get("request_rate", np.nan)),
+                         "meas_attain": attainment(res["ttft_s"], res["tpot_s"]),
+                         "pred_attain": attainment(res["pred_ttft_s"].where(ok, np.inf), res["pred_tpot_s"]),
+                         "meas_ttft_p90_s": float(np.percentile(res["ttft_s"], 90)),
+                         "pred_ttft_p90_s": float(np.percentile(res.loc[ok, "pred_ttft_s"], 90))})
     return rows
+
+
+def knee_rps(rates, ttft_p90_s) -> float:
+    """The rate where TTFT p90 first crosses :data:`KNEE_TTFT_P90_S`, by linear interpolation
+    between the runs' rates (NaN when it never does)."""
+    pts = sorted(zip(rates, ttft_p90_s))
+    for (r0, t0), (r1, t1) in zip(pts, pts[1:]):
+        if t0 < KNEE_TTFT_P90_S <= t1:
+            return r0 + (r1 - r0) * (KNEE_TTFT_P90_S - t0) / (t1 - t0)
+    return float("nan")
+
+
+def slo_text(slo: pd.DataFrame) -> str:
+    """The SLO attainment table and the knee, in Markdown."""
+    if slo.empty:
+        return ""
+    lines = ["\n## SLO attainment and the knee (OPT-13B, A100-80GB)\n",
+             f"Attainment: share of requests with TTFT < {SLO_TTFT_S * 1e3:g} ms and TPOT < {SLO_TPOT_S * 1e3:g} ms "
+             "(DistServe's definition); points = predicted - measured.\n",
+             "| case | sample | rate (req/s) | attainment meas | pred | points | TTFT p90 meas (ms) | pred (ms) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in slo.to_dict("records"):
+        lines.append(f"| {r['case']} | {r['sample']} | {r['rate_rps']:g} | {r['meas_attain']:.1%} | "
+                     f"{r['pred_attain']:.1%} | {(r['pred_attain'] - r['meas_attain']) * 100:+.1f} | "
+                     f"{r['meas_ttft_p90_s'] * 1e3:.0f} | {r['pred_ttft_p90_s'] * 1e3:.0f} |")
+    for name, g in slo.groupby("case", sort=False):
+        meas, pred = knee_rps(g["rate_rps"], g["meas_ttft_p90_s"]), knee_rps(g["rate_rps"], g["pred_ttft_p90_s"])
+        if np.isfinite(meas) or np.isfinite(pred):
+            lines.append(f"\n{name}: the knee (TTFT p90 crosses {KNEE_TTFT_P90_S:g} s, linear between the runs' "
+                         f"rates) at {meas:.2f} req/s measured, {pred:.2f} predicted ({(pred - meas) / meas:+.1%}).")
+    return "\n".join(lines) + "\n"
 
 
 def main():
@@ -187,13 +297,13 @@ def main():
     ap.add_argument("--only", default=None, help="Run only cases whose name contains this.")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = []
+        rows, slo = [], []
         for case in cases(imported(args.data, Path(tmp))):
             if args.only and args.only not in case.name:
                 continue
-            rows += case_rows(case)
-    table = pd.DataFrame(rows)
-    write(table, args.out)
+            r, s = case_rows(case)
+            rows, slo = rows + r, slo + s
+    write(pd.DataFrame(rows), args.out, pd.DataFrame(slo))
 
 
 #: Errors other simulators publish on the same runs, for the side-by-side (sources inline).
@@ -211,7 +321,7 @@ LLMServingSim simulates from a kernel profile of the same GPU and model: in-samp
 """
 
 
-def write(table: pd.DataFrame, out: Path) -> None:
+def write(table: pd.DataFrame, out: Path, slo: pd.DataFrame) -> None:
     cols = [c for c in table.columns if c.endswith(("_p50", "_p90"))]
     lines = ["| case | sample | scored on | variant | " + " | ".join(c.replace("_", " ") for c in cols) + " |",
              "|---|---|---|---|" + "---|" * len(cols)]
@@ -222,7 +332,7 @@ def write(table: pd.DataFrame, out: Path) -> None:
     out_rows = table[table["sample"] == "out"][cols].abs().to_numpy()
     summary = (f"\nOut of sample: median |error| {np.nanmedian(out_rows):.1%}, p90 {np.nanpercentile(out_rows, 90):.1%}, "
                f"worst {np.nanmax(out_rows):.1%} over {len(out_rows)} scored runs x {len(cols)} statistics.\n")
-    text = "\n".join(lines) + "\n" + summary + PUBLISHED
+    text = "\n".join(lines) + "\n" + summary + slo_text(slo) + PUBLISHED
     print(text)
     out.write_text("# Fidelity on the real runs (bench/fidelity.py)\n\n"
                    "Errors are (predicted - measured) / measured of each percentile. `in`: scored on the data the "
