@@ -242,3 +242,15 @@ def test_local_processes_give_the_same_plan():
     assert two.answer.candidate == one.answer.candidate
     assert [ev.status for ev in two.evaluations] == [ev.status for ev in one.evaluations]
     assert [ev.max_rate_rps for ev in two.evaluations] == [ev.max_rate_rps for ev in one.evaluations]
+
+
+def test_costlier_candidates_are_not_replayed_once_the_top_is_settled_unless_exhaustive():
+    cal = calibration()
+    lazy = run_plan(cal, replicas=range(1, 13), top_k=1).result
+    assert lazy.answer.candidate.replicas == 2
+    status = {ev.candidate.replicas: ev.status for ev in lazy.evaluations}
+    assert {status[r] for r in range(9, 13)} == {"not evaluated"}  # the first batch of 8 settled it
+    full = run_plan(cal, replicas=range(1, 13), top_k=1, exhaustive=True).result
+    assert full.answer.candidate == lazy.answer.candidate
+    assert "not evaluated" not in {ev.status for ev in full.evaluations}
+    assert len(full.front) >= len(lazy.front)

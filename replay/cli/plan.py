@@ -58,6 +58,9 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
               help="Stop computing bands once this many candidates meet the SLOs.")
 @click.option("--probes", type=click.IntRange(min=0), default=8, show_default=True,
               help="Replays of the max-rate bisection per front candidate (0: no max rate).")
+@click.option("--exhaustive", is_flag=True, default=False,
+              help="Replay every candidate at its point, also those costlier than the --top cheapest meeting the "
+                   "SLOs (a Pareto front over the whole grid; slower).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Local processes running the replays [default: the number of CPUs].")
 @click.option("--ray-address", default=None, metavar="ADDR",
@@ -68,14 +71,15 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
 @_errors
 def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens,
          schedulers, prefill_replicas, decode_replicas, prefill_tp, decode_tp, router, gpu_memory_utilization, price,
-         confidence, top_k, probes, jobs, ray_address, output, wide, quiet):
+         confidence, top_k, probes, exhaustive, jobs, ray_address, output, wide, quiet):
     """Find the cheapest deployment whose predicted latencies meet the SLOs at a rate.
 
-    Every candidate (GPU type x TP x replicas x engine limits x scheduler) replays TRACE at
-    the target rate; those failing at the calibration's values are pruned, then the rest get
-    a 95 % band from the calibration's confidence set, cheapest first; the answer is the
-    cheapest whose band's worst end meets every SLO. Prints the best candidates, the Pareto
-    front, and which parameters to measure when the band changes the answer.
+    Candidates (GPU type x TP x replicas x engine limits x scheduler) replay TRACE at the
+    target rate, cheapest first; those failing at the calibration's values are pruned, the
+    rest get a 95 % band from the calibration's confidence set; the answer is the cheapest
+    whose band's worst end meets every SLO, and the search stops once --top do. Prints the
+    best candidates, the Pareto front, and which parameters to measure when the band changes
+    the answer.
 
     \b
     Example:
@@ -132,7 +136,8 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max
     if kind != REQUEST_TRACE:
         raise DataError(f"{trace}: is a {kind}; plan needs a request trace ({REQUEST_TRACE})")
     result = plan_deployments(frame, meta, cals, axes, slos, rate, rate_scale, prices, confidence, top_k, probes,
-                              jobs, ray_address, {"router": router, "gpu_memory_utilization": gpu_memory_utilization})
+                              jobs, ray_address, {"router": router, "gpu_memory_utilization": gpu_memory_utilization},
+                              exhaustive)
     from .plan_report import print_plan
 
     found = print_plan(result, cals, slos, trace, prices, wide)

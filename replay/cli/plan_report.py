@@ -52,7 +52,8 @@ def header_lines(plan, cals, slo, trace) -> list[str]:
     tps = sorted({p.candidate.tp for p in ran} | {p.candidate.tp_decode for p in ran if p.candidate.disagg})
     other = [t for t in tps if t != ref.tp]
     if other:
-        lines.append(f"note: TP {', '.join(map(str, other))} differ from the calibrated TP{ref.tp}: their "
+        lines.append(f"note: TP {', '.join(map(str, other))} {'differ' if len(other) > 1 else 'differs'} from the "
+                     f"calibrated TP{ref.tp}: their "
                      "all-reduces use the link preset's bandwidth and latency with the calibration's eta_link, "
                      "not a measurement at that TP")
     return lines

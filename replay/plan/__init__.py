@@ -102,7 +102,7 @@ class Plan:
 def plan_deployments(frame: pd.DataFrame, metadata: dict, cals: Calibrations, axes: Axes, slo: Slo,
                      rate_rps: float | None = None, rate_scale: float | None = None, prices: dict | None = None,
                      confidence: str = "band", top_k: int = 5, probes: int = 8, jobs: int | None = None,
-                     ray_address: str | None = None, overrides: dict | None = None) -> Plan:
+                     ray_address: str | None = None, overrides: dict | None = None, exhaustive: bool = False) -> Plan:
     """Search the cheapest candidate of ``axes`` meeting ``slo`` on ``frame``.
 
     Parameters
@@ -123,6 +123,8 @@ def plan_deployments(frame: pd.DataFrame, metadata: dict, cals: Calibrations, ax
         Where the replays run (:class:`replay.plan.runner.Runner`).
     overrides : dict, optional
         Engine options replacing the calibration's (``gpu_memory_utilization``, ``router``).
+    exhaustive : bool
+        Replay every candidate at its point (see :func:`replay.plan.search.search`).
 
     Raises
     ------
@@ -149,5 +151,5 @@ def plan_deployments(frame: pd.DataFrame, metadata: dict, cals: Calibrations, ax
     longest = int((work.frame["num_prompt_tokens"] + work.frame["num_output_tokens"]).max())
     prepared = [prepare(c, cals, base, prices or {}, longest) for c in axes.candidates()]
     with Runner(work, jobs, ray_address) as runner:
-        result = search(prepared, work, slo, scale, own * scale, runner, confidence, top_k, probes)
+        result = search(prepared, work, slo, scale, own * scale, runner, confidence, top_k, probes, exhaustive)
     return Plan(result, prepared, work, scale, own * scale, own, left_out, base)

@@ -103,6 +103,8 @@ class Runner:
         self.ray_address = ray_address
         self._stack = contextlib.ExitStack()
         self._pool = None
+        #: Replays run so far.
+        self.replays = 0
 
     def __enter__(self) -> "Runner":
         if self.ray_address is not None:
@@ -123,6 +125,7 @@ class Runner:
         """:func:`run_task` of every task, in order; ``done(k)`` as ``k`` more finish."""
         if not tasks:
             return []
+        self.replays += len(tasks)
         if self.ray_address is not None:
             from ..ray_tasks import map_on_ray
 
@@ -140,6 +143,7 @@ class Runner:
         """``[fn(x) for x in items]`` where the replays run (``fn`` picklable): the ``mapper`` of
         :func:`replay.bands.predict_with_band`."""
         items = list(items)
+        self.replays += len(items)
         if self.ray_address is not None and items:
             from ..ray_tasks import map_on_ray
 

@@ -1,13 +1,18 @@
 """The search of a plan: the cheapest deployment whose predicted latencies meet the SLOs.
 
-1. **Point**: every candidate that can run is replayed once at the target rate with the
-   calibration's values. One that breaks an objective there cannot meet it with its band
-   (the band holds the point), so it is out; so is one dominated by another candidate no
-   dearer and at least as good on every objective (ties: the first in grid order is kept).
-2. **Band**: the rest, cheapest first (ties: the lower first objective), are replayed at
-   the points of their calibration's 95 % confidence set (:func:`replay.bands.predict_with_band`);
-   the search stops once ``top_k`` meet every objective at their band's worst end
-   (``confidence="band"``) or at their point (``"point"``), and one meets it with its band.
+1. **Point**: candidates that can run are replayed once at the target rate with the
+   calibration's values, cheapest first, a batch at a time. One that breaks an objective
+   there cannot meet it with its band (the band holds the point), so it is out; so is one
+   dominated by another no dearer and at least as good on every objective (ties: the first
+   in grid order is kept).
+2. **Band**: each survivor, cheapest first (ties: the lower first objective), is replayed at
+   the points of its calibration's 95 % confidence set (:func:`replay.bands.predict_with_band`).
+   Once ``top_k`` meet every objective at their band's worst end (``confidence="band"``) or
+   at their point (``"point"``), and one meets it with its band, no costlier candidate can
+   change the answer or the top of the table: the rest are not replayed ("not evaluated";
+   ``exhaustive`` replays every point, for a front over the whole grid). Over-provisioned
+   candidates, the slowest to replay (many replicas, each stepping at low load), are the ones
+   this skips.
 3. **Max rate**: for the Pareto front of throughput per GPU against the first objective (and
    the answer), the highest arrival rate at which the objectives still hold (at the point, and
    with ``"band"`` at the band too), by a geometric bisection on the rate scale of ``probes``
@@ -17,6 +22,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 from ..bands import Band, BandJob, predict_with_band
@@ -28,8 +34,8 @@ from .slo import Slo, attainment
 CONFIDENCES = ("band", "point")
 
 #: :attr:`Evaluation.status` values.
-SKIPPED, ERROR, FAILS, DOMINATED, SURVIVES, MEETS, POINT_ONLY = (
-    "skipped", "error", "fails", "dominated", "survives", "meets", "point only")
+SKIPPED, ERROR, FAILS, DOMINATED, SURVIVES, MEETS, POINT_ONLY, NOT_EVALUATED = (
+    "skipped", "error", "fails", "dominated", "survives", "meets", "point only", "not evaluated")
 
 
 @dataclass
@@ -95,6 +101,10 @@ class PlanResult:
         The Pareto front of throughput per GPU against the first objective (point, target rate).
     target_rate_rps : float
     confidence : str
+    replays : int
+        Replays the search ran.
+    timings_s : dict
+        Wall seconds of ``points_and_bands`` and ``max_rate``.
     """
 
     evaluations: list
@@ -105,6 +115,8 @@ class PlanResult:
     front: list
     target_rate_rps: float
     confidence: str
+    replays: int = 0
+    timings_s: dict = field(default_factory=dict)
 
 
 def point_violations(slo: Slo, row: dict, num_requests: int) -> list[str]:
@@ -141,47 +153,68 @@ class Search:
     """One plan's search (:func:`search` runs it)."""
 
     def __init__(self, prepared: list[Prepared], work: Workload, slo: Slo, rate_scale: float,
-                 target_rate_rps: float, runner: Runner, confidence: str = "band", top_k: int = 5, probes: int = 8):
+                 target_rate_rps: float, runner: Runner, confidence: str = "band", top_k: int = 5, probes: int = 8,
+                 exhaustive: bool = False):
         if confidence not in CONFIDENCES:
             raise ValueError(f"confidence must be one of {CONFIDENCES}, not {confidence!r}")
         self.evals = [Evaluation(p) for p in prepared]
         self.work, self.slo, self.scale, self.rate = work, slo, rate_scale, target_rate_rps
         self.runner, self.confidence, self.top_k, self.probes = runner, confidence, top_k, probes
+        self.exhaustive = exhaustive
 
     # -- the phases ---------------------------------------------------------------------------
 
     def points(self) -> list[Evaluation]:
-        """Phase 1: the point of every candidate that can run; those meeting the objectives,
-        not dominated, cheapest first."""
+        """Phases 1 and 2, cheapest first: the points of a batch of candidates, then the bands of
+        those meeting the objectives there and not dominated, until :meth:`settled` (or every
+        candidate with ``exhaustive``). Returns the survivors, cheapest first."""
         todo = []
         for ev in self.evals:
             if ev.prepared.skip:
                 ev.status, ev.reason = SKIPPED, ev.prepared.skip
             else:
                 todo.append(ev)
-        with optional_bar("point predictions", len(todo)) as bar:
-            rows = self.runner.tasks([Task(ev.prepared.cost_model, ev.prepared.cfg, self.scale) for ev in todo],
-                                     bar.update if bar is not None else None)
-        passing = []
-        for ev, row in zip(todo, rows):
-            ev.point = row
-            broken = point_violations(self.slo, row, self.work.num_requests)
-            if "error" in row:
-                ev.status, ev.reason = ERROR, row["error"]
-            elif broken:
-                ev.status, ev.reason = FAILS, "; ".join(broken)
-            else:
-                passing.append(ev)
-        passing.sort(key=lambda ev: _order_key(self.slo, ev))
+        todo.sort(key=lambda ev: (ev.cost, ev.candidate.num_gpus))  # stable: grid order within a cost
+        batch_size = max(8, 4 * getattr(self.runner, "jobs", 1))
         kept: list[Evaluation] = []
-        for ev in passing:
-            by = next((a for a in kept if _dominates(self.slo, a, ev)), None)
-            if by is None:
-                ev.status = SURVIVES
-                kept.append(ev)
-            else:
-                ev.status, ev.reason = DOMINATED, f"dominated by {by.candidate.label()}"
-        return kept
+        with optional_bar("candidates", len(todo)) as bar:
+            for i in range(0, len(todo), batch_size):
+                if self.settled() and not self.exhaustive:
+                    for ev in todo[i:]:
+                        ev.status, ev.reason = NOT_EVALUATED, (f"costlier than the {self.top_k} cheapest meeting "
+                                                               "the SLOs (--exhaustive replays it)")
+                    break
+                batch = todo[i:i + batch_size]
+                rows = self.runner.tasks([Task(ev.prepared.cost_model, ev.prepared.cfg, self.scale) for ev in batch])
+                passing = []
+                for ev, row in zip(batch, rows):
+                    ev.point = row
+                    broken = point_violations(self.slo, row, self.work.num_requests)
+                    if "error" in row:
+                        ev.status, ev.reason = ERROR, row["error"]
+                    elif broken:
+                        ev.status, ev.reason = FAILS, "; ".join(broken)
+                    else:
+                        passing.append(ev)
+                for ev in sorted(passing, key=lambda ev: _order_key(self.slo, ev)):
+                    by = next((a for a in kept if _dominates(self.slo, a, ev)), None)
+                    if by is not None:
+                        ev.status, ev.reason = DOMINATED, f"dominated by {by.candidate.label()}"
+                        continue
+                    ev.status = SURVIVES
+                    kept.append(ev)
+                    if not self.settled():
+                        self._band_at_target(ev)
+                if bar is not None:
+                    bar.update(len(batch))
+        return sorted(kept, key=lambda ev: _order_key(self.slo, ev))
+
+    def settled(self) -> bool:
+        """``top_k`` candidates meet the objectives under the chosen confidence and one meets
+        them with its band: no costlier candidate can change the answer or the top of the table."""
+        meets = sum(ev.status == MEETS for ev in self.evals)
+        by_conf = meets if self.confidence == "band" else meets + sum(ev.status == POINT_ONLY for ev in self.evals)
+        return by_conf >= self.top_k and meets >= 1
 
     def band_of(self, ev: Evaluation, factor: float = 1.0, point_row: dict | None = None):
         """The band of ``ev`` at ``factor`` times the target rate: ``(band, (att_low, att_high), rows)``."""
@@ -205,20 +238,6 @@ class Search:
 
     def meets_band(self, band: Band, att: tuple) -> bool:
         return not self.slo.band_violations(band, att[0])
-
-    def bands(self, ranked: list[Evaluation]) -> None:
-        """Phase 2: bands in cost order until ``top_k`` meet the objectives under the chosen
-        confidence and one meets them with its band."""
-        n_band = n_conf = 0
-        with optional_bar("bands", len(ranked)) as bar:
-            for ev in ranked:
-                if n_conf >= self.top_k and n_band:
-                    break
-                self._band_at_target(ev)
-                n_band += ev.status == MEETS
-                n_conf += ev.status == MEETS or self.confidence == "point"
-                if bar is not None:
-                    bar.update(1)
 
     def _band_at_target(self, ev: Evaluation) -> None:
         ev.band, ev.attainment_band, ev.band_rows = self.band_of(ev, 1.0, ev.point)
@@ -303,9 +322,9 @@ class Search:
         return out
 
     def run(self, max_front: int = 6) -> PlanResult:
+        t0 = time.perf_counter()
         ranked = self.points()
-        if ranked:
-            self.bands(ranked)
+        t1 = time.perf_counter()
         banded = [ev for ev in ranked if ev.band is not None]
         cheapest_band = next((ev for ev in banded if ev.status == MEETS), None)
         cheapest_point = ranked[0] if ranked else None
@@ -314,12 +333,14 @@ class Search:
         targets = list(front) + [ev for ev in (answer,) if ev is not None and ev not in front]
         if targets and self.probes:
             self.max_rates(targets)
+        timings = {"points_and_bands": t1 - t0, "max_rate": time.perf_counter() - t1}
         return PlanResult(self.evals, ranked, answer, cheapest_point, cheapest_band, front, self.rate,
-                          self.confidence)
+                          self.confidence, self.runner.replays, timings)
 
 
 def search(prepared: list[Prepared], work: Workload, slo: Slo, rate_scale: float, target_rate_rps: float,
-           runner: Runner, confidence: str = "band", top_k: int = 5, probes: int = 8) -> PlanResult:
+           runner: Runner, confidence: str = "band", top_k: int = 5, probes: int = 8,
+           exhaustive: bool = False) -> PlanResult:
     """Search the cheapest of ``prepared`` meeting ``slo`` at ``rate_scale`` times the trace's rate.
 
     Parameters
@@ -340,5 +361,9 @@ def search(prepared: list[Prepared], work: Workload, slo: Slo, rate_scale: float
         Stop computing bands once this many meet the objectives.
     probes : int
         Replays of the max-rate bisection per candidate (0: no max rate).
+    exhaustive : bool
+        Replay every candidate at its point, not only those up to the cost of the ``top_k``
+        cheapest meeting the objectives (a front over the whole grid).
     """
-    return Search(prepared, work, slo, rate_scale, target_rate_rps, runner, confidence, top_k, probes).run()
+    return Search(prepared, work, slo, rate_scale, target_rate_rps, runner, confidence, top_k, probes,
+                  exhaustive).run()

@@ -9,7 +9,7 @@ import pandas as pd
 from ..bands import BAND_STATS
 from ..errors import ConfigError
 from ..text import WIDTH, render_table
-from .search import DOMINATED, FAILS, MEETS, POINT_ONLY, SKIPPED, SURVIVES, Evaluation, PlanResult
+from .search import DOMINATED, FAILS, MEETS, NOT_EVALUATED, POINT_ONLY, SKIPPED, SURVIVES, Evaluation, PlanResult
 from .slo import Slo
 
 #: Formats ``-o`` can write, by file suffix.
@@ -118,13 +118,16 @@ def format_front(result: PlanResult, slo: Slo) -> str:
 
 
 def count_line(result: PlanResult) -> str:
-    """``48 candidates: 6 skipped, 20 fail at their point, 10 dominated, 12 survive; 5 with a band``."""
+    """``48 candidates: 6 skipped, 20 fail at their point, 10 dominated, 12 survive, 8 costlier not
+    replayed; 5 with a band``."""
     evs = result.evaluations
-    n = {s: sum(ev.status == s for ev in evs) for s in (SKIPPED, FAILS, DOMINATED)}
+    n = {s: sum(ev.status == s for ev in evs) for s in (SKIPPED, FAILS, DOMINATED, NOT_EVALUATED)}
     errors = sum(ev.status == "error" for ev in evs)
     banded = sum(ev.band is not None for ev in evs)
     parts = [f"{n[SKIPPED]} skipped", f"{n[FAILS]} fail at their point", f"{n[DOMINATED]} dominated",
              f"{len(result.ranked)} survive"] + ([f"{errors} refused by the replay"] if errors else [])
+    if n[NOT_EVALUATED]:
+        parts.append(f"{n[NOT_EVALUATED]} costlier not replayed")
     return f"{len(evs)} candidates: {', '.join(parts)}; {banded} with a band"
 
 
