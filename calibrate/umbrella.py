@@ -5,6 +5,7 @@ import click
 
 from replay.cli import main as replay_main
 from replay.cli.describe_load import add_load_to_describe
+from replay.cli.plan import plan
 from traces.cli.support import FoldedGroup, version_option
 from traces.cli import main as traces_main
 
@@ -60,6 +61,7 @@ def main():
       servecal traces import vllm-request-stats run_requests.jsonl -o run.parquet
       servecal calibrate fit steps.parquet --model llama-3.1-8b --gpu rtx-pro-6000 -o cal.json
       servecal replay run.parquet --calibration cal.json
+      servecal plan run.parquet --calibration cal.json --rate 3 --slo ttft_p90=2s --replicas 1:8
     """
 
 
@@ -69,3 +71,4 @@ add_load_to_describe(traces_cli.commands["describe"])
 
 main.add_command(traces_cli, "traces")
 main.add_command(replay_main, "replay")
+main.add_command(plan, "plan")

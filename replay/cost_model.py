@@ -296,9 +296,14 @@ def kv_transfer_time_s(num_prompt_tokens: int, model: ModelSpec, link: Link) -> 
 
 
 def cost_model_from_calibration(cal: Calibration, model: ModelSpec | None = None, tp: int | None = None,
-                                dp: int | None = None) -> RooflineCostModel:
-    """The cost model of a calibration file, optionally for another model on the same GPU or
-    another tensor/data-parallel degree (efficiencies and latencies carry over).
+                                dp: int | None = None, gpu: GpuSpec | None = None) -> RooflineCostModel:
+    """The cost model of a calibration file, optionally for another model, tensor/data-parallel
+    degree or GPU.
+
+    The fitted efficiencies (``eta_compute``, ``eta_mem``, ``eta_link``...) and host times
+    (``t_step_s``, ``t_seq_s``, front end) carry over; with ``gpu`` they are applied to that
+    GPU's datasheet peak FLOP/s, memory bandwidth and link (its ``tp_link`` preset) instead of
+    the calibrated one's: an extrapolation, since efficiencies differ between GPU generations.
 
     Raises
     ------
@@ -306,5 +311,5 @@ def cost_model_from_calibration(cal: Calibration, model: ModelSpec | None = None
         An unknown term or an impossible parallelism (see :class:`RooflineCostModel`).
     """
     params = CostParams(**{k: p.value for k, p in cal.params.items()})
-    return RooflineCostModel(model or cal.model, cal.gpu, params, tp or cal.tp, dp=dp or cal.dp,
+    return RooflineCostModel(model or cal.model, gpu or cal.gpu, params, tp or cal.tp, dp=dp or cal.dp,
                              expert_parallel=cal.expert_parallel, terms=tuple(cal.terms))

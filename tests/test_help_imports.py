@@ -34,6 +34,7 @@ def _help_imports(spec: str, prog: str, args: list[str]) -> dict:
     ("replay.cli:main", "replay", ["--help"]),
     ("calibrate.umbrella:main", "servecal", ["--help"]),
     ("calibrate.umbrella:main", "servecal", ["replay", "--help"]),
+    ("calibrate.umbrella:main", "servecal", ["plan", "--help"]),
     ("calibrate.cli:main", "calibrate", ["--help"]),
     ("calibrate.cli:main", "calibrate", ["fit", "--help"]),
     ("calibrate.cli:main", "calibrate", ["validate", "--help"]),

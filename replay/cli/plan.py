@@ -1,0 +1,150 @@
+"""``servecal plan``: the cheapest deployment meeting a percentile SLO, with the stated confidence.
+
+The command parses and prints; the plan itself is :mod:`replay.plan`. Nothing heavy is
+imported before the command runs (``--help`` stays quick).
+"""
+from __future__ import annotations
+
+import click
+
+from schemas.errors import SpecError
+from traces.cli.support import DataError, FoldedCommand, user_errors, version_option
+
+from ..errors import ConfigError, ReplayError
+from ..text import wrap
+from .options import output_options, show_progress
+
+_errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, SpecError))
+
+
+@click.command(cls=FoldedCommand, context_settings={"help_option_names": ["-h", "--help"]})
+@version_option()
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--calibration", "calibration_path", multiple=True, type=click.Path(dir_okay=False),
+              help="Calibration JSON (calibrate fit); repeat with one per GPU type: each applies to its own GPU, "
+                   "the first is carried to the others (an extrapolation).")
+@click.option("--rate", type=float, default=None, help="Target mean arrival rate, req/s: the trace's arrival times "
+                                                      "rescaled to it.")
+@click.option("--rate-scale", type=float, default=None, help="Target rate as a factor of the trace's own.")
+@click.option("--slo", multiple=True, metavar="KEY=VALUE,...",
+              help="Objectives: {ttft,tpot,e2e,queue_wait}_p{50,90,99} with a unit (2s, 50ms), goodput=F "
+                   "(the least fraction of requests meeting the TTFT/TPOT limits, e.g. 0.9 or 90%).")
+@click.option("--gpu", "gpus", default=None, help="GPU types (catalog keys, calibrate catalog), e.g. "
+                                                  "h100-80gb,a100-80gb [default: the calibrations'].")
+@click.option("--tp", default=None, help="TP degrees, e.g. 1,2,4 [default: the calibration's].")
+@click.option("--replicas", default=None, help="Replicas behind the router, e.g. 1:8 [default: the calibration's].")
+@click.option("--max-num-seqs", default=None, help="Requests running at once per replica, e.g. 64,128,256 "
+                                                   "[default: the calibration's].")
+@click.option("--max-num-batched-tokens", default=None, help="Token budgets per step, e.g. 2048,8192 "
+                                                             "[default: the calibration's].")
+@click.option("--scheduler", "schedulers", default=None,
+              help="Schedulers, e.g. chunked,disagg (disagg: prefill and decode pools) [default: the calibration's].")
+@click.option("--prefill-replicas", default=None, help="disagg: prefill instances [default: --replicas' values, "
+                                                       "at most the colocated GPU budget].")
+@click.option("--decode-replicas", default=None, help="disagg: decode instances [default: as --prefill-replicas].")
+@click.option("--prefill-tp", default=None, help="disagg: TP of a prefill instance [default: --tp's values].")
+@click.option("--decode-tp", default=None, help="disagg: TP of a decode instance [default: --tp's values].")
+@click.option("--router", type=click.Choice(["round_robin", "least_loaded", "prefix_affinity"]), default=None,
+              help="How arrivals are spread over replicas [default: the calibration's].")
+@click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=None,
+              help="Fraction of GPU memory for weights + KV, sizing each candidate's KV cache "
+                   "[default: the calibration's, else 0.9].")
+@click.option("--price", default=None, metavar="GPU=PRICE,...",
+              help="Price per GPU-hour of every --gpu (e.g. h100-80gb=2.5,a100-80gb=1.8); without, the cost is "
+                   "the GPU count.")
+@click.option("--confidence", type=click.Choice(["band", "point"]), default="band", show_default=True,
+              help="band: meet the SLOs at the worst end of the 95 % band; point: at the calibration's values.")
+@click.option("--top", "top_k", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Stop computing bands once this many candidates meet the SLOs.")
+@click.option("--probes", type=click.IntRange(min=0), default=8, show_default=True,
+              help="Replays of the max-rate bisection per front candidate (0: no max rate).")
+@click.option("--exhaustive", is_flag=True, default=False,
+              help="Replay every candidate at its point, also those costlier than the --top cheapest meeting the "
+                   "SLOs (a Pareto front over the whole grid; slower).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Local processes running the replays [default: the number of CPUs].")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="Run the replays on the Ray cluster at ADDR (needs pip install 'servecal[ray]').")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write every candidate's row (.csv or .parquet; seconds, requests/s).")
+@output_options
+@_errors
+def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens,
+         schedulers, prefill_replicas, decode_replicas, prefill_tp, decode_tp, router, gpu_memory_utilization, price,
+         confidence, top_k, probes, exhaustive, jobs, ray_address, output, wide, quiet):
+    """Find the cheapest deployment whose predicted latencies meet the SLOs at a rate.
+
+    Candidates (GPU type x TP x replicas x engine limits x scheduler) replay TRACE at the
+    target rate, cheapest first; those failing at the calibration's values are pruned, the
+    rest get a 95 % band from the calibration's confidence set; the answer is the cheapest
+    whose band's worst end meets every SLO, and the search stops once --top do. Prints the
+    best candidates, the Pareto front, and which parameters to measure when the band changes
+    the answer.
+
+    \b
+    Example:
+      servecal plan run.parquet --calibration cal.json --rate 3 --slo ttft_p90=2s,tpot_p90=50ms \\
+             --gpu h100-80gb,a100-80gb --tp 1,2,4 --replicas 1:8 --price h100-80gb=2.5,a100-80gb=1.8
+    """
+    from schemas.calibration import Calibration
+    from schemas.kinds import REQUEST_TRACE
+    from traces.io import read_trace
+
+    from ..plan import Axes, Calibrations, parse_slo, plan_deployments
+    from ..plan.grid import parse_gpus, parse_int_list, parse_prices
+    from ..plan.table import check_output_path
+
+    show_progress(quiet)
+    slos = parse_slo(slo)  # a bad option fails before anything is read
+    if output:
+        check_output_path(output)
+    if rate is not None and rate_scale is not None:
+        raise click.UsageError("--rate and --rate-scale: give one")
+    if not calibration_path:
+        raise click.UsageError("Missing option '--calibration' (make one: calibrate fit TRACE --model M --gpu G "
+                               "-o cal.json)")
+    cals = Calibrations([(p, Calibration.read(p)) for p in calibration_path])
+    ref = cals.reference
+    eng = ref.engine
+
+    def ints(option, text, default):
+        return parse_int_list(option, text) if text else [default]
+
+    gpu_keys = parse_gpus(gpus) if gpus else [c.gpu.name for _, c in cals.items]
+    from ..schedulers import get_scheduler_factory
+
+    sched_list = [s.strip() for s in (schedulers or eng.get("scheduler") or "chunked").split(",") if s.strip()]
+    for s in sched_list:
+        if s != "disagg":
+            get_scheduler_factory(s)  # an unknown scheduler fails before any replay
+    axes = Axes(gpu_keys, ints("--tp", tp, ref.tp), ints("--replicas", replicas, eng.get("replicas") or 1),
+                ints("--max-num-seqs", max_num_seqs, eng.get("max_num_seqs") or 256),
+                ints("--max-num-batched-tokens", max_num_batched_tokens, eng.get("max_num_batched_tokens") or 8192),
+                sched_list,
+                parse_int_list("--prefill-replicas", prefill_replicas) if prefill_replicas else None,
+                parse_int_list("--decode-replicas", decode_replicas) if decode_replicas else None,
+                parse_int_list("--prefill-tp", prefill_tp) if prefill_tp else None,
+                parse_int_list("--decode-tp", decode_tp) if decode_tp else None, dp=ref.dp)
+    if "disagg" not in sched_list:
+        given = [o for o, v in (("--prefill-replicas", prefill_replicas), ("--decode-replicas", decode_replicas),
+                                ("--prefill-tp", prefill_tp), ("--decode-tp", decode_tp)) if v]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: only --scheduler disagg uses these")
+    prices = parse_prices(price, gpu_keys)
+    axes.candidates()  # too many fails before the trace is read
+    kind, frame, meta = read_trace(trace)
+    if kind != REQUEST_TRACE:
+        raise DataError(f"{trace}: is a {kind}; plan needs a request trace ({REQUEST_TRACE})")
+    result = plan_deployments(frame, meta, cals, axes, slos, rate, rate_scale, prices, confidence, top_k, probes,
+                              jobs, ray_address, {"router": router, "gpu_memory_utilization": gpu_memory_utilization},
+                              exhaustive)
+    from .plan_report import print_plan
+
+    found = print_plan(result, cals, slos, trace, prices, wide)
+    if output:
+        from ..plan.table import plan_frame, write_plan
+
+        write_plan(plan_frame(result.result, slos, bool(prices)), output)
+        click.echo(wrap(f"wrote {output}"))
+    if not found:
+        raise SystemExit(3)
