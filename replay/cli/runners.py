@@ -58,10 +58,10 @@ def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: D
 
 def hardware(cost_model, replicas: int) -> str:
     """``"2 replicas of 2 x h100-80gb (TP=2), 4 GPUs"``, ``"1 x h100-80gb (TP=1)"`` or, with
-    data parallelism, ``"2 x rtx-pro-6000 (TP=1, DP=2)"``."""
-    dp = getattr(cost_model, "dp", 1)
-    gpus = cost_model.tp * dp
-    one = f"{gpus} x {cost_model.gpu.name} (TP={cost_model.tp}{f', DP={dp}' if dp > 1 else ''})"
+    data parallelism, ``"2 x rtx-pro-6000 (TP=1, DP=2)"`` (pipeline: ``PP=2``, its GPUs counted)."""
+    dp, pp = getattr(cost_model, "dp", 1), getattr(cost_model, "pp", 1)
+    gpus = cost_model.tp * dp * pp
+    one = f"{gpus} x {cost_model.gpu.name} (TP={cost_model.tp}{f', DP={dp}' if dp > 1 else ''}{f', PP={pp}' if pp > 1 else ''})"
     if replicas == 1:
         return one
     return f"{replicas} replicas of {one}, {replicas * gpus} GPUs"
