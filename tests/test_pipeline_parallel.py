@@ -264,3 +264,20 @@ def test_calibrate_fit_records_pp_and_old_files_read_pp1(tmp_path):
     old = tmp_path / "old.json"
     old.write_text(json.dumps(d))
     assert Calibration.read(old).pp == 1
+
+
+def test_chrome_trace_names_replicas_not_virtual_engines():
+    from replay.chrome_trace import chrome_trace_events
+    from traces.synth import synth_requests
+
+    trace = synth_requests(80, 10.0, "uniform:50,400", "uniform:5,40", seed=3)
+    cfg = ReplayConfig(scheduling=SchedulingOptions(replicas=2), record=RecordOptions(steps=True, step_requests=True))
+    result, engine = replay_frame(trace, RooflineCostModel(LLAMA, H100, CostParams(eta_mem=0.8), pp=2), cfg)
+    events = chrome_trace_events(engine, result)["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names == {0: "replica 0", 1: "replica 1"}
+    assert set(result["pred_replica_id"]) == {0, 1} and (result["pred_status"] == "ok").all()
+    # the step slices of a replica (stage-1 passes) never overlap
+    for pid in (0, 1):
+        steps = sorted((e["ts"], e["dur"]) for e in events if e["pid"] == pid and e.get("cat") == "step")
+        assert steps and all(a + d <= b + 2e-3 for (a, d), (b, _) in zip(steps, steps[1:]))

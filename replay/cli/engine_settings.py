@@ -26,6 +26,9 @@ ENGINE_OPTIONS = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "num_gp
 #: vLLM's names of the hardware settings, and the option each fills.
 _HARDWARE_KEYS = {"tensor_parallel_size": "tp", "data_parallel_size": "dp", "enable_expert_parallel": "expert_parallel",
                   "pipeline_parallel_size": "pp"}
+#: Recorded values that say nothing (vLLM logs print ``pipeline_parallel_size=1`` by default): not
+#: taken, so a calibration's own ``pp`` stands and nothing more is printed than before PP existed.
+_NEUTRAL = {"pipeline_parallel_size": 1}
 #: Key of the click context's ``meta``: the settings :func:`fill_engine_options` took, by source.
 _TAKEN = "servecal.engine_settings_taken"
 
@@ -50,7 +53,7 @@ def fill_engine_options(kwargs: dict, sources: list) -> list[str]:
         given = src is not None and src != click.core.ParameterSource.DEFAULT
         for label, settings in sources:
             value = (settings or {}).get(key)
-            if value is None:
+            if value is None or (key in _NEUTRAL and value == _NEUTRAL[key]):
                 continue
             if given:
                 if value != kwargs[name]:
