@@ -40,15 +40,16 @@ from .routing import RoundRobinRouter, replica_load
 
 
 class _Sized:
-    """``len()`` of several queues at once (what a router reads of a pipelined replica's queues)."""
+    """``len()`` of one queue of several virtual engines at once (what a router reads of a
+    pipelined replica), read anew each time (a policy may replace ``state.waiting``)."""
 
-    __slots__ = ("parts",)
+    __slots__ = ("members", "name")
 
-    def __init__(self, parts):
-        self.parts = parts
+    def __init__(self, members, name: str):
+        self.members, self.name = members, name
 
     def __len__(self) -> int:
-        return sum(len(p) for p in self.parts)
+        return sum(len(getattr(m, self.name)) for m in self.members)
 
 
 class _GroupKV:
@@ -70,8 +71,8 @@ class ReplicaGroupView:
     def __init__(self, replica_id: int, members: list):
         self.replica_id = replica_id
         self.members = members
-        self.waiting = _Sized([m.waiting for m in members])
-        self.running = _Sized([m.running for m in members])
+        self.waiting = _Sized(members, "waiting")
+        self.running = _Sized(members, "running")
         self.kv = _GroupKV(members)
 
 

@@ -281,3 +281,19 @@ def test_chrome_trace_names_replicas_not_virtual_engines():
     for pid in (0, 1):
         steps = sorted((e["ts"], e["dur"]) for e in events if e["pid"] == pid and e.get("cat") == "step")
         assert steps and all(a + d <= b + 2e-3 for (a, d), (b, _) in zip(steps, steps[1:]))
+
+
+@pytest.mark.parametrize("scheduler", ["chunked", "sjf"])
+def test_least_loaded_router_sees_each_replicas_virtual_engines(scheduler):
+    # sjf replaces state.waiting with its own queue: the router's view must follow it
+    from replay.pipeline import ReplicaGroupView
+
+    reqs = _requests([(f"r{i}", i * MS, 5000, 3) for i in range(6)])  # r4 waits: r5 must see it
+    eng = PipelineEngine(StageCost(), get_scheduler_factory(scheduler), SchedulerConfig(1, 64),
+                         EngineConfig(10**6, 16, None, True, True, exact_steps=True), num_replicas=2, pp=2,
+                         router=lambda req, views: min(range(len(views)),
+                                                       key=lambda i: (len(views[i].waiting) + len(views[i].running), i)))
+    eng.run(reqs)
+    assert [r.replica_id for r in reqs] == [0, 1, 0, 1, 0, 1]
+    view = ReplicaGroupView(0, eng.replicas[:2])
+    assert len(view.waiting) == len(view.running) == 0
