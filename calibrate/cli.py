@@ -119,7 +119,7 @@ def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose
 @replay_options
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Calibration JSON to write.")
 @_errors
-def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, fix, fix_from, free, variants,
+def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, pp, terms, fix, fix_from, free, variants,
         verbose, loss, balance_kinds, ci_method, ci_samples, seed, jobs, ray_address, output, **replay_kwargs):
     """Fit the cost model to a step trace, or to one or several request logs of one deployment.
 
@@ -144,9 +144,9 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
     from .step_fit import StepData, bootstrap_ci95, fit_steps, set_ci95
     from .summary import to_calibration
 
-    tp, dp, expert_parallel, set_here = engine_options(replay_kwargs, tp, dp, expert_parallel, traces)
+    tp, dp, expert_parallel, set_here, pp = engine_options(replay_kwargs, tp, dp, expert_parallel, traces, pp)
     with taken_settings_checked():
-        cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
+        cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, pp)
     fixed, free_names, variants, held_why, cm = held_and_free(fix, fix_from, free, variants, cm)
     paths = [parse_run_spec(t)[0] for t in traces]
     first_kind, first_frame, first_meta = read_trace(paths[0])
@@ -209,7 +209,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, ter
 @click.option("--table-out", type=click.Path(dir_okay=False), default=None,
               help="Write the error table (.csv or .parquet; seconds and fractions).")
 @_errors
-def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, fix, fix_from,
+def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, pp, terms, fix, fix_from,
              free, variants, verbose, jobs, output, table_out, **replay_kwargs):
     """Out-of-sample error: calibrate on some runs, print measured vs predicted on the others.
 
@@ -236,9 +236,10 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
         from replay.sweep import check_output_path
 
         check_output_path(table_out, "--table-out")  # before the fit
-    tp, dp, expert_parallel, set_here = engine_options(replay_kwargs, tp, dp, expert_parallel, (*fit_on, *score_on))
+    tp, dp, expert_parallel, set_here, pp = engine_options(replay_kwargs, tp, dp, expert_parallel,
+                                                           (*fit_on, *score_on), pp)
     with taken_settings_checked():
-        cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms)
+        cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, pp)
         cfg = replay_config(replay_kwargs)
     train, test = load_runs(fit_on, cfg, read_trace, keep=set_here), load_runs(score_on, cfg, read_trace, keep=set_here)
     fixed, free_names, variants, held_why, cm = held_and_free(fix, fix_from, free, variants, cm)

@@ -9,6 +9,7 @@ from schemas.errors import SpecError
 from schemas.specs import get_gpu, get_model, gpu_from_json, model_from_hf_config
 from schemas.text import wrap, wrap_error
 from replay.cli.engine_settings import engine_sources, fill_engine_options
+from replay.cli.options import pipeline_parallel_option
 from replay.cost_terms import ALL_TERMS, TERMS
 from traces.cli.support import DataError
 
@@ -117,6 +118,7 @@ def hardware_options(fn):
                      help="vLLM data-parallel ranks stepping in lock step (MoE); engine limits are per rank."),
         click.option("--enable-expert-parallel", "expert_parallel", is_flag=True, default=False,
                      help="vLLM expert parallelism: routed experts split over the tp x dp GPUs."),
+        pipeline_parallel_option(1, " (a step trace's durations are then one stage's)"),
         click.option("--terms", default=",".join(ALL_TERMS), show_default=True,
                      help="Cost terms of the step time (replay/cost_terms.py)."),
         click.option("--fix", multiple=True, metavar="NAME=VALUE", help="Hold a parameter fixed (repeatable)."),
@@ -136,7 +138,7 @@ def hardware_options(fn):
     return fn
 
 
-def cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms):
+def cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, pp=1):
     """The cost model (declared default values) of the hardware options."""
     from replay.cost_model import RooflineCostModel
 
@@ -145,15 +147,16 @@ def cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, t
         raise click.UsageError("give exactly one of --gpu and --gpu-spec")
     gpu_s = get_gpu(gpu) if gpu else gpu_from_json(gpu_spec)
     return RooflineCostModel(model_spec, gpu_s, CostParams(), tp, dp=dp, expert_parallel=expert_parallel,
-                             terms=parse_names(terms, list(TERMS), "--terms"))
+                             terms=parse_names(terms, list(TERMS), "--terms"), pp=pp)
 
 
-def engine_options(replay_kwargs: dict, tp: int, dp: int, expert_parallel: bool, specs=()) -> tuple:
-    """Fill the replay options (and TP, DP, expert parallelism) not given from ``--vllm-log``,
+def engine_options(replay_kwargs: dict, tp: int, dp: int, expert_parallel: bool, specs=(), pp: int = 1) -> tuple:
+    """Fill the replay options (and TP, DP, expert parallelism, PP) not given from ``--vllm-log``,
     then TP and DP from the settings recorded in the first trace of ``specs`` (the runs are of
     one deployment); print what was taken and what differs; return the hardware settings and
     the names of the replay options set here (given, or from the log), which the traces'
-    own recorded settings do not override (:func:`calibrate.runs.load_runs`).
+    own recorded settings do not override (:func:`calibrate.runs.load_runs`): ``(tp, dp,
+    expert_parallel, set_here, pp)``.
 
     Raises
     ------
@@ -165,7 +168,7 @@ def engine_options(replay_kwargs: dict, tp: int, dp: int, expert_parallel: bool,
     from .runs import parse_run_spec
 
     ctx = click.get_current_context()
-    kw = {**replay_kwargs, "tp": tp, "dp": dp, "expert_parallel": expert_parallel}
+    kw = {**replay_kwargs, "tp": tp, "dp": dp, "expert_parallel": expert_parallel, "pp": pp}
     before = dict(kw)
     for line in fill_engine_options(kw, engine_sources(replay_kwargs.pop("vllm_log", None))):
         click.echo(line, err=True)
@@ -173,18 +176,18 @@ def engine_options(replay_kwargs: dict, tp: int, dp: int, expert_parallel: bool,
                          (None, click.core.ParameterSource.DEFAULT))
     if specs:
         recorded = trace_engine_settings(parse_run_spec(specs[0])[0]) or {}
-        hardware = {k: kw[k] for k in ("tp", "dp", "expert_parallel")}
+        hardware = {k: kw[k] for k in ("tp", "dp", "expert_parallel", "pp")}
         for line in fill_engine_options(hardware, [(f"trace {specs[0]}", recorded)]):
             click.echo(line, err=True)
         kw.update(hardware)
     for spec in specs[1:]:  # one deployment: every log at the degrees modelled
         recorded = trace_engine_settings(parse_run_spec(spec)[0]) or {}
-        for key, name in (("tensor_parallel_size", "tp"), ("data_parallel_size", "dp")):
+        for key, name in (("tensor_parallel_size", "tp"), ("data_parallel_size", "dp"), ("pipeline_parallel_size", "pp")):
             if recorded.get(key, kw[name]) != kw[name]:
                 raise DataError(wrap_error(f"{spec}: records {key}={recorded[key]}, but the fit models "
                                            f"{name}={kw[name]}; fit or score logs of one deployment together"))
     replay_kwargs.update({k: v for k, v in kw.items() if k in replay_kwargs})
-    return kw["tp"], kw["dp"], kw["expert_parallel"], set_here
+    return kw["tp"], kw["dp"], kw["expert_parallel"], set_here, kw["pp"]
 
 
 def warn_metadata_mismatch(meta: dict, model_spec, gpu_spec, tp: int) -> None:

@@ -52,4 +52,5 @@ def to_calibration(fit: FitResult, cost_model, method: str, source: dict, engine
         stats["variants"] = {v.variant: {"score": v.score, "values": v.values()} for v in variants}
     return Calibration(model=cost_model.model, gpu=cost_model.gpu, tp=cost_model.tp, params=dict(fit.params),
                        terms=list(cost_model.terms), dp=cost_model.dp, expert_parallel=cost_model.expert_parallel,
-                       engine=dict(engine or {}), fit=stats, source=source, band_points=points)
+                       engine=dict(engine or {}), fit=stats, source=source, band_points=points,
+                       pp=getattr(cost_model, "pp", 1))

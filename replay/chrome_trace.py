@@ -100,6 +100,8 @@ def parse_window(text: str | None) -> tuple[float, float] | None:
 
 
 def _process_names(engine) -> list[str]:
+    if hasattr(engine, "process_names"):  # a pipelined engine: replicas, not their virtual engines
+        return engine.process_names()
     p = getattr(engine, "num_prefill_replicas", None)
     n = len(engine.replicas)
     if p is None:

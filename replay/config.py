@@ -190,6 +190,9 @@ class DisaggOptions:
         Instances of the prefill and of the decode pool (P and D).
     tp_prefill, tp_decode : int | None
         Tensor-parallel degree of each pool; None: the cost model's ``tp``.
+    pp_prefill, pp_decode : int | None
+        Pipeline-parallel stages of an instance of each pool (DistServe's ``pp_prefill``/
+        ``pp_decode``; :mod:`replay.pipeline`); None: the cost model's ``pp``.
     link : str | None
         Prefill-to-decode KV link, a catalog link (:data:`replay.cost_model.LINKS`);
         None: the GPUs' own ``tp_link`` (both pools in one node, as DistServe places them).
@@ -204,6 +207,8 @@ class DisaggOptions:
     decode_replicas: int = 1
     tp_prefill: int | None = None
     tp_decode: int | None = None
+    pp_prefill: int | None = None
+    pp_decode: int | None = None
     link: str | None = None
     link_bandwidth_bytes_per_s: float | None = None
     link_latency_s: float | None = None
@@ -216,6 +221,8 @@ class DisaggOptions:
         _at_least("decode_replicas", self.decode_replicas, 1)
         _at_least("tp_prefill", self.tp_prefill, 1, optional=True)
         _at_least("tp_decode", self.tp_decode, 1, optional=True)
+        _at_least("pp_prefill", self.pp_prefill, 1, optional=True)
+        _at_least("pp_decode", self.pp_decode, 1, optional=True)
         check_link_options(self.link, self.link_bandwidth_bytes_per_s, self.link_latency_s)
         _one_of("first_token_from", self.first_token_from, FIRST_TOKEN_FROM)
 

@@ -75,12 +75,19 @@ class RooflineCostModel:
     terms : tuple of str
         Names of :data:`replay.cost_terms.TERMS` in the model (default: all);
         :data:`~replay.cost_terms.SEED_TERMS` is the seed's roofline.
+    pp : int
+        Pipeline-parallel stages (vLLM ``--pipeline-parallel-size``): :meth:`step_time_s` is
+        then the time of **one stage** (``1 / pp`` of the layers,
+        :class:`~replay.cost_terms.ReplicaShape`), and :meth:`pp_transfer_s` the activation
+        transfer between two stages; the engine runs the pipeline (:mod:`replay.pipeline`).
+    pp_link : Link, optional
+        Link between two pipeline stages (default: ``tp_link``, the GPU's own interconnect).
 
     Raises
     ------
     ConfigError
-        ``tp`` or ``dp`` below 1, ``tp`` not dividing the attention heads, an unknown term
-        or link.
+        ``tp``, ``dp`` or ``pp`` below 1, ``tp`` not dividing the attention heads, ``pp``
+        above the layer count, an unknown term or link.
 
     Notes
     -----
@@ -119,10 +126,15 @@ class RooflineCostModel:
     dp: int = 1
     expert_parallel: bool = False
     terms: tuple = ALL_TERMS
+    pp: int = 1
+    pp_link: Link | None = None
 
     def __post_init__(self):
-        if self.tp < 1 or self.dp < 1:
-            raise ConfigError(f"tp and dp must be >= 1, not tp={self.tp}, dp={self.dp}")
+        if self.tp < 1 or self.dp < 1 or self.pp < 1:
+            raise ConfigError(f"tp, dp and pp must be >= 1, not tp={self.tp}, dp={self.dp}, pp={self.pp}")
+        if self.pp > self.model.num_layers:
+            raise ConfigError(f"pp={self.pp} exceeds the {self.model.num_layers} layers of {self.model.name} "
+                              "(vLLM refuses a stage without a layer)")
         if self.model.num_attention_heads % self.tp:
             raise ConfigError(f"tp={self.tp} does not divide the {self.model.num_attention_heads} attention heads of "
                               f"{self.model.name} (vLLM refuses it)")
@@ -135,6 +147,8 @@ class RooflineCostModel:
             if self.gpu.tp_link not in LINKS:
                 raise ConfigError(f"gpu {self.gpu.name}: unknown tp_link {self.gpu.tp_link!r}; known: {', '.join(LINKS)}")
             object.__setattr__(self, "tp_link", LINKS[self.gpu.tp_link])
+        if self.pp_link is None:
+            object.__setattr__(self, "pp_link", self.tp_link)
         coef = Coefficients()
         shape = self.shape
         for name in self.terms:
@@ -145,7 +159,23 @@ class RooflineCostModel:
     @property
     def shape(self) -> ReplicaShape:
         """The replica's hardware, as the terms see it."""
-        return ReplicaShape(self.model, self.gpu, self.tp, self.dp, self.expert_parallel, self.tp_link)
+        return ReplicaShape(self.model, self.gpu, self.tp, self.dp, self.expert_parallel, self.tp_link, self.pp)
+
+    def pp_activation_bytes(self, num_tokens):
+        """Bytes sent from one pipeline stage to the next for a micro-batch of ``num_tokens``
+        tokens: ``num_tokens * hidden_size * dtype_bytes`` (the hidden states, in the model's
+        dtype; vLLM's ``IntermediateTensors``). Scalar or array."""
+        m = self.model
+        return num_tokens * m.hidden_size * m.dtype_bytes
+
+    def pp_transfer_s(self, num_tokens):
+        """Time of one stage-to-stage activation transfer of ``num_tokens`` tokens, seconds:
+        ``latency + pp_activation_bytes(num_tokens) / bandwidth`` of :attr:`pp_link` (the
+        seed's transfer form, theory.md section 2); 0 at ``pp`` 1 (no stage boundary)."""
+        if self.pp == 1:
+            return 0.0
+        link = self.pp_link
+        return self.pp_activation_bytes(num_tokens) / link.bandwidth_bytes_per_s + link.latency_s
 
     def with_params(self, params: CostParams) -> "RooflineCostModel":
         """A copy with other parameters."""
@@ -296,9 +326,10 @@ def kv_transfer_time_s(num_prompt_tokens: int, model: ModelSpec, link: Link) -> 
 
 
 def cost_model_from_calibration(cal: Calibration, model: ModelSpec | None = None, tp: int | None = None,
-                                dp: int | None = None, gpu: GpuSpec | None = None) -> RooflineCostModel:
-    """The cost model of a calibration file, optionally for another model, tensor/data-parallel
-    degree or GPU.
+                                dp: int | None = None, pp: int | None = None,
+                                gpu: GpuSpec | None = None) -> RooflineCostModel:
+    """The cost model of a calibration file, optionally for another model, tensor/data/pipeline-
+    parallel degree or GPU.
 
     The fitted efficiencies (``eta_compute``, ``eta_mem``, ``eta_link``...) and host times
     (``t_step_s``, ``t_seq_s``, front end) carry over; with ``gpu`` they are applied to that
@@ -312,4 +343,4 @@ def cost_model_from_calibration(cal: Calibration, model: ModelSpec | None = None
     """
     params = CostParams(**{k: p.value for k, p in cal.params.items()})
     return RooflineCostModel(model or cal.model, gpu or cal.gpu, params, tp or cal.tp, dp=dp or cal.dp,
-                             expert_parallel=cal.expert_parallel, terms=tuple(cal.terms))
+                             expert_parallel=cal.expert_parallel, terms=tuple(cal.terms), pp=pp or cal.pp)

@@ -42,6 +42,16 @@ class ReplicaShape:
         ``tp * dp`` GPUs instead of replicated on every DP rank.
     link : Link
         The link of the all-reduces and all-to-alls.
+    pp : int
+        Pipeline-parallel stages of the replica (vLLM ``--pipeline-parallel-size``). The
+        terms price **one stage**: it holds ``1 / pp`` of the layers, so every per-layer
+        term (FLOPs, weight and KV reads, the collectives of each layer) is divided by ``pp``;
+        the per-step and per-sequence CPU time is not (each stage's worker launches its own
+        kernels, as Vidur prices a stage: ``num_layers_per_pipeline_stage`` blocks plus the
+        CPU overheads). The embedding and LM head are spread with the rest, and a layer count
+        ``pp`` does not divide is split fractionally (vLLM gives the remainder to some stages).
+        The pipeline itself (stages in flight, activation transfers) is the engine's
+        (:mod:`replay.pipeline`).
     """
 
     model: ModelSpec
@@ -50,6 +60,7 @@ class ReplicaShape:
     dp: int
     expert_parallel: bool
     link: Link
+    pp: int = 1
 
     @property
     def num_gpus(self) -> int:
@@ -140,7 +151,8 @@ class DenseCompute(CostTerm):
     params = ("eta_compute", "n_half_tokens")
 
     def fold(self, shape, p, coef):
-        per_token = 2.0 * shape.model.num_active_params / (p["eta_compute"] * shape.gpu.peak_flops * shape.num_gpus)
+        per_token = 2.0 * shape.model.num_active_params / (
+            p["eta_compute"] * shape.gpu.peak_flops * shape.num_gpus * shape.pp)
         coef.compute_per_token_s += per_token
         coef.compute_s += per_token * p["n_half_tokens"]
 
@@ -160,7 +172,7 @@ class AttentionCompute(CostTerm):
 
     def fold(self, shape, p, coef):
         coef.compute_per_pair_s += shape.model.attention_flops_per_context_token / (
-            p["eta_compute"] * shape.gpu.peak_flops * shape.num_gpus)
+            p["eta_compute"] * shape.gpu.peak_flops * shape.num_gpus * shape.pp)
 
 
 class WeightMemory(CostTerm):
@@ -181,7 +193,7 @@ class WeightMemory(CostTerm):
     params = ("eta_mem",)
 
     def fold(self, shape, p, coef):
-        m, bw = shape.model, p["eta_mem"] * shape.gpu.mem_bandwidth_bytes_per_s
+        m, bw = shape.model, p["eta_mem"] * shape.gpu.mem_bandwidth_bytes_per_s * shape.pp  # one stage's layers
         if not m.is_moe:
             coef.memory_s += m.weight_bytes / (bw * shape.tp)
             return
@@ -207,7 +219,7 @@ class KVMemory(CostTerm):
 
     def fold(self, shape, p, coef):
         coef.memory_per_context_token_s += shape.model.kv_bytes_per_token_per_rank(shape.tp) / (
-            p["eta_mem"] * shape.gpu.mem_bandwidth_bytes_per_s * shape.dp)
+            p["eta_mem"] * shape.gpu.mem_bandwidth_bytes_per_s * shape.dp * shape.pp)
 
 
 class PrefillAttentionKV(CostTerm):
@@ -233,7 +245,7 @@ class PrefillAttentionKV(CostTerm):
         m = shape.model
         group = m.num_attention_heads / m.num_kv_heads if not m.is_mla else 1.0
         coef.memory_per_prefill_context_token_s += group * m.kv_bytes_per_token_per_rank(shape.tp) / (
-            p["eta_prefill_kv"] * shape.gpu.mem_bandwidth_bytes_per_s * shape.dp)
+            p["eta_prefill_kv"] * shape.gpu.mem_bandwidth_bytes_per_s * shape.dp * shape.pp)
 
 
 class Overlap(CostTerm):
@@ -273,10 +285,11 @@ class TensorParallelComm(CostTerm):
         if k == 1:
             return
         m = shape.model
+        layers = m.num_layers / shape.pp  # one stage's (exact: 32 / 1 == 32.0)
         alpha = p["t_allreduce_hop_s"]
         alpha = shape.link.latency_s if math.isnan(alpha) else alpha
-        coef.comm_s += 2 * m.num_layers * 2 * (k - 1) * alpha
-        coef.comm_per_token_s += 2 * m.num_layers * 2 * (k - 1) / k * m.hidden_size * m.dtype_bytes / (
+        coef.comm_s += 2 * layers * 2 * (k - 1) * alpha
+        coef.comm_per_token_s += 2 * layers * 2 * (k - 1) / k * m.hidden_size * m.dtype_bytes / (
             p["eta_link"] * shape.link.bandwidth_bytes_per_s * shape.dp)
 
 
@@ -300,8 +313,9 @@ class ExpertParallelComm(CostTerm):
             return
         alpha = p["t_alltoall_s"]
         alpha = shape.link.latency_s if math.isnan(alpha) else alpha
-        coef.comm_s += 2 * m.num_moe_layers * alpha
-        coef.comm_per_token_s += 2 * m.num_moe_layers * m.num_experts_per_token * m.hidden_size * m.dtype_bytes * (
+        layers = m.num_moe_layers / shape.pp  # one stage's
+        coef.comm_s += 2 * layers * alpha
+        coef.comm_per_token_s += 2 * layers * m.num_experts_per_token * m.hidden_size * m.dtype_bytes * (
             g - 1) / (g * g) / (p["eta_link"] * shape.link.bandwidth_bytes_per_s)
 
 

@@ -232,11 +232,13 @@ class DisaggEngine(Engine):
 
 # -- configuration -------------------------------------------------------------------------------
 
-def pool_cost_models(cost_model: RooflineCostModel, tp_prefill: int | None,
-                     tp_decode: int | None) -> tuple[RooflineCostModel, RooflineCostModel]:
-    """The roofline of each pool: ``cost_model`` with the pool's tensor-parallel degree.
+def pool_cost_models(cost_model: RooflineCostModel, tp_prefill: int | None, tp_decode: int | None,
+                     pp_prefill: int | None = None,
+                     pp_decode: int | None = None) -> tuple[RooflineCostModel, RooflineCostModel]:
+    """The roofline of each pool: ``cost_model`` with the pool's tensor- and pipeline-parallel
+    degrees (a pipelined pool's model prices one stage, :mod:`replay.pipeline`).
 
-    None keeps ``cost_model.tp``. Weights, KV and FLOPs split over the pool's TP and its
+    None keeps ``cost_model.tp`` (``cost_model.pp``). Weights, KV and FLOPs split over the pool's TP and its
     all-reduces are added (:class:`~replay.cost_model.RooflineCostModel`), so each phase is
     timed with its own TP (docs/CASES.md BR-23).
 
@@ -246,10 +248,12 @@ def pool_cost_models(cost_model: RooflineCostModel, tp_prefill: int | None,
         A TP below 1.
     """
     out = []
-    for name, tp in (("--tp-prefill", tp_prefill), ("--tp-decode", tp_decode)):
-        if tp is not None and tp < 1:
-            raise ConfigError(f"{name} must be >= 1, not {tp}")
-        out.append(cost_model if tp is None or tp == cost_model.tp else replace(cost_model, tp=tp))
+    for name, tp, pp in (("prefill", tp_prefill, pp_prefill), ("decode", tp_decode, pp_decode)):
+        for opt, v in ((f"--tp-{name}", tp), (f"--pp-{name}", pp)):
+            if v is not None and v < 1:
+                raise ConfigError(f"{opt} must be >= 1, not {v}")
+        changes = {k: v for k, v in (("tp", tp), ("pp", pp)) if v is not None and v != getattr(cost_model, k, 1)}
+        out.append(replace(cost_model, **changes) if changes else cost_model)
     return out[0], out[1]
 
 
@@ -298,15 +302,16 @@ def resolve_pools(cost_model: RooflineCostModel,
     ConfigError
         See :func:`pool_cost_models` and :func:`resolve_link`.
     """
-    prefill, decode = pool_cost_models(cost_model, cfg.tp_prefill, cfg.tp_decode)
+    prefill, decode = pool_cost_models(cost_model, cfg.tp_prefill, cfg.tp_decode, cfg.pp_prefill, cfg.pp_decode)
     link = resolve_link(cfg.link, cfg.link_bandwidth_bytes_per_s, cfg.link_latency_s, prefill.tp_link)
     return prefill, decode, link
 
 
 def pool_gpus(cost_model: RooflineCostModel, cfg: DisaggOptions) -> int:
-    """GPUs of the two pools: prefill instances x their TP + decode instances x theirs."""
+    """GPUs of the two pools: prefill instances x their TP x PP + decode instances x theirs."""
     prefill, decode, _ = resolve_pools(cost_model, cfg)
-    return cfg.prefill_replicas * prefill.tp + cfg.decode_replicas * decode.tp
+    return (cfg.prefill_replicas * prefill.tp * getattr(prefill, "pp", 1)
+            + cfg.decode_replicas * decode.tp * getattr(decode, "pp", 1))
 
 
 def describe_config(cost_model: RooflineCostModel, cfg: DisaggOptions) -> str:
@@ -316,8 +321,10 @@ def describe_config(cost_model: RooflineCostModel, cfg: DisaggOptions) -> str:
     """
     prefill, decode, link = resolve_pools(cost_model, cfg)
     gpus = pool_gpus(cost_model, cfg)
-    return (f"{cfg.prefill_replicas} prefill x {prefill.tp} x {prefill.gpu.name} + {cfg.decode_replicas} decode x "
-            f"{decode.tp} x {decode.gpu.name} ({gpus} GPUs; prefill TP={prefill.tp}, decode TP={decode.tp}), "
-            f"KV link {link.name} "
+    ppp, ppd = getattr(prefill, "pp", 1), getattr(decode, "pp", 1)
+    pps = "" if ppp == ppd == 1 else f", prefill PP={ppp}, decode PP={ppd}"
+    return (f"{cfg.prefill_replicas} prefill x {prefill.tp * ppp} x {prefill.gpu.name} + {cfg.decode_replicas} decode "
+            f"x {decode.tp * ppd} x {decode.gpu.name} ({gpus} GPUs; prefill TP={prefill.tp}, decode TP={decode.tp}"
+            f"{pps}), KV link {link.name} "
             f"({link.bandwidth_bytes_per_s / 1e9:g} GB/s, {link.latency_s * 1e6:g} us), "
             f"first token from {cfg.first_token_from}")

@@ -4,7 +4,9 @@ vLLM v1 (``gpu_worker.py``, ``kv_cache_utils.py``) requests ``total memory * gpu
 of each GPU at start-up, refuses to start when less than that is free, and gives the KV cache
 what is left of the request after the weights, the peak activations of a profiling run and
 the memory outside PyTorch (CUDA context, NCCL buffers). Each GPU of a tensor-parallel replica
-holds its share of every block, so the block count is what fits on one GPU (case NC-04).
+holds its share of every block, so the block count is what fits on one GPU (case NC-04). Under
+pipeline parallelism each GPU holds the weights and the KV of its stage's ``1 / pp`` of the
+layers (vLLM's ``get_pp_indices``), so a GPU holds more blocks than at ``pp`` 1.
 """
 from __future__ import annotations
 
@@ -15,19 +17,20 @@ from schemas.specs import GpuSpec, ModelSpec
 from .errors import ConfigError
 
 
-def kv_block_bytes_per_rank(model: ModelSpec, tp: int, block_size: int) -> float:
-    """Bytes one KV block (``block_size`` tokens, all layers) takes on each GPU [bytes].
+def kv_block_bytes_per_rank(model: ModelSpec, tp: int, block_size: int, pp: int = 1) -> float:
+    """Bytes one KV block (``block_size`` tokens, all layers of a stage) takes on each GPU [bytes].
 
-    ``block_size * model.kv_bytes_per_token_per_rank(tp)``: at TP beyond the KV-head count the
-    heads are replicated (case NC-01), MLA's latent is whole on every rank.
+    ``block_size * model.kv_bytes_per_token_per_rank(tp) / pp``: at TP beyond the KV-head count
+    the heads are replicated (case NC-01), MLA's latent is whole on every rank; each of ``pp``
+    pipeline stages holds ``1 / pp`` of the layers.
     """
-    return block_size * model.kv_bytes_per_token_per_rank(tp)
+    return block_size * model.kv_bytes_per_token_per_rank(tp) / pp
 
 
 def kv_capacity_blocks(model: ModelSpec, gpu: GpuSpec, tp: int, gpu_memory_utilization: float,
                        block_size: int, *, activation_bytes: float = 0.0,
-                       non_torch_bytes: float = 0.0, free_bytes: float | None = None) -> int:
-    """Number of KV blocks a replica of ``tp`` GPUs holds, as vLLM sizes its cache.
+                       non_torch_bytes: float = 0.0, free_bytes: float | None = None, pp: int = 1) -> int:
+    """Number of KV blocks a replica of ``tp x pp`` GPUs holds, as vLLM sizes its cache.
 
     Parameters
     ----------
@@ -49,12 +52,16 @@ def kv_capacity_blocks(model: ModelSpec, gpu: GpuSpec, tp: int, gpu_memory_utili
     free_bytes : float, optional
         Free memory of one GPU at start-up [bytes], when another process holds some; vLLM
         refuses to start when it is below the requested ``mem_bytes * utilization``.
+    pp : int, optional
+        Pipeline-parallel stages (default 1); each GPU holds ``1 / pp`` of the layers, their
+        weights and their KV. (vLLM v0 then splits the blocks between its ``pp`` virtual
+        engines; :func:`replay.simulate.replay_frame` does.)
 
     Returns
     -------
     int
-        ``floor((mem_bytes * util - (weight_bytes / tp + activation_bytes + non_torch_bytes))
-        / (block_size * kv_bytes_per_token_per_rank(tp)))``.
+        ``floor((mem_bytes * util - (weight_bytes / (tp pp) + activation_bytes + non_torch_bytes))
+        / (block_size * kv_bytes_per_token_per_rank(tp) / pp))``.
 
     Raises
     ------
@@ -70,8 +77,8 @@ def kv_capacity_blocks(model: ModelSpec, gpu: GpuSpec, tp: int, gpu_memory_utili
     0.95, 55,296 with an fp8 KV cache at 0.90. Replicated weights under TP (norms, the KV
     projections when TP exceeds the KV heads) are not counted.
     """
-    if tp < 1 or block_size < 1:
-        raise ConfigError(f"tp ({tp}) and block_size ({block_size}) must be >= 1")
+    if tp < 1 or block_size < 1 or pp < 1:
+        raise ConfigError(f"tp ({tp}), pp ({pp}) and block_size ({block_size}) must be >= 1")
     if not 0 < gpu_memory_utilization <= 1:
         raise ConfigError(f"gpu_memory_utilization must be in (0, 1], not {gpu_memory_utilization}")
     requested = gpu.mem_bytes * gpu_memory_utilization
@@ -80,12 +87,12 @@ def kv_capacity_blocks(model: ModelSpec, gpu: GpuSpec, tp: int, gpu_memory_utili
             f"{gpu.name}: {free_bytes / 2**30:.2f} GiB free is less than the "
             f"{requested / 2**30:.2f} GiB requested at gpu_memory_utilization="
             f"{gpu_memory_utilization}: vLLM refuses to start; lower the utilization")
-    non_kv = model.weight_bytes / tp + activation_bytes + non_torch_bytes
+    non_kv = model.weight_bytes / (tp * pp) + activation_bytes + non_torch_bytes
     available = requested - non_kv
     if available <= 0:
         other = activation_bytes + non_torch_bytes
         raise ConfigError(
             f"{model.name} weights ({model.weight_bytes / 1e9:.1f} GB)"
             f"{f' and {other / 2**30:.2f} GiB per GPU of other non-KV memory' if other else ''}"
-            f" do not fit in {tp} x {gpu.name} at gpu_memory_utilization={gpu_memory_utilization}")
-    return int(math.floor(available / kv_block_bytes_per_rank(model, tp, block_size)))
+            f" do not fit in {tp * pp} x {gpu.name} at gpu_memory_utilization={gpu_memory_utilization}")
+    return int(math.floor(available / kv_block_bytes_per_rank(model, tp, block_size, pp)))

@@ -24,6 +24,7 @@ from .engine import Engine
 from .engine_config import EngineConfig
 from .errors import ConfigError
 from .kv_capacity import kv_capacity_blocks
+from .pipeline import PipelineDisaggEngine, PipelineEngine
 from .request import Request
 from .result_columns import result_frame, spec_columns
 from .routing import get_router
@@ -31,8 +32,9 @@ from .schedulers import get_scheduler_factory
 from .schedulers.base import SchedulerConfig
 
 
-def resolve_num_gpu_blocks(cfg: EngineOptions, model: ModelSpec, gpu: GpuSpec, tp: int) -> int:
-    """KV blocks per replica: ``cfg.num_gpu_blocks`` or the cache that fits beside the weights.
+def resolve_num_gpu_blocks(cfg: EngineOptions, model: ModelSpec, gpu: GpuSpec, tp: int, pp: int = 1) -> int:
+    """KV blocks per replica: ``cfg.num_gpu_blocks`` or the cache that fits beside the weights
+    (of ``tp x pp`` GPUs: each holds ``1 / pp`` of the layers, :func:`~replay.kv_capacity.kv_capacity_blocks`).
 
     Raises
     ------
@@ -42,9 +44,9 @@ def resolve_num_gpu_blocks(cfg: EngineOptions, model: ModelSpec, gpu: GpuSpec, t
     if cfg.num_gpu_blocks is not None:
         return cfg.num_gpu_blocks
     try:
-        blocks = kv_capacity_blocks(model, gpu, tp, cfg.gpu_memory_utilization, cfg.block_size)
+        blocks = kv_capacity_blocks(model, gpu, tp, cfg.gpu_memory_utilization, cfg.block_size, pp=pp)
     except ValueError as exc:
-        raise ConfigError(f"{exc}; raise --tp or --gpu-memory-utilization, or give --num-gpu-blocks") from None
+        raise ConfigError(f"{exc}; raise --tp, --pp or --gpu-memory-utilization, or give --num-gpu-blocks") from None
     except OverflowError:  # a spec with absurd sizes (e.g. a KV of inf bytes per token)
         blocks = 0
     if blocks < 1:
@@ -147,6 +149,12 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
     multiplied by ``dp``, and the step is priced for the group's tokens spread evenly over
     the ranks (:class:`replay.cost_terms.ReplicaShape`). An imbalance between the ranks
     (one busy, one idle running a dummy batch) is not modelled beyond that.
+
+    A cost model with ``pp > 1`` (vLLM ``--pipeline-parallel-size``; for ``disagg`` the pools'
+    ``pp_prefill``/``pp_decode``) makes each replica ``pp`` virtual engines of ``max_num_seqs``
+    and ``1 / pp`` of its KV blocks, with up to ``pp`` micro-batches in flight through its
+    stages (:mod:`replay.pipeline`); such a replay always takes the exact path (every step
+    through the event heap), so ``exact_steps`` changes nothing there.
     """
     eng, sched, closed, rec = cfg.engine, cfg.scheduling, cfg.closed_loop, cfg.record
     decode_cost_model = None
@@ -160,7 +168,15 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
     # vLLM's data-parallel ranks of a MoE model step in lock step: the group is one replica with
     # every rank's limits and KV cache (cost_terms.ReplicaShape)
     dp = getattr(cost_model, "dp", 1)
-    blocks = resolve_num_gpu_blocks(eng, cost_model.model, cost_model.gpu, cost_model.tp) * dp
+    pp = getattr(cost_model, "pp", 1)
+    pp_decode = getattr(decode_cost_model, "pp", 1) if decode_cost_model is not None else 1
+    if dp > 1 and pp > 1:
+        raise ConfigError("--pp with --data-parallel-size is not modelled (DP ranks step in lock step here)")
+    pipelined = pp > 1 or pp_decode > 1
+    # each of vLLM v0's pp virtual engines has its own scheduler and 1/pp of the replica's blocks
+    blocks = resolve_num_gpu_blocks(eng, cost_model.model, cost_model.gpu, cost_model.tp, pp) * dp // pp
+    if blocks < 1:
+        raise ConfigError(f"--pp {pp}: each of the {pp} virtual engines needs at least one KV block")
     max_len = eng.max_model_len if eng.max_model_len is not None else cost_model.model.max_model_len
     meta = metadata or {}
     hash_block_size = eng.hash_block_size or int(meta.get("hash_block_tokens") or meta.get("hash_block_size") or 16)
@@ -169,22 +185,33 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
         # each of the tp GPUs moves its share of the KV over its own host link
         swap_time_per_block_s = (eng.block_size * cost_model.model.kv_bytes_per_token
                                  / (LINKS[eng.swap_link].bandwidth_bytes_per_s * cost_model.tp))
+        if pp > 1:  # each stage's GPUs move their layers' share, stages in parallel
+            swap_time_per_block_s = swap_time_per_block_s / pp
     sched_cfg = SchedulerConfig(eng.max_num_seqs * dp, eng.max_num_batched_tokens * dp,
                                 long_prefill_token_threshold=_chunk_cap(eng, dp),
                                 num_speculative_tokens=eng.speculative_tokens)
     engine_cfg = EngineConfig(blocks, eng.block_size, max_len, rec.token_times, rec.steps or rec.step_requests,
                               enable_prefix_caching=eng.enable_prefix_caching, hash_block_size=hash_block_size,
                               preemption_mode=eng.preemption_mode, swap_time_per_block_s=swap_time_per_block_s,
-                              record_step_requests=rec.step_requests, exact_steps=cfg.exact_steps,
+                              record_step_requests=rec.step_requests, exact_steps=cfg.exact_steps or pipelined,
                               spec_acceptance_rate=eng.spec_acceptance_rate or 0.0, seed=eng.seed,
                               max_request_blocks=blocks // dp if dp > 1 else None)
     if decode_cost_model is not None:
         m, pools = cost_model.model, cfg.disagg
-        engine = DisaggEngine(
-            cost_model, decode_cost_model, sched_cfg, engine_cfg, model=m,
-            decode_num_gpu_blocks=resolve_num_gpu_blocks(eng, m, decode_cost_model.gpu, decode_cost_model.tp),
-            link=link, prefill_replicas=pools.prefill_replicas, decode_replicas=pools.decode_replicas,
-            first_token_from=pools.first_token_from, router=get_router(sched.router))
+        decode_blocks = resolve_num_gpu_blocks(eng, m, decode_cost_model.gpu, decode_cost_model.tp, pp_decode) // pp_decode
+        if decode_blocks < 1:
+            raise ConfigError(f"--pp-decode {pp_decode}: each virtual engine needs at least one KV block")
+        kw = dict(model=m, decode_num_gpu_blocks=decode_blocks, link=link, prefill_replicas=pools.prefill_replicas,
+                  decode_replicas=pools.decode_replicas, first_token_from=pools.first_token_from,
+                  router=get_router(sched.router))
+        if pipelined:
+            engine = PipelineDisaggEngine(cost_model, decode_cost_model, sched_cfg, engine_cfg, pp_prefill=pp,
+                                          pp_decode=pp_decode, **kw)
+        else:
+            engine = DisaggEngine(cost_model, decode_cost_model, sched_cfg, engine_cfg, **kw)
+    elif pipelined:
+        engine = PipelineEngine(cost_model, factory, sched_cfg, engine_cfg, num_replicas=sched.replicas, pp=pp,
+                                router=get_router(sched.router))
     else:
         engine = Engine(cost_model, factory, sched_cfg, engine_cfg, num_replicas=sched.replicas,
                         router=get_router(sched.router))

@@ -74,6 +74,9 @@ class Calibration:
         Statistics: method, rows, residuals, correlations, per-variant results.
     source : dict
         ``path``, ``sha256`` and ``kind`` of the trace(s) it was fitted on.
+    pp : int
+        Pipeline-parallel stages of one replica (vLLM ``--pipeline-parallel-size``); 1 in
+        files written before pipeline parallelism.
     band_points : list[dict]
         Points of the parameters' 95 % confidence set (name -> value, natural units; the
         others at ``params``): where the data allow the parameters to be. ``replay`` replays
@@ -92,6 +95,7 @@ class Calibration:
     fit: dict = field(default_factory=dict)
     source: dict = field(default_factory=dict)
     band_points: list = field(default_factory=list)
+    pp: int = 1
 
     def value(self, name: str) -> float:
         """The value of parameter ``name`` (its declared default when not in the file)."""
@@ -114,6 +118,7 @@ class Calibration:
             "gpu": self.gpu.to_dict(),
             "tp": self.tp,
             "dp": self.dp,
+            "pp": self.pp,
             "expert_parallel": self.expert_parallel,
             "terms": list(self.terms),
             "params": {k: {**vars(p), "ci95": list(p.ci95) if p.ci95 else None} for k, p in self.params.items()},
@@ -163,7 +168,7 @@ class Calibration:
                       tp=d["tp"], params=params, terms=list(d.get("terms", _V1_TERMS)), dp=d.get("dp", 1),
                       expert_parallel=d.get("expert_parallel", False), engine=dict(d.get("engine") or {}),
                       fit=d.get("fit", {}), source=d.get("source", {}),
-                      band_points=[dict(pt.items()) for pt in d.get("band_points") or []])
+                      band_points=[dict(pt.items()) for pt in d.get("band_points") or []], pp=d.get("pp", 1))
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError, SchemaError) as exc:
             raise SchemaError(wrap_error(f"{path}: calibration field missing or invalid: {exc}")) from None
         problem = cal.problem()
@@ -173,13 +178,13 @@ class Calibration:
 
     def problem(self) -> str | None:
         """What makes the file unusable (None if it is fine): a parameter unknown or outside
-        its declared physical range (:func:`schemas.cost_params.check_value`), ``tp``/``dp``
+        its declared physical range (:func:`schemas.cost_params.check_value`), ``tp``/``dp``/``pp``
         not whole numbers >= 1, an unknown term name."""
         for k, p in self.params.items():
             problem = check_value(k, p.value, f"params.{k}.value")
             if problem:
                 return problem
-        for name, v in (("tp", self.tp), ("dp", self.dp)):
+        for name, v in (("tp", self.tp), ("dp", self.dp), ("pp", self.pp)):
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 4096:
                 return f"{name} is {v!r}; expected a whole number from 1 to 4096"
         if not isinstance(self.terms, list) or not all(isinstance(t, str) for t in self.terms):

@@ -22,9 +22,9 @@ from ..errors import ConfigError, ReplayError
 from ..text import wrap
 from .engine_settings import (calibrated_cost_model, check_limits, engine_sources, fill_engine_options,
                               multi_scheduler_config, replay_config, taken_settings_checked)
-from .options import (chrome_trace_options, command_line, output_options, parse_tolerances, replay_options,
-                      report_folders, show_progress)
 from .baseline import refuse_tolerance, rederive_kv_blocks, whatif_differences
+from .options import (chrome_trace_options, command_line, output_options, parse_tolerances, pipeline_parallel_option,
+                      replay_options, report_folders, show_progress)
 from .runners import check_sweep_options, compare_schedulers_run, hardware, parse_scheduler_list, sweep_run
 
 # an unknown --model is a bad option (exit 2), as in 'calibrate fit'; a bad spec inside a
@@ -42,6 +42,7 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Tensor-parallel degree [default: the calibration's].")
 @click.option("--data-parallel-size", "dp", type=click.IntRange(min=1), default=None,
               help="vLLM data-parallel ranks stepping in lock step [default: the calibration's].")
+@pipeline_parallel_option(None, " [default: the calibration's]")
 @replay_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the replay result (replay_result/1 Parquet).")
@@ -90,7 +91,7 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
                    "(--sweep and --compare-schedulers: every row's).")
 @output_options
 @_errors
-def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times, chrome_trace, chrome_trace_window,
+def main(trace, calibration_path, model, tp, dp, pp, output, steps_out, token_times, chrome_trace, chrome_trace_window,
          chrome_trace_max_requests, report, measured_timeseries, tolerance, compare_schedulers, sweep, jobs,
          ray_address, sweep_out, vllm_log, wide, quiet, seed, band, **kwargs):
     """Replay TRACE through the simulated engine; compare with measured latencies.
@@ -142,13 +143,13 @@ def main(trace, calibration_path, model, tp, dp, output, steps_out, token_times,
                                "-o cal.json)")
     cal = Calibration.read(calibration_path)
     model_spec = get_model(model) if model else None
-    kwargs.update(tp=tp, dp=dp)
+    kwargs.update(tp=tp, dp=dp, pp=pp)
     sources = engine_sources(vllm_log, cal, calibration_path, trace)
     for line in fill_engine_options(kwargs, sources):
         click.echo(wrap(line), err=True)
-    tp, dp = kwargs.pop("tp"), kwargs.pop("dp")
+    tp, dp, pp = kwargs.pop("tp"), kwargs.pop("dp"), kwargs.pop("pp")
     with taken_settings_checked():
-        cost_model = calibrated_cost_model(calibration_path, cal, model_spec, tp, dp)
+        cost_model = calibrated_cost_model(calibration_path, cal, model_spec, tp, dp, pp)
         kv_note = rederive_kv_blocks(kwargs, sources, cal, cost_model)
     if kv_note:
         click.echo(wrap(kv_note), err=True)

@@ -24,7 +24,11 @@ ENGINE_OPTIONS = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "num_gp
                   "block_size", "max_model_len", "enable_prefix_caching", "preemption_mode", "replicas", "router",
                   "long_prefill_token_threshold", "speculative_tokens")
 #: vLLM's names of the hardware settings, and the option each fills.
-_HARDWARE_KEYS = {"tensor_parallel_size": "tp", "data_parallel_size": "dp", "enable_expert_parallel": "expert_parallel"}
+_HARDWARE_KEYS = {"tensor_parallel_size": "tp", "data_parallel_size": "dp", "enable_expert_parallel": "expert_parallel",
+                  "pipeline_parallel_size": "pp"}
+#: Recorded values that say nothing (vLLM logs print ``pipeline_parallel_size=1`` by default): not
+#: taken, so a calibration's own ``pp`` stands and nothing more is printed than before PP existed.
+_NEUTRAL = {"pipeline_parallel_size": 1}
 #: Key of the click context's ``meta``: the settings :func:`fill_engine_options` took, by source.
 _TAKEN = "servecal.engine_settings_taken"
 #: Key of the click context's ``meta``: options typed unlike a source (:func:`typed_unlike_sources`).
@@ -76,7 +80,7 @@ def fill_engine_options(kwargs: dict, sources: list) -> list[str]:
         given = src is not None and src != click.core.ParameterSource.DEFAULT
         for label, settings in sources:
             value = (settings or {}).get(key)
-            if value is None:
+            if value is None or (key in _NEUTRAL and value == _NEUTRAL[key]):
                 continue
             if given:
                 if value != kwargs[name]:
@@ -229,7 +233,8 @@ def engine_sources(vllm_log: str | None, cal: Calibration | None = None, cal_pat
     return out
 
 
-def calibrated_cost_model(path, cal: Calibration, model_spec=None, tp: int | None = None, dp: int | None = None):
+def calibrated_cost_model(path, cal: Calibration, model_spec=None, tp: int | None = None, dp: int | None = None,
+                          pp: int | None = None):
     """The cost model of calibration file ``path``; a model it cannot build (an unknown
     term, a TP that does not divide the heads) is the file's fault when nothing overrides it.
 
@@ -238,14 +243,14 @@ def calibrated_cost_model(path, cal: Calibration, model_spec=None, tp: int | Non
     DataError
         Naming the file, when the file alone is at fault.
     ConfigError
-        When ``--model`` or ``--tp`` makes the combination impossible.
+        When ``--model``, ``--tp`` or ``--pp`` makes the combination impossible.
     """
     from ..cost_model import cost_model_from_calibration
     
 
     try:
-        return cost_model_from_calibration(cal, model_spec, tp, dp)
+        return cost_model_from_calibration(cal, model_spec, tp, dp, pp)
     except ConfigError as exc:
-        if model_spec is None and tp is None and dp is None:
+        if model_spec is None and tp is None and dp is None and pp is None:
             raise DataError(f"{path}: {exc}") from None
         raise

@@ -57,6 +57,10 @@ def replay_options(fn):
                      help="disagg: tensor-parallel degree of a prefill instance [default: --tp]."),
         click.option("--tp-decode", type=click.IntRange(min=1), default=None,
                      help="disagg: tensor-parallel degree of a decode instance [default: --tp]."),
+        click.option("--pp-prefill", type=click.IntRange(min=1), default=None,
+                     help="disagg: pipeline-parallel stages of a prefill instance [default: --pp]."),
+        click.option("--pp-decode", type=click.IntRange(min=1), default=None,
+                     help="disagg: pipeline-parallel stages of a decode instance [default: --pp]."),
         click.option("--link", type=click.Choice(list(link_presets())), default=None,
                      help="disagg: prefill-to-decode KV link [default: the GPU's own tp_link]."),
         click.option("--link-bandwidth-bytes-per-s", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -96,6 +100,15 @@ def replay_options(fn):
     return fn
 
 
+def pipeline_parallel_option(default: int | None, default_help: str):
+    """``--pp``/``--pipeline-parallel-size`` (vLLM's name): the pipeline-parallel stages of one
+    replica (:mod:`replay.pipeline`), shared by ``replay`` and ``calibrate``; the value is ``pp``."""
+    return click.option("--pp", "--pipeline-parallel-size", "pp", type=click.IntRange(min=1), default=default,
+                        show_default=default is not None,
+                        help="Pipeline-parallel stages of one replica (vLLM --pipeline-parallel-size): each holds "
+                             f"1/PP of the layers, up to PP micro-batches in flight{default_help}.")
+
+
 def output_options(fn):
     """``--wide`` and ``--quiet``: how much a command prints (shared with ``calibrate``)."""
     fn = click.option("-q", "--quiet", is_flag=True, default=False,
@@ -124,7 +137,7 @@ def report_folders(kwargs: dict) -> dict:
 
 
 #: Options of :func:`replay_options` that only ``--scheduler disagg`` uses (None when not given).
-DISAGG_OPTIONS = ("prefill_replicas", "decode_replicas", "tp_prefill", "tp_decode", "link",
+DISAGG_OPTIONS = ("prefill_replicas", "decode_replicas", "tp_prefill", "tp_decode", "pp_prefill", "pp_decode", "link",
                   "link_bandwidth_bytes_per_s", "link_latency_s", "first_token_from")
 
 

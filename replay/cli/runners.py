@@ -80,22 +80,23 @@ def no_band(points: list | None) -> str:
 
 def hardware(cost_model, replicas: int) -> str:
     """``"2 replicas of 2 x h100-80gb (TP=2), 4 GPUs"``, ``"1 x h100-80gb (TP=1)"`` or, with
-    data parallelism, ``"2 x rtx-pro-6000 (TP=1, DP=2)"``."""
-    dp = getattr(cost_model, "dp", 1)
-    one = f"{num_gpus(cost_model, 1)} x {cost_model.gpu.name} (TP={cost_model.tp}{f', DP={dp}' if dp > 1 else ''})"
+    data parallelism, ``"2 x rtx-pro-6000 (TP=1, DP=2)"`` (pipeline: ``PP=2``, its GPUs counted)."""
+    dp, pp = getattr(cost_model, "dp", 1), getattr(cost_model, "pp", 1)
+    one = (f"{num_gpus(cost_model, 1)} x {cost_model.gpu.name} (TP={cost_model.tp}{f', DP={dp}' if dp > 1 else ''}"
+           f"{f', PP={pp}' if pp > 1 else ''})")
     if replicas == 1:
         return one
     return f"{replicas} replicas of {one}, {num_gpus(cost_model, replicas)} GPUs"
 
 
 def num_gpus(cost_model, replicas: int, disagg=None) -> int:
-    """GPUs a run uses: ``replicas`` x TP x DP colocated, or the prefill and decode pools'
+    """GPUs a run uses: ``replicas`` x TP x DP x PP colocated, or the prefill and decode pools'
     (:func:`replay.disagg.pool_gpus`) of ``disagg`` (:class:`~replay.config.DisaggOptions`)."""
     if disagg is not None:
         from ..disagg import pool_gpus
 
         return pool_gpus(cost_model, disagg)
-    return replicas * cost_model.tp * getattr(cost_model, "dp", 1)
+    return replicas * cost_model.tp * getattr(cost_model, "dp", 1) * getattr(cost_model, "pp", 1)
 
 
 def check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers, exclusive) -> dict | None:
