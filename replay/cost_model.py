@@ -327,7 +327,7 @@ def kv_transfer_time_s(num_prompt_tokens: int, model: ModelSpec, link: Link) -> 
 
 def cost_model_from_calibration(cal: Calibration, model: ModelSpec | None = None, tp: int | None = None,
                                 dp: int | None = None, pp: int | None = None,
-                                gpu: GpuSpec | None = None) -> RooflineCostModel:
+                                gpu: GpuSpec | None = None, expert_parallel: bool | None = None) -> RooflineCostModel:
     """The cost model of a calibration file, optionally for another model, tensor/data/pipeline-
     parallel degree or GPU.
 
@@ -335,6 +335,8 @@ def cost_model_from_calibration(cal: Calibration, model: ModelSpec | None = None
     (``t_step_s``, ``t_seq_s``, front end) carry over; with ``gpu`` they are applied to that
     GPU's datasheet peak FLOP/s, memory bandwidth and link (its ``tp_link`` preset) instead of
     the calibrated one's: an extrapolation, since efficiencies differ between GPU generations.
+    ``expert_parallel`` (vLLM ``--enable-expert-parallel``; None: the calibration's) splits the
+    routed experts over the TP x DP GPUs.
 
     Raises
     ------
@@ -343,4 +345,5 @@ def cost_model_from_calibration(cal: Calibration, model: ModelSpec | None = None
     """
     params = CostParams(**{k: p.value for k, p in cal.params.items()})
     return RooflineCostModel(model or cal.model, gpu or cal.gpu, params, tp or cal.tp, dp=dp or cal.dp,
-                             expert_parallel=cal.expert_parallel, terms=tuple(cal.terms), pp=pp or cal.pp)
+                             expert_parallel=cal.expert_parallel if expert_parallel is None else expert_parallel,
+                             terms=tuple(cal.terms), pp=pp or cal.pp)

@@ -252,3 +252,27 @@ def test_band_cell_contains_the_point():
     assert band.cell("ttft_p50_s", fmt=ms_cell) == "1000 [900.0, 1200]"
     assert all(band.low[s] <= band.point[s] <= band.high[s] for s in BAND_STATS)
     assert np.isfinite(band.half_width("ttft_p50_s"))
+
+
+def test_enable_expert_parallel_is_an_option_of_replay_and_a_what_if(tmp_path):
+    """Issue #20: vLLM's --enable-expert-parallel, which ``calibrate fit`` has, is also replay's;
+    typed unlike the calibration it changes the MoE step (the all-to-all appears, each GPU reads
+    half the experts) and makes the replay a what-if."""
+    moe = RooflineCostModel(get_model("qwen3-30b-a3b"), get_gpu("rtx-pro-6000"), CostParams(), dp=2)
+    Calibration(moe.model, moe.gpu, 1, {}, terms=list(moe.terms), dp=2).write(tmp_path / "moe.json")
+    trace = synth_requests(30, 4.0, "fixed:300", "fixed:40", seed=3)
+    from traces.io import write_trace
+
+    write_trace(trace, REQUEST_TRACE, tmp_path / "t.parquet", {})
+    plain = invoke(tmp_path / "t.parquet", "--calibration", tmp_path / "moe.json", "-o", tmp_path / "a.parquet")
+    ep = invoke(tmp_path / "t.parquet", "--calibration", tmp_path / "moe.json", "--enable-expert-parallel",
+                "-o", tmp_path / "b.parquet", "--tolerance", "ttft_p50=0.1")
+    assert plain.exit_code == 0, plain.output
+    assert ep.exit_code == 2 and "--enable-expert-parallel True (the calibration" in ep.output.replace("\n", " ")
+    ep = invoke(tmp_path / "t.parquet", "--calibration", tmp_path / "moe.json", "--enable-expert-parallel",
+                "-o", tmp_path / "b.parquet")
+    assert ep.exit_code == 0, ep.output
+    a, b = pd.read_parquet(tmp_path / "a.parquet"), pd.read_parquet(tmp_path / "b.parquet")
+    with_ep = RooflineCostModel(moe.model, moe.gpu, CostParams(), dp=2, expert_parallel=True)
+    want, _ = replay_frame(trace, with_ep, ReplayConfig(EngineOptions()))
+    assert np.allclose(b["pred_e2e_s"], want["pred_e2e_s"]) and not np.allclose(a["pred_e2e_s"], b["pred_e2e_s"])

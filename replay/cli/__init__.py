@@ -43,6 +43,9 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
 @click.option("--data-parallel-size", "dp", type=click.IntRange(min=1), default=None,
               help="vLLM data-parallel ranks stepping in lock step [default: the calibration's].")
 @pipeline_parallel_option(None, " [default: the calibration's]")
+@click.option("--enable-expert-parallel/--no-enable-expert-parallel", "expert_parallel", default=None,
+              help="vLLM expert parallelism: routed experts split over the tp x dp GPUs [default: the "
+                   "calibration's].")
 @replay_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the replay result (replay_result/1 Parquet).")
@@ -91,7 +94,7 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
                    "(--sweep and --compare-schedulers: every row's).")
 @output_options
 @_errors
-def main(trace, calibration_path, model, tp, dp, pp, output, steps_out, token_times, chrome_trace, chrome_trace_window,
+def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, steps_out, token_times, chrome_trace, chrome_trace_window,
          chrome_trace_max_requests, report, measured_timeseries, tolerance, compare_schedulers, sweep, jobs,
          ray_address, sweep_out, vllm_log, wide, quiet, seed, band, **kwargs):
     """Replay TRACE through the simulated engine; compare with measured latencies.
@@ -149,7 +152,7 @@ def main(trace, calibration_path, model, tp, dp, pp, output, steps_out, token_ti
         click.echo(wrap(line), err=True)
     tp, dp, pp = kwargs.pop("tp"), kwargs.pop("dp"), kwargs.pop("pp")
     with taken_settings_checked():
-        cost_model = calibrated_cost_model(calibration_path, cal, model_spec, tp, dp, pp)
+        cost_model = calibrated_cost_model(calibration_path, cal, model_spec, tp, dp, pp, expert_parallel)
         kv_note = rederive_kv_blocks(kwargs, sources, cal, cost_model)
     if kv_note:
         click.echo(wrap(kv_note), err=True)
@@ -161,8 +164,7 @@ def main(trace, calibration_path, model, tp, dp, pp, output, steps_out, token_ti
     kind, frame, meta = read_trace(trace)
     if kind != REQUEST_TRACE:
         raise DataError(f"{trace}: is a {kind}; replay needs a request trace ({REQUEST_TRACE})")
-    differences = whatif_differences(cal, calibration_path, model_spec, cost_model.tp, cost_model.dp,
-                                     kwargs["scheduler"], meta)
+    differences = whatif_differences(cal, calibration_path, model_spec, cost_model, kwargs["scheduler"], meta)
     if tolerances:
         refuse_tolerance(differences)
     warning = check_limits(str(trace), frame, kwargs["max_num_seqs"], cost_model.dp)

@@ -43,7 +43,7 @@ def _trace_model(meta: dict | None) -> str | None:
         return None
 
 
-def whatif_differences(cal: Calibration, cal_path, model_spec, tp: int, dp: int, scheduler: str,
+def whatif_differences(cal: Calibration, cal_path, model_spec, cost_model, scheduler: str,
                        trace_meta: dict | None = None) -> list[str]:
     """What makes this replay differ from the measured run, one phrase per option
     (``"--tp 2 (the calibration cal.json says 1)"``); empty when it replays the measured run.
@@ -52,7 +52,7 @@ def whatif_differences(cal: Calibration, cal_path, model_spec, tp: int, dp: int,
     ----------
     cal, cal_path : the calibration and its file.
     model_spec : the ``--model`` given (None: the calibration's).
-    tp, dp : the tensor- and data-parallel degrees replayed.
+    cost_model : the replayed one (its ``tp``, ``dp``, ``pp`` and ``expert_parallel``).
     scheduler : the scheduler replayed.
     trace_meta : the trace's ``servecal.*`` metadata (an importer's ``model``, ``tp``).
 
@@ -60,7 +60,8 @@ def whatif_differences(cal: Calibration, cal_path, model_spec, tp: int, dp: int,
     -----
     Engine options typed unlike a recorded setting come from
     :func:`.engine_settings.fill_engine_options`; ``--model``, ``--tp`` and
-    ``--data-parallel-size`` are compared with the trace's metadata, else the calibration's;
+    ``--data-parallel-size``, ``--pp`` and ``--enable-expert-parallel`` are compared with the
+    trace's metadata (``--tp``), else the calibration's;
     a typed ``--scheduler`` that no source records with vLLM's ``chunked``.
     """
     out = [f"{f} {given} (the {label} says {value})" for f, given, value, label in typed_unlike_sources()]
@@ -72,9 +73,12 @@ def whatif_differences(cal: Calibration, cal_path, model_spec, tp: int, dp: int,
         if model_spec.name != measured:
             out.append(f"--model {model_spec.name} (the {label} says {measured})")
     for f, name, value, recorded, label in (
-            ("--tp", "tp", tp, *((_trace_int(trace_meta, "tp"), "trace") if _trace_int(trace_meta, "tp")
-                                  else (cal.tp, cal_label))),
-            ("--data-parallel-size", "dp", dp, cal.dp, cal_label)):
+            ("--tp", "tp", cost_model.tp, *((_trace_int(trace_meta, "tp"), "trace") if _trace_int(trace_meta, "tp")
+                                             else (cal.tp, cal_label))),
+            ("--data-parallel-size", "dp", cost_model.dp, cal.dp, cal_label),
+            ("--pp", "pp", cost_model.pp, cal.pp, cal_label),
+            ("--enable-expert-parallel", "expert_parallel", cost_model.expert_parallel, cal.expert_parallel,
+             cal_label)):
         if _typed(name) and f not in seen and value != recorded:
             out.append(f"{f} {value} (the {label} says {recorded})")
     if _typed("scheduler") and "--scheduler" not in seen and scheduler != MEASURED_SCHEDULER:

@@ -234,7 +234,7 @@ def engine_sources(vllm_log: str | None, cal: Calibration | None = None, cal_pat
 
 
 def calibrated_cost_model(path, cal: Calibration, model_spec=None, tp: int | None = None, dp: int | None = None,
-                          pp: int | None = None):
+                          pp: int | None = None, expert_parallel: bool | None = None):
     """The cost model of calibration file ``path``; a model it cannot build (an unknown
     term, a TP that does not divide the heads) is the file's fault when nothing overrides it.
 
@@ -243,14 +243,14 @@ def calibrated_cost_model(path, cal: Calibration, model_spec=None, tp: int | Non
     DataError
         Naming the file, when the file alone is at fault.
     ConfigError
-        When ``--model``, ``--tp`` or ``--pp`` makes the combination impossible.
+        When ``--model``, ``--tp``, ``--pp`` or ``--enable-expert-parallel`` makes the combination
+        impossible.
     """
     from ..cost_model import cost_model_from_calibration
-    
 
     try:
-        return cost_model_from_calibration(cal, model_spec, tp, dp, pp)
+        return cost_model_from_calibration(cal, model_spec, tp, dp, pp, expert_parallel=expert_parallel)
     except ConfigError as exc:
-        if model_spec is None and tp is None and dp is None and pp is None:
+        if model_spec is None and tp is None and dp is None and pp is None and expert_parallel is None:
             raise DataError(f"{path}: {exc}") from None
         raise
