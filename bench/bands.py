@@ -93,7 +93,7 @@ def case_rows(case) -> tuple[list[dict], list[str]]:
     for run in case.score:
         g = table[table["run"] == run.name]
         job = ScoredBandJob(run.trace, run.metadata, cm, replace(run.config, record=RecordOptions()), points,
-                            run.scored)
+                            fit.stats.get("model_error", {}) if fit is not None else {}, scored=run.scored)
         band = predict_with_band(job, point_row=stats_of(g))
         meas = stats_of(g, "meas")
         for s in STATS:

@@ -45,7 +45,7 @@ def to_calibration(fit: FitResult, cost_model, method: str, source: dict, engine
                    variants: list | None = None) -> Calibration:
     """The calibration file contents of ``fit`` for ``cost_model``'s hardware and terms."""
     stats = dict(fit.stats)
-    points = stats.pop("band_points", [])
+    points, discrepancy = stats.pop("band_points", []), stats.pop("model_error", {})
     stats.update({"method": method, "variant": fit.variant, "score": fit.score,
                   "correlations": fit.correlations, "warnings": fit.warnings})
     if variants:
@@ -53,4 +53,5 @@ def to_calibration(fit: FitResult, cost_model, method: str, source: dict, engine
     return Calibration(model=cost_model.model, gpu=cost_model.gpu, tp=cost_model.tp, params=dict(fit.params),
                        terms=list(cost_model.terms), dp=cost_model.dp, expert_parallel=cost_model.expert_parallel,
                        engine=dict(engine or {}), fit=stats, source=source, band_points=points,
+                       model_error=discrepancy,
                        pp=getattr(cost_model, "pp", 1))

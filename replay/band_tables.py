@@ -42,8 +42,13 @@ def band_legend(band: Band | None, reason: str | None = None) -> str:
         parts.append(f"the {band.n_points} points of the calibration's 95 % confidence set")
     if band.n_seeds:
         parts.append(f"{band.n_seeds} other seeds of the random draws")
-    return (f"[low, high]: the 95 % band, the range of the prediction replayed at {' and at '.join(parts)} "
-            "(an inner approximation of the projection of that set)")
+    text = (f"[low, high]: the 95 % band, the range of the prediction replayed at {' and at '.join(parts)} "
+            "(an inner approximation of the projection of that set)") if parts else "[low, high]: the 95 % band"
+    errs = [f"{m.removesuffix('_s').upper()} {d:.1%}" for m, d in band.model_error.items() if d]
+    if errs:
+        text += (f", with the misfit the calibration left beyond sampling noise ({', '.join(errs)}, x 1.96) "
+                 "added in quadrature")
+    return text
 
 
 def prediction_cells(band: Band, percentiles=PERCENTILES) -> tuple[list[str], list[list[str]]]:

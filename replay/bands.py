@@ -17,7 +17,7 @@ seeds on synthetic logs of a known cluster and ``bench/bands.py`` on real runs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -83,6 +83,8 @@ class Band:
         Points of the confidence set replayed (0: no band).
     n_seeds : int
         Other seeds the optimum was replayed at (0: the replay draws no random numbers).
+    model_error : dict
+        The calibration's model error the band includes (metric -> relative discrepancy).
     """
 
     point: dict
@@ -90,6 +92,7 @@ class Band:
     high: dict
     n_points: int
     n_seeds: int
+    model_error: dict = field(default_factory=dict)
 
     def cell(self, stat: str, scale: float = 1e3, digits: int = 1, fmt=None) -> str:
         """``"412.3 [398.0, 430.1]"``: the point and the band of ``stat``, times ``scale``;
@@ -108,8 +111,8 @@ class Band:
 
     @property
     def has_band(self) -> bool:
-        """Whether anything but the point was replayed (band points or other seeds)."""
-        return bool(self.n_points or self.n_seeds)
+        """Whether the band is more than the point (band points, other seeds or a model error)."""
+        return bool(self.n_points or self.n_seeds or any(self.model_error.values()))
 
     def holds(self, stat: str, value: float) -> bool:
         """Whether ``value`` lies in the band of ``stat`` (ends included)."""
@@ -121,14 +124,18 @@ class Band:
         return (self.high[stat] - self.low[stat]) / 2 / p if p else float("nan")
 
 
-def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = ()) -> Band:
+def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), model_error: dict | None = None) -> Band:
     """The band of ``point`` (:func:`prediction_row` at the calibration's values) from the rows
-    at the confidence set's points and at other seeds.
+    at the confidence set's points and at other seeds, and the calibration's model error.
 
     The band of a statistic is ``[min, max]`` over ``point`` and ``at_points``, widened by how
     far the seeds' rows fall below or above ``point``. Statistics that are NaN at some point
-    (no completed request) take the range of the finite ones."""
+    (no completed request) take the range of the finite ones. With ``model_error`` (metric ->
+    relative discrepancy ``d``, :attr:`schemas.calibration.Calibration.model_error`) each side
+    of a latency's band is combined in quadrature with ``1.96 d`` x the point: the parameters'
+    uncertainty and the model's discrepancy, independent errors (Kennedy & O'Hagan 2001)."""
     low, high = {}, {}
+    model_error = model_error or {}
     for s in BAND_STATS:
         p = point.get(s, np.nan)
         vals = np.array([p] + [r.get(s, np.nan) for r in at_points], float)
@@ -140,8 +147,12 @@ def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = ()) 
             if seeds.size:
                 lo += min(0.0, seeds.min() - p)
                 hi += max(0.0, seeds.max() - p)
+        d = model_error.get(s.split("_p")[0] + "_s", 0.0) if "_p" in s else 0.0
+        if d and np.isfinite(p):
+            w = 1.96 * d * abs(p)
+            lo, hi = p - float(np.hypot(p - lo, w)), p + float(np.hypot(hi - p, w))
         low[s], high[s] = float(lo), float(hi)
-    return Band(dict(point), low, high, len(at_points), len(at_seeds))
+    return Band(dict(point), low, high, len(at_points), len(at_seeds), dict(model_error))
 
 
 @dataclass
@@ -159,6 +170,8 @@ class BandJob:
     cfg : replay.config.ReplayConfig
     points : list of dict
         The calibration's band points.
+    model_error : dict
+        The calibration's model error (:attr:`schemas.calibration.Calibration.model_error`).
     """
 
     frame: pd.DataFrame
@@ -166,6 +179,7 @@ class BandJob:
     cost_model: object
     cfg: object
     points: list
+    model_error: dict = field(default_factory=dict)
 
     def replays(self) -> list[tuple[str, object, object]]:
         """What to replay: ``("point", cost model, cfg)`` once, ``("set", ...)`` per band point,
@@ -215,4 +229,4 @@ def predict_with_band(job: BandJob, point_row: dict | None = None, mapper=None) 
     if point_row is None:
         point_row = rows[0]
     return band_of_rows(point_row, [r for k, r in zip(kinds, rows) if k == "set"],
-                        [r for k, r in zip(kinds, rows) if k == "seed"])
+                        [r for k, r in zip(kinds, rows) if k == "seed"], job.model_error)

@@ -82,6 +82,10 @@ class Calibration:
         others at ``params``): where the data allow the parameters to be. ``replay`` replays
         at each to put a band on every prediction (:mod:`replay.bands`); empty in files
         written before bands (then a prediction has no band).
+    model_error : dict[str, float]
+        Per measured metric (``ttft_s``, ``tpot_s``, ``e2e_s``), the relative misfit of the fit
+        beyond the data's sampling noise (:func:`calibrate.discrepancy.model_error`): the bands
+        add it to the parameters' uncertainty. Empty for step fits and older files.
     """
 
     model: ModelSpec
@@ -95,6 +99,7 @@ class Calibration:
     fit: dict = field(default_factory=dict)
     source: dict = field(default_factory=dict)
     band_points: list = field(default_factory=list)
+    model_error: dict = field(default_factory=dict)
     pp: int = 1
 
     def value(self, name: str) -> float:
@@ -126,6 +131,7 @@ class Calibration:
             "fit": self.fit,
             "source": self.source,
             "band_points": self.band_points,
+            "model_error": self.model_error,
         }
 
     def write(self, path: str | os.PathLike) -> None:
@@ -168,7 +174,8 @@ class Calibration:
                       tp=d["tp"], params=params, terms=list(d.get("terms", _V1_TERMS)), dp=d.get("dp", 1),
                       expert_parallel=d.get("expert_parallel", False), engine=dict(d.get("engine") or {}),
                       fit=d.get("fit", {}), source=d.get("source", {}),
-                      band_points=[dict(pt.items()) for pt in d.get("band_points") or []], pp=d.get("pp", 1))
+                      band_points=[dict(pt.items()) for pt in d.get("band_points") or []],
+                      model_error=dict((d.get("model_error") or {}).items()), pp=d.get("pp", 1))
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError, SchemaError) as exc:
             raise SchemaError(wrap_error(f"{path}: calibration field missing or invalid: {exc}")) from None
         problem = cal.problem()
@@ -194,6 +201,10 @@ class Calibration:
                 problem = check_value(k, v, f"band_points[{i}].{k}")
                 if problem:
                     return problem
+        for k, v in self.model_error.items():
+            if k not in ("ttft_s", "tpot_s", "e2e_s") or isinstance(v, bool) or not isinstance(v, (int, float)) \
+                    or not 0 <= v < 100:
+                return f"model_error.{k} is {v!r}; expected ttft_s, tpot_s or e2e_s with a fraction >= 0"
         if not isinstance(self.expert_parallel, bool):
             return f"expert_parallel is {self.expert_parallel!r}; expected true or false"
         return None

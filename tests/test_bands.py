@@ -113,3 +113,31 @@ def test_a_step_fit_that_pins_every_term_gives_a_narrow_band():
     band = predict_with_band(BandJob(what_if, {}, _llama(fit.cost_params()), plain, fit.stats["band_points"]))
     for s in ("ttft_p50_s", "tpot_p50_s", "tpot_p90_s", "e2e_p50_s", "e2e_p90_s"):
         assert 0 < band.half_width(s) < 0.05, (s, band.half_width(s))
+
+
+def test_model_error_is_added_in_quadrature_by_hand():
+    band = band_of_rows(_row(10.0), [_row(9.0), _row(12.0)], model_error={"ttft_s": 0.05})
+    w = 1.96 * 0.05 * 10.0  # 0.98
+    assert band.low["ttft_p90_s"] == pytest.approx(10.0 - math.hypot(1.0, w))
+    assert band.high["ttft_p50_s"] == pytest.approx(10.0 + math.hypot(2.0, w))
+    assert (band.low["tpot_p90_s"], band.high["tpot_p90_s"]) == (9.0, 12.0)  # no TPOT model error given
+    assert (band.low["goodput_rps"], band.high["goodput_rps"]) == (9.0, 12.0)  # rates: the points only
+    assert band_of_rows(_row(1.0), [], model_error={"e2e_s": 0.1}).has_band
+
+
+def test_model_error_is_zero_for_the_true_model_and_the_misfit_of_a_wrong_one():
+    """A request log replayed by the cost model that made it: no discrepancy. The same log
+    against a model whose memory efficiency is 0.6 instead of 0.8 (every decode step ~30 %
+    slower): a TPOT discrepancy of that order, which no sampling noise explains."""
+    from calibrate.discrepancy import model_error
+    from calibrate.request_fit import QUANTILES, Run
+
+    cfg = ReplayConfig(engine=EngineOptions(max_num_seqs=32, max_num_batched_tokens=1024))
+    truth = _llama(CostParams(eta_mem=0.8, t_step_s=1e-4))
+    trace = synth_requests(300, 6.0, "lognormal:mean=600,sigma=0.6", "lognormal:mean=150,sigma=0.6", seed=2)
+    measured, _ = replay_frame(trace, truth, cfg)
+    trace = trace.assign(ttft_s=measured["pred_ttft_s"], tpot_s=measured["pred_tpot_s"], e2e_s=measured["pred_e2e_s"])
+    runs = [Run("synthetic", trace, cfg, {})]
+    assert model_error(runs, truth, QUANTILES) == {"ttft_s": 0.0, "tpot_s": 0.0, "e2e_s": 0.0}
+    wrong = model_error(runs, _llama(CostParams(eta_mem=0.6, t_step_s=1e-4)), QUANTILES)
+    assert 0.15 < wrong["tpot_s"] < 0.35, wrong

@@ -98,7 +98,8 @@ def what_if_bands(fits):
             trace = synth_requests(600, rate, "lognormal:mean=800,sigma=0.8", "lognormal:mean=200,sigma=0.7",
                                    seed=1000 + seed)
             truth, _ = replay_frame(trace, NoisyCostModel(_model(TRUTH), 0.03, np.random.default_rng(seed + 77)), cfg)
-            band = predict_with_band(BandJob(trace, {}, _model(fit.cost_params()), cfg, fit.stats["band_points"]))
+            band = predict_with_band(BandJob(trace, {}, _model(fit.cost_params()), cfg, fit.stats["band_points"],
+                                             fit.stats["model_error"]))
             out.append((seed, name, prediction_row(truth), band))
     return out
 

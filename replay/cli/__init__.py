@@ -157,6 +157,7 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
     if kv_note:
         click.echo(wrap(kv_note), err=True)
     points = cal.band_points if band else None  # None: no band replays at all (--no-band)
+    model_error = cal.model_error if band else {}
     if model_spec is not None and model_spec.name != cal.model.name:
         click.echo(wrap(f"note: the calibration was fitted on {cal.model.name}; its efficiencies are carried over "
                         f"to {model_spec.name} on the same GPU (an extrapolation: check against a measured run)"),
@@ -179,12 +180,14 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
     kwargs["seed"] = seed
     if names is not None:
         with taken_settings_checked():
-            compare_schedulers_run(frame, meta, cost_model, *multi_scheduler_config(kwargs), names, wide, points)
+            compare_schedulers_run(frame, meta, cost_model, *multi_scheduler_config(kwargs), names, wide, points,
+                                   model_error)
         return
     if sweeps is not None:
         with taken_settings_checked():
             cfg, disagg = multi_scheduler_config(kwargs) if "scheduler" in sweeps else (replay_config(kwargs), None)
-            sweep_run(frame, meta, cost_model, cfg, sweeps, jobs, ray_address, sweep_out, wide, quiet, disagg, points)
+            sweep_run(frame, meta, cost_model, cfg, sweeps, jobs, ray_address, sweep_out, wide, quiet, disagg, points,
+                      model_error)
         return
     with taken_settings_checked():
         cfg = replay_config(kwargs, RecordOptions(token_times=token_times, steps=steps_out is not None or bool(report),
@@ -255,7 +258,7 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
                             f"{written.end_s:.1f} s); raise it (0: no limit) or choose a --chrome-trace-window"),
                        err=True)
         click.echo(f"wrote {chrome_trace}")
-    pred_band = main_band(frame, meta, cost_model, cfg, points, result, seconds)
+    pred_band = main_band(frame, meta, cost_model, cfg, points, result, seconds, model_error)
     click.echo(format_prediction(pred_band, slo_words(sched), measured_goodput(result, sched), wide=wide,
                                  legend=None if band else "no band (--no-band)"))
     table = compare(result)

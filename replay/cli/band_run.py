@@ -25,13 +25,15 @@ def band_mapper(replays: int, seconds_each: float, jobs: int | None = None):
         yield mapper
 
 
-def band_of_replay(frame, meta, cost_model, cfg, points: list, point_row: dict, seconds_each: float):
+def band_of_replay(frame, meta, cost_model, cfg, points: list, point_row: dict, seconds_each: float,
+                   model_error: dict | None = None):
     """The band of one replay already run (``point_row``: its :func:`replay.bands.prediction_row`,
     which took ``seconds_each`` seconds), from its calibration's ``points`` (None: no band, not
     even the seed spread of a replay that draws random numbers).
 
     ``cfg`` is replayed without recording token times, steps or step requests (the band needs
-    the latencies only).
+    the latencies only). ``model_error``: the calibration's
+    (:attr:`schemas.calibration.Calibration.model_error`), added to the band.
     """
     from dataclasses import replace
 
@@ -40,12 +42,14 @@ def band_of_replay(frame, meta, cost_model, cfg, points: list, point_row: dict, 
 
     if points is None:  # --no-band
         return band_of_rows(point_row, [])
-    job = BandJob(frame, meta or {}, cost_model, replace(cfg, record=RecordOptions()), list(points))
+    job = BandJob(frame, meta or {}, cost_model, replace(cfg, record=RecordOptions()), list(points),
+                  dict(model_error or {}))
     with band_mapper(len(job.replays()) - 1, seconds_each) as mapper:
         return predict_with_band(job, point_row, mapper)
 
 
-def main_band(frame, meta, cost_model, cfg, points: list, result, seconds_each: float):
+def main_band(frame, meta, cost_model, cfg, points: list, result, seconds_each: float,
+              model_error: dict | None = None):
     """The band of ``replay``'s own replay (``result``, which took ``seconds_each`` seconds):
     :func:`band_of_replay` at the calibration's ``points``; a band of the point alone
     (:meth:`replay.bands.Band.has_band` False) when ``points`` is None (``--no-band``) or
@@ -54,9 +58,11 @@ def main_band(frame, meta, cost_model, cfg, points: list, result, seconds_each: 
 
     s = cfg.scheduling
     row = prediction_row(result, s.slo_ttft_s, s.slo_tpot_s)
-    if points is None or (not points and not cfg.engine.speculative_tokens):
+    if points is None:
         return band_of_rows(row, [])
-    return band_of_replay(frame, meta, cost_model, cfg, points, row, seconds_each)
+    if not points and not cfg.engine.speculative_tokens:
+        return band_of_rows(row, [], model_error=model_error)
+    return band_of_replay(frame, meta, cost_model, cfg, points, row, seconds_each, model_error)
 
 
 def slo_words(scheduling) -> str | None:

@@ -30,7 +30,8 @@ def parse_scheduler_list(text: str) -> list[str]:
 
 
 def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: DisaggOptions | None,
-                           names: list[str], wide: bool = False, points: list | None = ()) -> None:
+                           names: list[str], wide: bool = False, points: list | None = (),
+                           model_error: dict | None = None) -> None:
     """Replay ``frame`` under each scheduler of ``names`` (``cfg`` otherwise) and print one table.
 
     Colocated schedulers run on ``cfg``'s replicas, ``disagg`` on the pools ``disagg``
@@ -61,7 +62,8 @@ def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: D
         started = time.perf_counter()
         result, _ = replay_frame(frame, cost_model, run, meta)
         row = prediction_row(result, sched.slo_ttft_s, sched.slo_tpot_s)
-        band = band_of_replay(frame, meta, cost_model, run, points, row, time.perf_counter() - started)
+        band = band_of_replay(frame, meta, cost_model, run, points, row, time.perf_counter() - started,
+                              model_error)
         rows.append({"scheduler": name, "gpus": num_gpus(cost_model, sched.replicas, run.disagg),
                      **band_columns(row, band)})
     click.echo(format_scheduler_table(pd.DataFrame(rows), wide=wide))
@@ -152,7 +154,8 @@ def check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers,
 
 def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: int | None, ray_address: str | None,
               sweep_out: str | None, wide: bool = False, quiet: bool = False,
-              disagg: DisaggOptions | None = None, points: list | None = ()) -> None:
+              disagg: DisaggOptions | None = None, points: list | None = (),
+              model_error: dict | None = None) -> None:
     """Replay ``frame`` at every point of ``sweeps`` (``cfg`` otherwise; ``disagg``: the pools of swept
     ``disagg`` points), each also at the calibration's band ``points`` for its band; print the
     table, write ``sweep_out``."""
@@ -170,7 +173,7 @@ def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: in
                     f"scheduler {sched.scheduler}, max_num_seqs={eng.max_num_seqs}, "
                     f"max_num_batched_tokens={eng.max_num_batched_tokens}{loop} (swept options override these)"))
     start = time.perf_counter()
-    table = run_sweep(SweepContext(frame, meta or {}, cost_model, cfg, disagg, points), sweeps, jobs,
+    table = run_sweep(SweepContext(frame, meta or {}, cost_model, cfg, disagg, points, dict(model_error or {})), sweeps, jobs,
                       ray_address)
     where = (f"on Ray ({ray_address})" if ray_address else
              f"on {min(jobs or os.cpu_count() or 1, n)} local process(es)")

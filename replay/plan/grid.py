@@ -283,6 +283,8 @@ class Prepared:
         Its GPU type has no calibration of its own.
     band_points : list of dict
         That calibration's band points.
+    model_error : dict
+        That calibration's model error (:attr:`schemas.calibration.Calibration.model_error`).
     """
 
     candidate: Candidate
@@ -294,6 +296,7 @@ class Prepared:
     calibration: str = ""
     extrapolated: bool = False
     band_points: list = field(default_factory=list)
+    model_error: dict = field(default_factory=dict)
 
 
 def prepare(c: Candidate, cals: Calibrations, base_options: dict, prices: dict, longest_tokens: int) -> Prepared:
@@ -310,7 +313,8 @@ def prepare(c: Candidate, cals: Calibrations, base_options: dict, prices: dict, 
     """
     cost = c.num_gpus * prices[c.gpu] if prices else float(c.num_gpus)
     path, cal, own = cals.for_gpu(c.gpu)
-    out = Prepared(c, cost, calibration=path, extrapolated=not own, band_points=list(cal.band_points))
+    out = Prepared(c, cost, calibration=path, extrapolated=not own, band_points=list(cal.band_points),
+                   model_error=dict(cal.model_error))
     try:
         cm = cost_model_from_calibration(cal, tp=c.tp, dp=c.dp, gpu=get_gpu(c.gpu))
         pools = pool_cost_models(cm, None, c.tp_decode) if c.disagg else (cm,)

@@ -79,6 +79,8 @@ class SweepContext:
         The calibration's band points (:attr:`schemas.calibration.Calibration.band_points`):
         every point of the sweep is also replayed at each, for its band (empty: no band but
         the seed spread where the replay draws; None: no band at all).
+    model_error : dict
+        The calibration's model error (:attr:`schemas.calibration.Calibration.model_error`).
     """
 
     frame: pd.DataFrame
@@ -87,6 +89,7 @@ class SweepContext:
     cfg: ReplayConfig
     disagg: DisaggOptions | None = None
     band_points: list | None = field(default_factory=list)
+    model_error: dict = field(default_factory=dict)
 
 
 def evaluate_point(ctx: SweepContext, point: dict) -> dict:
@@ -112,7 +115,8 @@ def evaluate_point(ctx: SweepContext, point: dict) -> dict:
     result, _ = replay_frame(frame, ctx.cost_model, cfg, ctx.metadata)
     row = prediction_row(result, cfg.scheduling.slo_ttft_s, cfg.scheduling.slo_tpot_s)
     band = (band_of_rows(row, []) if ctx.band_points is None else
-            predict_with_band(BandJob(frame, ctx.metadata, ctx.cost_model, cfg, list(ctx.band_points)), row))
+            predict_with_band(BandJob(frame, ctx.metadata, ctx.cost_model, cfg, list(ctx.band_points),
+                                              ctx.model_error), row))
     return {**{column(k): v for k, v in point.items()}, **band_columns(row, band)}
 
 
