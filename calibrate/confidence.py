@@ -315,3 +315,27 @@ def covariance_points(params: dict, correlations: dict, level: float = 0.95) -> 
         for sign in (1.0, -1.0):
             points.append(dict(zip(names, map(float, np.clip(x0 + sign * axis, lo, hi)))))
     return points
+
+
+#: Most points a calibration carries for its bands: with the calibration's own values, a band
+#: costs at most ten replays (issue #18: a band within 10x one replay).
+MAX_BAND_POINTS = 9
+
+
+def spread_points(points: list[dict], center: dict, max_points: int = MAX_BAND_POINTS) -> list[dict]:
+    """At most ``max_points`` of ``points``, the most spread: greedy farthest-point sampling
+    (Gonzalez, Theor. Comput. Sci. 38, 1985) in units of each parameter's fit scale
+    (:data:`schemas.cost_params.PARAMS`), from ``center`` (the calibration's values), first the
+    point farthest from it. Every point when there are no more than ``max_points``.
+    """
+    if len(points) <= max_points:
+        return list(points)
+    names = sorted({n for p in points for n in p})
+    scale = np.array([PARAMS[n].fit_scale for n in names])
+    x = np.array([[p.get(n, center[n]) for n in names] for p in points]) / scale
+    dist = np.linalg.norm(x - np.array([center[n] for n in names]) / scale, axis=1)
+    chosen = [int(np.argmax(dist))]
+    while len(chosen) < max_points:
+        dist = np.minimum(dist, np.linalg.norm(x - x[chosen[-1]], axis=1))
+        chosen.append(int(np.argmax(dist)))
+    return [points[i] for i in sorted(chosen)]

@@ -26,7 +26,7 @@ from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, CostParams
 from schemas.status import OK, REJECTED
 from schemas.text import wrap_error
 
-from .confidence import confidence_set_intervals
+from .confidence import confidence_set_intervals, spread_points
 from .discrepancy import model_error
 from .errors import FitError
 from .fitting import FitResult, fit_variants
@@ -236,7 +236,7 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
         best.params, warns, best.stats["confidence_set"] = confidence_set_intervals(residual, best.params, data_cov,
                                                                                     runner=runner,
                                                                                     also_walk=unknown_held)
-        best.stats["band_points"] = best.stats["confidence_set"].pop("points")
+        best.stats["band_points"] = spread_points(best.stats["confidence_set"].pop("points"), best.values())
     best.stats["model_error"] = model_error(runs, cost_model.with_params(best.cost_params()), quantiles)
     delta = tuple(f"{n}: NOT IDENTIFIED" for n, p in best.params.items() if p.vary)
     best.warnings = [w for w in best.warnings if not w.startswith(delta)] + warns

@@ -8,7 +8,7 @@ from replay.cost_model import FRONTEND_PARAMS, RooflineCostModel
 from schemas.cost_params import PARAMS, CostParams
 from schemas.metrics import step_kind
 
-from .confidence import covariance_points
+from .confidence import covariance_points, spread_points
 from .errors import FitError
 from .fitting import FitResult, fit_variants, least_squares
 
@@ -180,7 +180,7 @@ def set_ci95(fit: FitResult, method: str, bootstrap: dict | None = None) -> None
     computed its own intervals (a request-log fit's confidence set) keeps them and its points."""
     if fit.stats.get("ci_method") == "confidence set":
         return
-    fit.stats["band_points"] = covariance_points(fit.params, fit.correlations)
+    fit.stats["band_points"] = spread_points(covariance_points(fit.params, fit.correlations), fit.values())
     for k, p in fit.params.items():
         if not p.vary or not p.identifiable:  # only a bound is known (FittedParam.bound)
             continue

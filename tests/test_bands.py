@@ -141,3 +141,13 @@ def test_model_error_is_zero_for_the_true_model_and_the_misfit_of_a_wrong_one():
     assert model_error(runs, truth, QUANTILES) == {"ttft_s": 0.0, "tpot_s": 0.0, "e2e_s": 0.0}
     wrong = model_error(runs, _llama(CostParams(eta_mem=0.6, t_step_s=1e-4)), QUANTILES)
     assert 0.15 < wrong["tpot_s"] < 0.35, wrong
+
+
+def test_spread_points_keeps_the_farthest_and_then_the_most_apart():
+    from calibrate.confidence import MAX_BAND_POINTS, spread_points
+
+    center = {"eta_mem": 0.5, "t_step_s": 1e-4}
+    pts = [{"eta_mem": 0.5 + d} for d in (0.01, 0.02, 0.03, 0.3, -0.2)]
+    # farthest from the center: +0.3; then the farthest from it: -0.2; then from both: +0.03
+    assert spread_points(pts, center, 3) == [pts[2], pts[3], pts[4]]
+    assert spread_points(pts, center) == pts and MAX_BAND_POINTS == 9

@@ -106,7 +106,7 @@ def what_if_bands(fits):
 
 def test_bands_of_what_ifs_hold_the_truth_over_seeds(what_if_bands):
     """Six seeds x three what-ifs x p50/p90 of TTFT, TPOT, E2E: the 95 % bands hold the true
-    value at least 90 % of the time (measured when written: 104 of 108)."""
+    value at least 90 % of the time (measured when written: 103 of 108)."""
     held = [band.holds(s, truth[s]) for _, _, truth, band in what_if_bands for s in BAND_CHECKED]
     assert sum(held) >= 0.9 * len(held), (sum(held), len(held))
 
