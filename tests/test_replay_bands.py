@@ -16,7 +16,7 @@ from replay.cost_model import RooflineCostModel
 from replay.kv_capacity import kv_block_bytes_per_rank
 from replay.simulate import replay_frame
 from replay.text import WIDTH
-from schemas.calibration import Calibration, FittedParam
+from schemas.calibration import Calibration, FittedParam, sha256_of
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
 from schemas.tables import REQUEST_TRACE
@@ -28,12 +28,13 @@ COST = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"),
 POINTS = [{"t_step_s": 0.5e-4}, {"t_step_s": 1.5e-4}]
 
 
-def write_cal(path, points=POINTS, engine=None, tp=1):
+def write_cal(path, points=POINTS, engine=None, tp=1, fitted_on=None):
     values = {k: v for k, v in COST.params.items() if v == v}
     Calibration(COST.model, COST.gpu, tp, {k: FittedParam(v, stderr=v / 10 or None, ci95=(v * 0.9, v * 1.1))
                                            for k, v in values.items()},
                 terms=list(COST.terms), engine=engine or {}, band_points=list(points),
-                source={"path": "fitted.parquet", "sha256": "0" * 64, "kind": REQUEST_TRACE}).write(path)
+                source={"path": str(fitted_on or "fitted.parquet"),
+                        "sha256": sha256_of(fitted_on) if fitted_on else "0" * 64, "kind": REQUEST_TRACE}).write(path)
 
 
 def invoke(*args):
@@ -72,7 +73,7 @@ def measured(tmp_path, monkeypatch):
     df = df.assign(queue_wait_s=meas["pred_queue_wait_s"], ttft_s=meas["pred_ttft_s"], tpot_s=meas["pred_tpot_s"],
                    e2e_s=meas["pred_e2e_s"])
     write_trace(df, REQUEST_TRACE, "m.parquet")
-    write_cal("cal.json", engine={"max_num_seqs": 32})
+    write_cal("cal.json", engine={"max_num_seqs": 32}, fitted_on="m.parquet")
     return "m.parquet", "cal.json"
 
 
@@ -145,6 +146,18 @@ def test_tolerance_is_refused_on_a_what_if(measured, args, named):
     res = invoke(trace, "--calibration", cal, *args, "--tolerance", "ttft_p50=0.1")
     assert res.exit_code == 2, res.output
     assert "what-if" in res.output and named in " ".join(res.output.split())
+
+
+def test_a_calibration_carried_to_another_run_is_validated_not_a_what_if(measured):
+    """The README's transfer check (Llama's calibration replaying the Qwen3-32B TP2 run with
+    --model and --tp): the calibration was fitted on another trace, so its model and TP are not
+    the measured run's; the comparison stays an error and --tolerance judges it."""
+    trace, _ = measured
+    write_cal("other.json", engine={"max_num_seqs": 32})  # fitted on another trace
+    res = invoke(trace, "--calibration", "other.json", "--tp", 2, "--scheduler", "fcfs", "--tolerance",
+                 "ttft_p50=10")
+    assert res.exit_code == 0, res.output
+    assert "WHAT-IF" not in res.output and "err_p50" in res.output
 
 
 # -- item 3: the KV cache at another TP ---------------------------------------------------------------
@@ -259,11 +272,12 @@ def test_enable_expert_parallel_is_an_option_of_replay_and_a_what_if(tmp_path):
     typed unlike the calibration it changes the MoE step (the all-to-all appears, each GPU reads
     half the experts) and makes the replay a what-if."""
     moe = RooflineCostModel(get_model("qwen3-30b-a3b"), get_gpu("rtx-pro-6000"), CostParams(), dp=2)
-    Calibration(moe.model, moe.gpu, 1, {}, terms=list(moe.terms), dp=2).write(tmp_path / "moe.json")
     trace = synth_requests(30, 4.0, "fixed:300", "fixed:40", seed=3)
     from traces.io import write_trace
 
     write_trace(trace, REQUEST_TRACE, tmp_path / "t.parquet", {})
+    Calibration(moe.model, moe.gpu, 1, {}, terms=list(moe.terms), dp=2,  # fitted on this trace
+                source={"path": "t.parquet", "sha256": sha256_of(tmp_path / "t.parquet")}).write(tmp_path / "moe.json")
     plain = invoke(tmp_path / "t.parquet", "--calibration", tmp_path / "moe.json", "-o", tmp_path / "a.parquet")
     ep = invoke(tmp_path / "t.parquet", "--calibration", tmp_path / "moe.json", "--enable-expert-parallel",
                 "-o", tmp_path / "b.parquet", "--tolerance", "ttft_p50=0.1")

@@ -165,7 +165,8 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
     kind, frame, meta = read_trace(trace)
     if kind != REQUEST_TRACE:
         raise DataError(f"{trace}: is a {kind}; replay needs a request trace ({REQUEST_TRACE})")
-    differences = whatif_differences(cal, calibration_path, model_spec, cost_model, kwargs["scheduler"], meta)
+    differences = whatif_differences(cal, calibration_path, model_spec, cost_model, kwargs["scheduler"], meta,
+                                     trace, sources)
     if tolerances:
         refuse_tolerance(differences)
     warning = check_limits(str(trace), frame, kwargs["max_num_seqs"], cost_model.dp)

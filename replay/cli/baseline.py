@@ -44,7 +44,7 @@ def _trace_model(meta: dict | None) -> str | None:
 
 
 def whatif_differences(cal: Calibration, cal_path, model_spec, cost_model, scheduler: str,
-                       trace_meta: dict | None = None) -> list[str]:
+                       trace_meta: dict | None = None, trace_path=None, sources: list = ()) -> list[str]:
     """What makes this replay differ from the measured run, one phrase per option
     (``"--tp 2 (the calibration cal.json says 1)"``); empty when it replays the measured run.
 
@@ -55,33 +55,43 @@ def whatif_differences(cal: Calibration, cal_path, model_spec, cost_model, sched
     cost_model : the replayed one (its ``tp``, ``dp``, ``pp`` and ``expert_parallel``).
     scheduler : the scheduler replayed.
     trace_meta : the trace's ``servecal.*`` metadata (an importer's ``model``, ``tp``).
+    trace_path : the trace; the calibration's model, parallelism and scheduler are the measured
+        run's only when the calibration was fitted on it (same sha256,
+        :func:`replay.report.provenance.in_sample`): replaying another run with a calibration
+        carried to its model or TP (a transfer being validated) is not a what-if.
+    sources : the engine settings' sources (:func:`.engine_settings.engine_sources`).
 
     Notes
     -----
     Engine options typed unlike a recorded setting come from
     :func:`.engine_settings.fill_engine_options`; ``--model``, ``--tp`` and
     ``--data-parallel-size``, ``--pp`` and ``--enable-expert-parallel`` are compared with the
-    trace's metadata (``--tp``), else the calibration's;
-    a typed ``--scheduler`` that no source records with vLLM's ``chunked``.
+    trace's metadata (``--tp``), else the calibration's when it was fitted on this trace; a
+    typed ``--scheduler`` that no source records with vLLM's ``chunked``, also only then.
     """
+    from ..report.provenance import in_sample
+
+    fitted_here = trace_path is not None and in_sample(trace_path, cal).startswith("in sample")
     out = [f"{f} {given} (the {label} says {value})" for f, given, value, label in typed_unlike_sources()]
     seen = {f for f, *_ in typed_unlike_sources()}
     cal_label = f"calibration {cal_path}"
+    cal_or_none = (lambda v: (v, cal_label)) if fitted_here else (lambda v: (None, None))
     if model_spec is not None:
-        measured, label = (_trace_model(trace_meta), "trace") if _trace_model(trace_meta) else (cal.model.name,
-                                                                                                  cal_label)
-        if model_spec.name != measured:
+        measured, label = (_trace_model(trace_meta), "trace") if _trace_model(trace_meta) else \
+            cal_or_none(cal.model.name)
+        if measured is not None and model_spec.name != measured:
             out.append(f"--model {model_spec.name} (the {label} says {measured})")
-    for f, name, value, recorded, label in (
-            ("--tp", "tp", cost_model.tp, *((_trace_int(trace_meta, "tp"), "trace") if _trace_int(trace_meta, "tp")
-                                             else (cal.tp, cal_label))),
-            ("--data-parallel-size", "dp", cost_model.dp, cal.dp, cal_label),
-            ("--pp", "pp", cost_model.pp, cal.pp, cal_label),
-            ("--enable-expert-parallel", "expert_parallel", cost_model.expert_parallel, cal.expert_parallel,
-             cal_label)):
-        if _typed(name) and f not in seen and value != recorded:
+    for f, name, value, (recorded, label) in (
+            ("--tp", "tp", cost_model.tp, (_trace_int(trace_meta, "tp"), "trace") if _trace_int(trace_meta, "tp")
+             else cal_or_none(cal.tp)),
+            ("--data-parallel-size", "dp", cost_model.dp, cal_or_none(cal.dp)),
+            ("--pp", "pp", cost_model.pp, cal_or_none(cal.pp)),
+            ("--enable-expert-parallel", "expert_parallel", cost_model.expert_parallel,
+             cal_or_none(cal.expert_parallel))):
+        if _typed(name) and f not in seen and recorded is not None and value != recorded:
             out.append(f"{f} {value} (the {label} says {recorded})")
-    if _typed("scheduler") and "--scheduler" not in seen and scheduler != MEASURED_SCHEDULER:
+    if (_typed("scheduler") and "--scheduler" not in seen and fitted_here and scheduler != MEASURED_SCHEDULER
+            and recorded_setting(list(sources), "scheduler")[0] is None):
         out.append(f"--scheduler {scheduler} (the measured run: vLLM's {MEASURED_SCHEDULER})")
     return out
 
