@@ -126,9 +126,33 @@ def row_band(row: dict) -> Band:
     (:func:`band_columns`); a row without them has no band."""
     from .bands import BAND_STATS
 
-    has = all(f"{s}_low" in row for s in BAND_STATS)
-    low = {s: row[f"{s}_low"] if has else row.get(s, np.nan) for s in BAND_STATS}
-    high = {s: row[f"{s}_high"] if has else row.get(s, np.nan) for s in BAND_STATS}
+    # a table without goodput (no --slo-ttft-s/--slo-tpot-s) has no goodput band either
+    present = [s for s in BAND_STATS if s in row]
+    has = bool(present) and all(f"{s}_low" in row for s in present)
+    low = {s: row[f"{s}_low"] if has and s in present else row.get(s, np.nan) for s in BAND_STATS}
+    high = {s: row[f"{s}_high"] if has and s in present else row.get(s, np.nan) for s in BAND_STATS}
     n = int(row.get("band_points", 0) or 0) if has else 0
     return Band({s: row.get(s, np.nan) for s in (*BAND_STATS, "n_ok")}, low, high, n,
                 int(row.get("band_seeds", 0) or 0) if has else 0)
+
+
+def band_table_cells(table, lead: list[str], percentiles=PERCENTILES) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of a table of predictions with bands (a sweep's or a scheduler
+    comparison's, rows of :func:`band_columns`) for a report: every row, the ``lead`` columns,
+    ``n_ok``, then every percentile of TTFT, TPOT, E2E and queue wait (ms) and the goodput and
+    throughput (requests/s), each ``"point [low, high]"`` as the printed tables write their band
+    cells (:func:`band_cell`, :func:`rate_cell`)."""
+    from .compare import SCHEDULER_TABLE_METRICS
+
+    stats = [(m, q) for m in SCHEDULER_TABLE_METRICS for q in percentiles]
+    rates = [c for c in ("goodput_rps", "throughput_rps") if c in table]
+    lead = [c for c in lead if c in table]
+    head = lead + ["n_ok"] + [f"{m}_p{q}_ms" for m, q in stats] + rates
+    rows = []
+    for r in table.to_dict("records"):
+        band = row_band(r)
+        cells = [f"{r[c]:g}" if isinstance(r[c], float) else str(r[c]) for c in lead] + [str(r["n_ok"])]
+        cells += [band_cell(band, f"{m}_p{q}_s") if f"{m}_p{q}_s" in r else "-" for m, q in stats]
+        cells += [rate_cell(band, c) for c in rates]
+        rows.append(cells)
+    return head, rows

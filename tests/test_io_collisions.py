@@ -180,3 +180,27 @@ def test_an_html_report_has_no_folder_to_keep_clear(files):
     assert sorted(p.name for p in (files / "rp_files").iterdir()) == ["cdf.parquet"]
     (files / "ff_files").write_text("x")
     assert invoke(*REPLAY, "--report", "ff.html").exit_code == 0
+
+
+# --- the reports of replay --sweep, --compare-schedulers and plan ----------------------------------
+
+@pytest.mark.parametrize("cmd", [
+    REPLAY + ["--sweep", "max-num-seqs=1,2", "--jobs", "1", "--sweep-out", "rp_files/s.csv"],
+    REPLAY + ["--compare-schedulers", "fcfs,chunked", "--measured-timeseries", "rp_files/s.csv"],
+    ["plan", "t.parquet", "--calibration", "cal.json", "--slo", "ttft_p90=2s", "--jobs", "1", "-o", "rp_files/s.csv"],
+])
+def test_the_table_reports_keep_their_figure_folder_clear(files, cmd):
+    (files / "rp_files").mkdir()
+    (files / "rp_files" / "s.csv").write_text("KEEP\n")
+    res = invoke(*cmd, "--report", "rp.md")
+    assert res.exit_code == 2, res.output
+    assert "rp_files/s.csv: inside the folder rp_files, which --report rp.md fills with its figures" in flat(res.output)
+    assert (files / "rp_files" / "s.csv").read_text() == "KEEP\n" and not (files / "rp.md").exists()
+
+
+def test_plan_report_is_an_output_never_an_input(files):
+    before = (files / "cal.json").read_bytes()
+    (files / "c.md").write_bytes(before)
+    res = invoke("plan", "t.parquet", "--calibration", "c.md", "--slo", "ttft_p90=2s", "--report", "c.md")
+    assert res.exit_code == 2 and "the same file as the input --calibration" in flat(res.output)
+    assert (files / "c.md").read_bytes() == before

@@ -119,6 +119,40 @@ def test_cli_band_vs_point_says_what_to_measure(tmp_path):
     assert (table["kv_blocks"] == kv_capacity_blocks(MODEL, GPU, 1, 0.9, 16)).all()
 
 
+@pytest.mark.parametrize("name", ["p.html", "p.md"])
+def test_cli_report_has_the_candidates_table_and_the_front(tmp_path, monkeypatch, name):
+    """plan --report: the provenance of the replay report, the table's cells as printed, the front drawn."""
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    write_trace(TRACE, REQUEST_TRACE, "t.parquet")
+    calibration(band_points=[SLOW]).write("cal.json")
+    res = CliRunner().invoke(servecal, ["plan", "t.parquet", "--calibration", "cal.json", "--slo", SLO,
+                                        "--replicas", "1:5", "--jobs", "1", "--probes", "0", "--report", name],
+                             prog_name="servecal")
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / name).read_text()
+    answer = next(line for line in res.output.splitlines() if line.lstrip().startswith("*"))
+    cell = re.search(r"\d[\d.]* \[[\d.]+, [\d.]+\]", answer).group(0)  # ttft_p90 of the answer, as printed
+    assert cell in text
+    assert "servecal plan report" in text and "eta_compute" in text and "NOT IDENTIFIED" in text
+    assert "servecal plan t.parquet --calibration cal.json" in text and "answer: 4 x h100-80gb TP1" in text
+    if name.endswith(".html"):
+        assert len(re.findall(r'<img alt="[^"]+" src="data:image/png;base64,', text)) == 1
+    else:
+        assert "](p_files/front.png)" in text
+        assert (tmp_path / "p_files" / "front.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_report_bad_suffix_fails_before_the_plan(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_trace(TRACE, REQUEST_TRACE, "t.parquet")
+    calibration().write("cal.json")
+    res = CliRunner().invoke(servecal, ["plan", "t.parquet", "--calibration", "cal.json", "--slo", SLO,
+                                        "--report", "p.pdf"])
+    assert res.exit_code == 2 and "use .md or .html" in res.output and "plan:" not in res.output
+
+
 def test_kv_blocks_are_derived_at_each_candidates_tp_not_carried():
     cal = calibration()
     slo = parse_slo([SLO])

@@ -218,6 +218,63 @@ def test_compare_schedulers_rows_carry_bands_and_gpu_counts(spaced):
     assert off.exit_code == 0 and "no band (--no-band)" in off.output and "[" not in _row(off.output, "chunked")
 
 
+# -- issue 18 item 5: --report with --sweep and --compare-schedulers -----------------------------------
+
+def _report_checks(path, cell, figure):
+    """The report at ``path`` has the provenance, the band cell ``cell`` and one figure ``figure``."""
+    import re
+    from pathlib import Path
+
+    text = Path(path).read_text()
+    assert cell in text, (cell, text[:3000])
+    assert "eta_compute" in text and "identified" in text and "95 % band" in text
+    assert "replay t.parquet --calibration cal.json" in text  # the command line
+    if str(path).endswith(".html"):
+        assert len(re.findall(r'<img alt="[^"]+" src="data:image/png;base64,', text)) == 1
+        assert "<dt>command</dt>" in text
+    else:
+        stem = Path(path).stem
+        assert f"]({stem}_files/{figure})" in text
+        assert Path(f"{stem}_files/{figure}").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return text
+
+
+@pytest.mark.parametrize("name", ["s.html", "s.md"])
+def test_sweep_report_has_the_table_with_bands_and_the_figure(spaced, name):
+    from replay.band_tables import band_cell, row_band
+
+    trace, cal = spaced
+    res = invoke(trace, "--calibration", cal, "--sweep", "max-num-seqs=1,2", "--sweep-out", "s.csv", "--jobs", 1,
+                 "--report", name)
+    assert res.exit_code == 0, res.output
+    assert f"wrote {name}" in res.output
+    table = pd.read_csv("s.csv")
+    cell = band_cell(row_band(table.iloc[1].to_dict()), "ttft_p90_s")
+    assert cell in _row(res.output, "2")  # the printed table's cell...
+    text = _report_checks(name, cell, "sweep.png")  # ...is the report's
+    assert "servecal sweep report" in text and "e2e_p99_ms" in text  # every statistic, not the printed few
+
+
+@pytest.mark.parametrize("name", ["c.html", "c.md"])
+def test_compare_schedulers_report_has_the_table_with_bands_and_the_figure(spaced, name):
+    trace, cal = spaced
+    res = invoke(trace, "--calibration", cal, "--compare-schedulers", "fcfs,chunked", "--report", name)
+    assert res.exit_code == 0, res.output
+    row = _row(res.output, "chunked")
+    cell = row[row.index("[") - 1 - len(row[:row.index("[") - 1].split()[-1]):row.index("]") + 1]
+    text = _report_checks(name, cell, "schedulers.png")
+    assert "servecal scheduler comparison report" in text
+    assert text.count("fcfs") >= 1 and text.count("chunked") >= 2  # the command line and its row
+
+
+def test_sweep_and_compare_schedulers_refuse_measured_timeseries(spaced):
+    trace, cal = spaced
+    open("ts.csv", "w").write("t,running,waiting\n1.0,1,0\n")
+    res = invoke(trace, "--calibration", cal, "--sweep", "max-num-seqs=1,2", "--report", "r.md",
+                 "--measured-timeseries", "ts.csv")
+    assert res.exit_code == 2 and "cannot be combined with --measured-timeseries" in res.output
+
+
 def test_no_band_skips_even_the_seed_replays_of_speculative_decoding(spaced):
     trace, cal = spaced
     spec = ("--speculative-tokens", 3, "--spec-acceptance-rate", 0.7)

@@ -342,3 +342,48 @@ def test_simulated_running_never_exceeds_max_num_seqs_with_a_front_end():
     t = np.linspace(0.0, float((res["arrival_time_s"] + res["pred_e2e_s"]).max()), 20_000)
     running, _ = simulated_counts(res, t)
     assert running.max() == 8
+
+
+def test_per_benchmark_table_by_hand(tmp_path):
+    """A GuideLLM sweep's trace (a benchmark column): each benchmark compared on its own rows.
+    A: measured TTFT 100, 300 ms -> p50 200, p90 280; predicted 100, 500 -> p50 300 (+50.0%), p90 460.
+    B: measured 1000, 1000 ms, predicted 1100, 1100 -> +10.0%."""
+    meas = np.array([0.1, 0.3, 1.0, 1.0])
+    pred = np.array([0.1, 0.5, 1.1, 1.1])
+    res = pd.DataFrame({"request_id": list("abcd"), "arrival_time_s": [0.0, 1.0, 2.0, 3.0],
+                        "num_prompt_tokens": 10, "num_output_tokens": 3, "benchmark": ["A", "A", "B", "B"],
+                        "ttft_s": meas, "pred_ttft_s": pred, "tpot_s": meas / 10, "pred_tpot_s": pred / 10,
+                        "e2e_s": meas * 2, "pred_e2e_s": pred * 2, "pred_status": "ok"})
+    for name in ("b.md", "b.html"):
+        write_report(res, tmp_path / name)
+    lines = (tmp_path / "b.md").read_text().splitlines()
+    i = lines.index("## Per benchmark")
+    head = lines[i + 4].strip("| ").split(" | ")
+    assert head[:5] == ["benchmark", "n", "ttft_meas_p50", "ttft_pred_p50", "ttft_err_p50"]
+    a = dict(zip(head, lines[i + 6].strip("| ").split(" | ")))
+    b = dict(zip(head, lines[i + 7].strip("| ").split(" | ")))
+    assert (a["benchmark"], a["n"]) == ("A", "2") and (b["benchmark"], b["n"]) == ("B", "2")
+    assert (a["ttft_meas_p50"], a["ttft_pred_p50"], a["ttft_err_p50"]) == ("200.0", "300.0", "+50.0%")
+    assert (a["ttft_meas_p90"], a["ttft_pred_p90"]) == ("280.0", "460.0")
+    assert (b["ttft_meas_p50"], b["ttft_pred_p50"], b["ttft_err_p50"]) == ("1000", "1100", "+10.0%")
+    assert (a["tpot_meas_p50"], a["tpot_pred_p50"]) == ("20.0", "30.0")
+    assert (b["e2e_meas_p90"], b["e2e_pred_p90"], b["e2e_err_p90"]) == ("2000", "2200", "+10.0%")
+    html = (tmp_path / "b.html").read_text()
+    assert "<h2>Per benchmark</h2>" in html and "<td>+50.0%</td>" in html
+    write_report(res.drop(columns="benchmark"), tmp_path / "n.md")
+    assert "Per benchmark" not in (tmp_path / "n.md").read_text()
+
+
+def test_cli_report_of_a_guidellm_sweep_has_the_per_benchmark_table(tmp_path):
+    """The benchmark column survives the replay into the report."""
+    from replay.cli import main
+    from traces.io import read_trace, write_trace
+
+    trace, cal, opts = make_cli_inputs(tmp_path, error=0.05)
+    kind, frame, meta = read_trace(trace)
+    frame["benchmark"] = ["low" if i < len(frame) // 2 else "high" for i in range(len(frame))]
+    write_trace(frame, kind, trace, meta)
+    res = CliRunner().invoke(main, [str(trace), "--calibration", str(cal), *opts, "--report", str(tmp_path / "r.md")])
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / "r.md").read_text()
+    assert "## Per benchmark" in text and "| low |" in text and "| high |" in text

@@ -25,7 +25,8 @@ from .engine_settings import (calibrated_cost_model, check_limits, engine_source
 from .baseline import refuse_tolerance, rederive_kv_blocks, whatif_differences
 from .options import (chrome_trace_options, command_line, output_options, parse_tolerances, pipeline_parallel_option,
                       replay_options, report_folders, show_progress)
-from .runners import check_sweep_options, compare_schedulers_run, hardware, parse_scheduler_list, sweep_run
+from .runners import (TableReport, check_sweep_options, compare_schedulers_run, hardware, parse_scheduler_list,
+                      sweep_run)
 
 # an unknown --model is a bad option (exit 2), as in 'calibrate fit'; a bad spec inside a
 # calibration file is reported as that file's fault (SchemaError, exit 1) by Calibration.read
@@ -64,7 +65,8 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
                    "arrives (0: no limit).")
 @click.option("--report", type=click.Path(dir_okay=False), default=None,
               help="Write a measured-vs-predicted report: .html (one self-contained file, figures embedded) "
-                   "or .md (figures in the folder <name>_files beside it).")
+                   "or .md (figures in the folder <name>_files beside it); with --sweep or --compare-schedulers "
+                   "the table of predictions with its bands and a figure.")
 @click.option("--measured-timeseries", type=click.Path(dir_okay=False), default=None,
               help="Measured 1 s time series (CSV: t, running, waiting, ...; vLLM's timeseries.csv; t in "
                    "seconds since the trace's start) to plot against the simulated counts in --report.")
@@ -125,11 +127,13 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
     names = None
     sweeps = check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers,
                                  (("-o", output), ("--steps-out", steps_out), ("--chrome-trace", chrome_trace),
-                                  ("--report", report), ("--tolerance", tolerance), ("--token-times", token_times)))
+                                  ("--measured-timeseries", measured_timeseries), ("--tolerance", tolerance),
+                                  ("--token-times", token_times)))
     if compare_schedulers is not None:
         names = parse_scheduler_list(compare_schedulers)
         clash = [opt for opt, v in (("-o", output), ("--steps-out", steps_out), ("--chrome-trace", chrome_trace),
-                                    ("--report", report), ("--tolerance", tolerance)) if v]
+                                    ("--measured-timeseries", measured_timeseries), ("--tolerance", tolerance))
+                 if v]
         if clash:
             raise ConfigError(f"--compare-schedulers prints one table of predictions; it cannot be combined "
                               f"with {', '.join(clash)}")
@@ -179,16 +183,27 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
         if warning:
             click.echo(wrap(warning), err=True)
     kwargs["seed"] = seed
+
+    def table_report(cfg) -> TableReport | None:
+        """Where and what the report of a table of predictions says was run (--report)."""
+        from ..report import report_context
+
+        if not report:
+            return None
+        return TableReport(report, report_context(trace, calibration_path, cost_model, cfg, command=command_line()),
+                           (str(calibration_path), cal), trace)
+
     if names is not None:
         with taken_settings_checked():
-            compare_schedulers_run(frame, meta, cost_model, *multi_scheduler_config(kwargs), names, wide, points,
-                                   model_error)
+            cfg, disagg = multi_scheduler_config(kwargs)
+            compare_schedulers_run(frame, meta, cost_model, cfg, disagg, names, wide, points, model_error,
+                                   table_report(cfg))
         return
     if sweeps is not None:
         with taken_settings_checked():
             cfg, disagg = multi_scheduler_config(kwargs) if "scheduler" in sweeps else (replay_config(kwargs), None)
             sweep_run(frame, meta, cost_model, cfg, sweeps, jobs, ray_address, sweep_out, wide, quiet, disagg, points,
-                      model_error)
+                      model_error, table_report(cfg))
         return
     with taken_settings_checked():
         cfg = replay_config(kwargs, RecordOptions(token_times=token_times, steps=steps_out is not None or bool(report),

@@ -194,7 +194,7 @@ def command_line() -> str:
     import shlex
 
     ctx = click.get_current_context()
-    words = [ctx.command_path]
+    words = ctx.command_path.split()  # 'servecal plan': two words, not one quoted
     for p in ctx.command.params:
         if ctx.get_parameter_source(p.name) != click.core.ParameterSource.COMMANDLINE:
             continue

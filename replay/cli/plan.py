@@ -12,9 +12,9 @@ from traces.cli.support import DataError, FoldedCommand, user_errors, version_op
 
 from ..errors import ConfigError, ReplayError
 from ..text import wrap
-from .options import output_options, show_progress
+from .options import output_options, report_folders, show_progress
 
-_errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, SpecError))
+_errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, SpecError), output_folders=report_folders)
 
 
 @click.command(cls=FoldedCommand, context_settings={"help_option_names": ["-h", "--help"]})
@@ -67,11 +67,15 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
               help="Run the replays on the Ray cluster at ADDR (needs pip install 'servecal[ray]').")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write every candidate's row (.csv or .parquet; seconds, requests/s).")
+@click.option("--report", type=click.Path(dir_okay=False), default=None,
+              help="Write the plan as a report: .html (one self-contained file) or .md (its figure in the folder "
+                   "<name>_files beside it): the calibrations' parameters, the candidates with their bands, the "
+                   "answer, the Pareto front drawn.")
 @output_options
 @_errors
 def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens,
          schedulers, prefill_replicas, decode_replicas, prefill_tp, decode_tp, router, gpu_memory_utilization, price,
-         confidence, top_k, probes, exhaustive, jobs, ray_address, output, wide, quiet):
+         confidence, top_k, probes, exhaustive, jobs, ray_address, output, report, wide, quiet):
     """Find the cheapest deployment whose predicted latencies meet the SLOs at a rate.
 
     Candidates (GPU type x TP x replicas x engine limits x scheduler) replay TRACE at the
@@ -98,6 +102,10 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max
     slos = parse_slo(slo)  # a bad option fails before anything is read
     if output:
         check_output_path(output)
+    if report:
+        from ..report import report_format
+
+        report_format(report)  # an unknown suffix fails before the plan
     if rate is not None and rate_scale is not None:
         raise click.UsageError("--rate and --rate-scale: give one")
     if not calibration_path:
@@ -146,5 +154,17 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max
 
         write_plan(plan_frame(result.result, slos, bool(prices)), output)
         click.echo(wrap(f"wrote {output}"))
+    if report:
+        from ..report import report_context
+        from ..report.predictions import write_plan_report
+        from .options import command_line
+
+        context = report_context(trace, ", ".join(map(str, calibration_path)), command=command_line())
+        from .plan_report import answer_lines, header_lines, skipped_lines
+
+        lines = {"header": header_lines(result, cals, slos, trace), "answer": answer_lines(result, cals, slos, prices),
+                 "skipped": skipped_lines(result)}
+        written = write_plan_report(report, result.result, slos, prices, context, cals.items, trace, lines)
+        click.echo(wrap(f"wrote {', '.join(map(str, written))}"))
     if not found:
         raise SystemExit(3)

@@ -2,7 +2,7 @@
 ``--compare-schedulers`` and ``--sweep``."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import click
 
@@ -12,6 +12,16 @@ from ..text import wrap
 
 if TYPE_CHECKING:
     from ..config import DisaggOptions, ReplayConfig
+
+
+class TableReport(NamedTuple):
+    """``--report`` of a table of predictions: its path, what was run
+    (:func:`replay.report.report_context`), the calibration (``(path, Calibration)``) and the trace."""
+
+    path: str
+    context: list
+    calibration: tuple
+    trace: str
 
 
 def parse_scheduler_list(text: str) -> list[str]:
@@ -31,8 +41,9 @@ def parse_scheduler_list(text: str) -> list[str]:
 
 def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: DisaggOptions | None,
                            names: list[str], wide: bool = False, points: list | None = (),
-                           model_error: dict | None = None) -> None:
-    """Replay ``frame`` under each scheduler of ``names`` (``cfg`` otherwise) and print one table.
+                           model_error: dict | None = None, report: TableReport | None = None) -> None:
+    """Replay ``frame`` under each scheduler of ``names`` (``cfg`` otherwise) and print one table
+    (and write it, with a figure, to ``report``).
 
     Colocated schedulers run on ``cfg``'s replicas, ``disagg`` on the pools ``disagg``
     (:meth:`~replay.config.ReplayConfig.with_scheduler`); the ``gpus`` column says how many GPUs
@@ -66,11 +77,19 @@ def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: D
                               model_error)
         rows.append({"scheduler": name, "gpus": num_gpus(cost_model, sched.replicas, run.disagg),
                      **band_columns(row, band)})
-    click.echo(format_scheduler_table(pd.DataFrame(rows), wide=wide))
+    table = pd.DataFrame(rows)
+    click.echo(format_scheduler_table(table, wide=wide))
     slo = [f"{k} <= {v} s" for k, v in (("ttft", sched.slo_ttft_s), ("tpot", sched.slo_tpot_s)) if v is not None]
-    click.echo(wrap("(predicted, ms over completed requests; goodput: completed requests/s"
-                    + (f" meeting {' and '.join(slo)}" if slo else "; no --slo-ttft-s/--slo-tpot-s given")
-                    + ("" if wide else "; --wide: every column") + f"; {band_legend(band, no_band(points))})"))
+    note = ("Predicted, ms over completed requests; goodput: completed requests/s"
+            + (f" meeting {' and '.join(slo)}" if slo else "; no --slo-ttft-s/--slo-tpot-s given"))
+    legend = band_legend(band, no_band(points))
+    click.echo(wrap(f"({note[0].lower()}{note[1:]}" + ("" if wide else "; --wide: every column") + f"; {legend})"))
+    if report is not None:
+        from ..report.predictions import write_scheduler_report
+
+        written = write_scheduler_report(report.path, table, report.context, report.calibration, report.trace,
+                                         legend, note + ".")
+        click.echo(wrap(f"wrote {', '.join(map(str, written))}"))
 
 
 def no_band(points: list | None) -> str:
@@ -155,10 +174,10 @@ def check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers,
 def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: int | None, ray_address: str | None,
               sweep_out: str | None, wide: bool = False, quiet: bool = False,
               disagg: DisaggOptions | None = None, points: list | None = (),
-              model_error: dict | None = None) -> None:
+              model_error: dict | None = None, report: TableReport | None = None) -> None:
     """Replay ``frame`` at every point of ``sweeps`` (``cfg`` otherwise; ``disagg``: the pools of swept
     ``disagg`` points), each also at the calibration's band ``points`` for its band; print the
-    table, write ``sweep_out``."""
+    table, write ``sweep_out`` and the ``report``."""
     import os
     import time
 
@@ -179,13 +198,19 @@ def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: in
              f"on {min(jobs or os.cpu_count() or 1, n)} local process(es)")
     click.echo(format_sweep_table(table, list(sweeps), wide=wide))
     slo = [f"{k} <= {v} s" for k, v in (("ttft", sched.slo_ttft_s), ("tpot", sched.slo_tpot_s)) if v is not None]
-    click.echo(wrap("(predicted, ms over completed requests; throughput: completed requests/s"
-                    + (f"; goodput: those meeting {' and '.join(slo)}" if slo else
-                       "; give --slo-ttft-s/--slo-tpot-s for goodput")
-                    + ("" if wide else "; --wide: every column")
-                    + f"; {band_legend(row_band(table.iloc[0].to_dict()) if len(table) else None, no_band(points))})"))
+    note = ("Predicted, ms over completed requests; throughput: completed requests/s"
+            + (f"; goodput: those meeting {' and '.join(slo)}" if slo else
+               "; give --slo-ttft-s/--slo-tpot-s for goodput"))
+    legend = band_legend(row_band(table.iloc[0].to_dict()) if len(table) else None, no_band(points))
+    click.echo(wrap(f"({note[0].lower()}{note[1:]}" + ("" if wide else "; --wide: every column") + f"; {legend})"))
     if not quiet:
         click.echo(f"{n} points in {time.perf_counter() - start:.1f} s {where}", err=True)
     if sweep_out:
         write_sweep_table(table, sweep_out)
         click.echo(f"wrote {sweep_out}")
+    if report is not None:
+        from ..report.predictions import write_sweep_report
+
+        written = write_sweep_report(report.path, table, list(sweeps), report.context, report.calibration,
+                                     report.trace, legend, note + ".")
+        click.echo(wrap(f"wrote {', '.join(map(str, written))}"))

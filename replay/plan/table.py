@@ -79,9 +79,16 @@ def format_plan_table(result: PlanResult, slo: Slo, prices: bool, wide: bool = F
     prices), KV blocks per replica, each objective's statistic ``point [low, high]`` (its unit
     in the header), attainment, max rate (req/s), max rate per GPU, verdict (``meets``: with
     its band; ``point``: at its point only). ``*`` marks the answer."""
-    rows = shown_rows(result, wide)
-    if not rows:
+    head, lines = plan_cells(result, slo, prices, wide)
+    if not lines:
         return "(no candidate meets the SLOs at its point)"
+    drop = () if wide else ("rps/GPU", "sched", "budget", "seqs", "cost/h")
+    return render_table(head, lines, None if wide else WIDTH, drop_order=drop)
+
+
+def plan_cells(result: PlanResult, slo: Slo, prices: bool, wide: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of :func:`format_plan_table` (rows: :func:`shown_rows`)."""
+    rows = shown_rows(result, wide)
     cands = [ev.candidate for ev in result.evaluations]
     varying = [(name, attr) for name, attr in (("seqs", "max_num_seqs"), ("budget", "max_num_batched_tokens"),
                                                ("sched", "scheduler"))
@@ -99,13 +106,17 @@ def format_plan_table(result: PlanResult, slo: Slo, prices: bool, wide: bool = F
         cells += ([attainment_cell(ev)] if slo.goodput is not None else []) + list(_max_rate(ev))
         cells.append(_VERDICT.get(ev.status, ev.status))
         lines.append(cells)
-    drop = () if wide else ("rps/GPU", "sched", "budget", "seqs", "cost/h")
-    return render_table(head, lines, None if wide else WIDTH, drop_order=drop)
+    return head, lines
 
 
 def format_front(result: PlanResult, slo: Slo) -> str:
     """The Pareto front: GPUs, deployment, throughput per GPU at the target rate (req/s), the
     first objective's statistic at the point and band, the max rate and its per-GPU value."""
+    return render_table(*front_cells(result, slo), WIDTH, drop_order=("max rps",))
+
+
+def front_cells(result: PlanResult, slo: Slo) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of :func:`format_front`."""
     key = slo.primary
     name, scale = unit_of(slo.latency_s[key])
     head = ["GPUs", "deployment", "rps/GPU", f"{key} {name}", "max rps", "max rps/GPU"]
@@ -114,7 +125,7 @@ def format_front(result: PlanResult, slo: Slo) -> str:
         c = ev.candidate
         lines.append([str(c.num_gpus), c.label(), f"{ev.point['throughput_rps'] / c.num_gpus:.3g}",
                       stat_cell(ev, key, scale), *_max_rate(ev)])
-    return render_table(head, lines, WIDTH, drop_order=("max rps",))
+    return head, lines
 
 
 def count_line(result: PlanResult) -> str:

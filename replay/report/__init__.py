@@ -32,17 +32,17 @@ import pandas as pd
 from schemas.atomic import atomic_output, write_text_atomic
 
 from ..compare import (MAPE_MIN_MEAS_S, REL_ERR_FLOOR_S, broken_tolerances, compare, compared_rows, err_cell,
-                       table_cells)
+                       ms_cell, table_cells)
 from ..errors import ConfigError, ReplayError
 from .figures import STEP_COLUMNS, cdf_figure, png as png_bytes, scatter_figure, steps_figure, timeseries_figure
-from .provenance import PARAMETER_HEAD, in_sample, parameter_rows, with_band_columns
+from .provenance import provenance_blocks, with_band_columns
 from .render import ms, pct, render
 from .timeseries import (NUM_TIME_WINDOWS, TIMESERIES_COLUMNS, check_timeseries_span, errors_over_time,
                          read_timeseries, simulated_counts)
 
 __all__ = ["REPORT_FORMATS", "NUM_TIME_WINDOWS", "TIMESERIES_COLUMNS", "check_timeseries_span", "errors_over_time",
            "figures_folder", "read_timeseries", "report_context", "report_format", "simulated_counts",
-           "tolerance_verdict", "write_report"]
+           "tolerance_verdict", "write_document", "write_report"]
 
 #: Report formats by file suffix.
 REPORT_FORMATS = {".md": "markdown", ".html": "html"}
@@ -232,7 +232,7 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
     :func:`schemas.atomic.write_text_atomic`.
     """
     path = Path(path)
-    fmt = report_format(path)
+    report_format(path)  # an unknown suffix fails before anything is drawn
     ts = read_timeseries(measured_timeseries) if measured_timeseries is not None else None
     if simulated_steps is not None:
         missing = [c for c in STEP_COLUMNS if c not in simulated_steps]
@@ -241,7 +241,6 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
     table = compare(result_df)
     metrics = list(table["metric"]) if not table.empty else []
     folder = _figures_name(path)  # Markdown's figures, named after the report
-    blocks: list[tuple] = [("meta", list(context) if context else report_context())]
     figures: list[tuple[str, object]] = []  # (file name in the folder, figure)
 
     def figure(title: str, alt: str, name: str, fig) -> None:
@@ -251,11 +250,9 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
         figures.append((name, png))
 
     kind, line, checks = tolerance_verdict(table, tolerances)
-    blocks.append(("verdict", kind, line))
-    if calibration is not None:
-        blocks += [("h2", "Calibration"), ("table", PARAMETER_HEAD, parameter_rows(calibration))]
-        if trace is not None:
-            blocks.append(("p", f"Scored trace: {in_sample(trace, calibration)}."))
+    blocks = provenance_blocks(context or report_context(),
+                               [] if calibration is None else [(str(calibration), calibration)], trace)
+    blocks.insert(1, ("verdict", kind, line))
     if band is not None:
         from ..band_tables import band_legend, prediction_cells
 
@@ -287,6 +284,13 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
                          "measured; ks = Kolmogorov-Smirnov statistic; wass = Wasserstein-1 distance. Mean TPOT (tpot "
                          "row) weighs each request once, mean ITL (itl row, when token times exist on both sides) each "
                          "token gap once. " + counts)]
+    if "benchmark" in result_df and not table.empty:
+        head, rows = benchmark_cells(result_df)
+        blocks += [("h2", "Per benchmark"),
+                   ("p", "Each benchmark of the sweep (the trace's benchmark column) compared on its own rows, as "
+                         "the table above: measured and predicted p50/p90 in ms, err = (predicted - measured) / "
+                         "measured."),
+                   ("table", head, rows)]
     if checks:
         blocks += [("h2", "Tolerances"), ("table", ["check", "bound", "error", "result"], checks),
                    ("p", f"A percentile below {REL_ERR_FLOOR_S * 1e3:g} ms measured is judged against "
@@ -333,11 +337,47 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
                          f"p99 {ms(np.percentile(d, 99))} ms, max {ms(d.max())} ms.")]
         figure("", "simulated step durations and tokens per step", "steps.png", steps_figure(simulated_steps))
 
-    text = render(blocks, fmt, "servecal replay report")
+    return write_document(blocks, figures, path, "servecal replay report")
+
+
+#: Metrics and percentiles of the per-benchmark table.
+BENCHMARK_METRICS = ("ttft", "tpot", "e2e")
+BENCHMARK_PERCENTILES = (50, 90)
+
+
+def benchmark_cells(result_df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The per-benchmark table of a replay result with a ``benchmark`` column (a GuideLLM
+    sweep): a row per benchmark (in order of first appearance), :func:`replay.compare.compare`
+    on its rows, measured, predicted and error of p50 and p90 of TTFT, TPOT and E2E (ms)."""
+    head = ["benchmark", "n"] + [f"{m}_{side}_p{q}" for m in BENCHMARK_METRICS for q in BENCHMARK_PERCENTILES
+                                 for side in ("meas", "pred", "err")]
+    rows = []
+    for name, part in result_df.groupby("benchmark", sort=False, dropna=False):
+        t = compare(part.reset_index(drop=True), percentiles=BENCHMARK_PERCENTILES)
+        by = {r["metric"]: r for r in t.to_dict("records")} if not t.empty else {}
+        n = by["ttft"]["n"] if "ttft" in by else 0
+        cells = [str(name), str(n)]
+        for m in BENCHMARK_METRICS:
+            r = by.get(m)
+            for q in BENCHMARK_PERCENTILES:
+                meas, pred = (r[f"meas_p{q}"], r[f"pred_p{q}"]) if r is not None else (np.nan, np.nan)
+                cells += [ms_cell(meas), ms_cell(pred), err_cell(meas, pred)]
+        rows.append(cells)
+    return head, rows
+
+
+def write_document(blocks: list[tuple], figures: list[tuple[str, bytes]], path: str | os.PathLike,
+                   title: str) -> list[Path]:
+    """Render ``blocks`` and write them to ``path`` (``.html``: one file, the figures embedded;
+    ``.md``: the PNG ``figures`` into ``<stem>_files/`` first, then the text), every file
+    atomically. Returns the report, then the PNG files written."""
+    path = Path(path)
+    fmt = report_format(path)
+    text = render(blocks, fmt, title)
     if fmt == "html":
         write_text_atomic(text, path)
         return [path]
-    written = _save_atomically(figures, path.parent / folder)
+    written = _save_atomically(figures, path.parent / _figures_name(path))
     write_text_atomic(text, path)
     return [path] + written
 

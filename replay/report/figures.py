@@ -139,3 +139,104 @@ def png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     return buf.getvalue()
+
+
+#: Statistics the sweep figure draws, a panel each.
+SWEEP_FIGURE_STATS = ("ttft_p90_s", "tpot_p90_s", "e2e_p90_s")
+#: Statistics the scheduler figure draws, a panel each.
+SCHEDULER_FIGURE_STATS = ("ttft_p90_s", "tpot_p90_s")
+
+
+def _label(stat: str) -> str:
+    """``"ttft_p90_s"`` -> ``"TTFT p90"``."""
+    metric, q = stat.removesuffix("_s").rsplit("_p", 1)
+    return f"{metric.upper()} p{q}"
+
+
+def _ends(table: pd.DataFrame, stat: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Point, low and high of ``stat`` over the rows of a table with bands (ms); low = high =
+    the point for rows without a band."""
+    p = table[stat].to_numpy(float) * 1e3
+    lo = table[f"{stat}_low"].to_numpy(float) * 1e3 if f"{stat}_low" in table else p
+    hi = table[f"{stat}_high"].to_numpy(float) * 1e3 if f"{stat}_high" in table else p
+    return p, lo, hi
+
+
+def sweep_figure(table: pd.DataFrame, swept: list[str]):
+    """A sweep's TTFT, TPOT and E2E p90 (ms) against its first swept option, the band filled
+    around each line; a line per combination of the other swept options. Non-numeric values
+    (schedulers) are placed in table order."""
+    if table.empty or not swept:
+        return None
+    x_col, others = swept[0], swept[1:]
+    values = list(dict.fromkeys(table[x_col]))
+    numeric = all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in values)
+    fig, axes = _panels(len(SWEEP_FIGURE_STATS))
+    groups = table.groupby(others, sort=False) if others else [((), table)]
+    for key, part in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        name = ", ".join(f"{o}={k:g}" if isinstance(k, float) else f"{o}={k}" for o, k in zip(others, key))
+        x = part[x_col].to_numpy(float) if numeric else np.array([values.index(v) for v in part[x_col]], float)
+        order = np.argsort(x, kind="stable")
+        for ax, stat in zip(axes, SWEEP_FIGURE_STATS):
+            p, lo, hi = (a[order] for a in _ends(part, stat))
+            line, = ax.plot(x[order], p, marker="o", ms=3, label=name or "point")
+            ax.fill_between(x[order], lo, hi, color=line.get_color(), alpha=0.25, lw=0)
+    for ax, stat in zip(axes, SWEEP_FIGURE_STATS):
+        ax.set_xlabel(x_col.replace("_", "-"))
+        ax.set_ylabel(f"predicted {_label(stat)} (ms)")
+        ax.set_title(f"{_label(stat)} and its 95 % band")
+        if not numeric:
+            ax.set_xticks(range(len(values)), [str(v) for v in values])
+        if others:
+            ax.legend(loc="upper left", fontsize="small")
+    return fig
+
+
+def scheduler_figure(table: pd.DataFrame):
+    """A bar per scheduler of its TTFT and TPOT p90 (ms), the band as whiskers."""
+    if table.empty:
+        return None
+    fig, axes = _panels(len(SCHEDULER_FIGURE_STATS))
+    names = [str(s) for s in table["scheduler"]]
+    x = np.arange(len(names))
+    for ax, stat in zip(axes, SCHEDULER_FIGURE_STATS):
+        p, lo, hi = _ends(table, stat)
+        ax.bar(x, p, color="#4c72b0", alpha=0.8)
+        ax.errorbar(x, p, yerr=[np.maximum(p - lo, 0), np.maximum(hi - p, 0)], fmt="none", ecolor="black",
+                    capsize=5, lw=1)
+        ax.set_xticks(x, names)
+        ax.set_ylabel(f"predicted {_label(stat)} (ms)")
+        ax.set_title(f"{_label(stat)}, whiskers: 95 % band")
+    return fig
+
+
+def front_figure(points: list[dict], limit: float, unit: str, key: str, answer: dict | None = None):
+    """A plan's Pareto front: throughput per GPU (requests/s) against the first objective's
+    statistic (``unit``), the band as error bars, the objective's limit as a line, the answer
+    marked.
+
+    ``points`` and ``answer`` are dicts ``label``, ``x``, ``y``, ``low``, ``high`` (``low``/``high``
+    NaN: no band)."""
+    if not points and answer is None:
+        return None
+    fig, (ax,) = _figure(1, width=7.0, height=4.5)
+    if points:
+        x = np.array([p["x"] for p in points], float)
+        y = np.array([p["y"] for p in points], float)
+        lo = np.array([p["low"] for p in points], float)
+        hi = np.array([p["high"] for p in points], float)
+        err = [np.where(np.isfinite(lo), np.maximum(y - lo, 0), 0), np.where(np.isfinite(hi), np.maximum(hi - y, 0), 0)]
+        ax.errorbar(x, y, yerr=err, fmt="o-", capsize=4, label="Pareto front (point, 95 % band)")
+        for p in points:
+            ax.annotate(p["label"], (p["x"], p["y"]), textcoords="offset points", xytext=(5, 5), fontsize="small")
+    if answer is not None:
+        ax.plot([answer["x"]], [answer["y"]], marker="*", ms=16, color="tab:red", ls="none",
+                label=f"answer: {answer['label']}")
+    ax.axhline(limit, color="tab:gray", ls="--", lw=1, label=f"SLO {key} <= {limit:g} {unit}")
+    ax.margins(x=0.2)  # room for the labels of the outermost points
+    ax.set_xlabel("throughput per GPU at the target rate (requests/s)")
+    ax.set_ylabel(f"predicted {key} ({unit})")
+    ax.set_title(f"Pareto front: throughput per GPU vs {key}")
+    ax.legend(loc="best", fontsize="small")
+    return fig

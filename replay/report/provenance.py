@@ -54,6 +54,36 @@ def parameter_rows(cal) -> list[list[str]]:
 PARAMETER_HEAD = ["parameter", "value", "ci95", "state"]
 
 
+def provenance_blocks(context: list[tuple[str, str]], calibrations=(), trace=None) -> list[tuple]:
+    """The opening of every report (replay, sweep, compare-schedulers, plan): what was run
+    (``context``, :func:`replay.report.report_context`: the command line first), then per
+    calibration its parameters with their 95 % intervals and ``identified`` / ``NOT IDENTIFIED``
+    (:func:`parameter_rows`) and, with ``trace``, whether that trace was in its data
+    (:func:`in_sample`).
+
+    Parameters
+    ----------
+    context : list of (str, str)
+    calibrations : sequence of (label, schemas.calibration.Calibration)
+        One section each; the label (its path) names the section when there are several.
+    trace : path, optional
+        The replayed request trace.
+
+    Returns
+    -------
+    list of tuple
+        Report blocks (:func:`replay.report.render.render`).
+    """
+    blocks: list[tuple] = [("meta", list(context))]
+    calibrations = list(calibrations)
+    for label, cal in calibrations:
+        title = "Calibration" if len(calibrations) == 1 else f"Calibration {label}"
+        blocks += [("h2", title), ("table", PARAMETER_HEAD, parameter_rows(cal))]
+        if trace is not None:
+            blocks.append(("p", f"Scored trace: {in_sample(trace, cal)}."))
+    return blocks
+
+
 def with_band_columns(head: list[str], rows: list[list[str]], band) -> tuple[list[str], list[list[str]]]:
     """A measured-vs-predicted table (:func:`replay.compare.table_cells`) with a ``band_pXX``
     column after each ``err_pXX`` (or ``change_pXX``): the 95 % band ``[low, high]`` (ms) of the
