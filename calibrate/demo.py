@@ -118,8 +118,8 @@ def _what_if(trace, truth, cal, cfg) -> None:
     click.echo("\n" + wrap(f"4. what-if: {WHAT_IF_RATE_SCALE:g}x the load (traces scale --rate-scale {WHAT_IF_RATE_SCALE:g}), "
                            "predicted with the calibration's band:"))
     click.echo(format_prediction(band))
-    outside = [f"{s[:-2].replace('_', ' ')} {true_row[s] * 1e3:.1f} ms, band [{band.low[s] * 1e3:.1f}, "
-               f"{band.high[s] * 1e3:.1f}]" for s in stats if s not in held]
+    outside = [f"{s[:-2].replace('_', ' ')} {true_row[s] * 1e3:.2f} ms, band [{band.low[s] * 1e3:.2f}, "
+               f"{band.high[s] * 1e3:.2f}]" for s in stats if s not in held]
     click.echo(wrap(f"the synthetic cluster at that load: {len(held)} of {len(stats)} p50/p90 TTFT, TPOT, E2E "
                     "inside their band" + (f"; outside: {'; '.join(outside)}" if outside else "")))
 

@@ -17,10 +17,11 @@ def test_production_recipes_run_as_written(real_data_dir, tmp_path, monkeypatch)
     section = text.split("## Getting your production log in", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
     commands = [c.strip() for b in blocks for c in b.replace("\\\n", " ").splitlines() if c.strip()]
-    assert len(commands) == 9 and all(c.startswith("traces import ") for c in commands[:4])
+    assert len(commands) == 11 and all(c.startswith("traces import ") for c in commands[:4])
     assert commands[4].startswith("calibrate fit ") and commands[5].startswith("replay ")
     assert commands[6].startswith("traces import blis-observe trace.yaml")
-    assert all(c.startswith("traces import distserve ") for c in commands[7:])
+    assert all(c.startswith("traces import distserve ") for c in commands[7:9])
+    assert commands[9].startswith("calibrate fit vllm_1rps.parquet") and commands[10].startswith("replay ")
     monkeypatch.chdir(tmp_path)
     # no BLIS trace among the real files: the recipe runs on the hand-written pair of the tests
     for suffix in ("yaml", "csv"):
@@ -38,6 +39,9 @@ def test_production_recipes_run_as_written(real_data_dir, tmp_path, monkeypatch)
     assert "max_num_seqs=64" in out[6]
     assert "vllm, 100 requests at 1 req/s" in out[7]
     assert "distserve, prefill TP 2 PP 1, decode TP 1 PP 1, 300 requests at 3 req/s" in out[8]
+    # DistServe's pools replayed from the vLLM run's calibration, with its SLO attainment's objectives
+    flat = " ".join(out[10].split())
+    assert "prefill TP=2, decode TP=1" in flat and "goodput (ttft <= 0.2 s, tpot <= 0.1 s)" in flat
     for name in ("sweep.parquet", "rate076.parquet", "spans.parquet", "vllm_stats.parquet", "vllm_ts.csv",
                  "observed.parquet", "vllm_1rps.parquet", "distserve_3rps.parquet"):
         assert (tmp_path / name).exists()
