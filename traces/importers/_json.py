@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import TraceFormatError
-from ._source import MAX_INT64, Progress, first_line, open_binary, short_repr
+from ._source import MAX_INT64, Progress, first_line, open_binary, read_utf8_text, short_repr
 
 
 def read_json(path: str | os.PathLike):
@@ -19,15 +19,7 @@ def read_json(path: str | os.PathLike):
     TraceFormatError
         Missing or empty file, not UTF-8, or invalid JSON (naming the line).
     """
-    path = Path(path)
-    with open_binary(path) as fh:
-        raw = fh.read()
-    if not raw.strip():
-        raise TraceFormatError(path, "empty file", expected="a JSON document")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise TraceFormatError(path, "is not UTF-8 text", expected="a UTF-8 JSON file", fold=True) from None
+    text = read_utf8_text(Path(path), "a JSON document", fold=True)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

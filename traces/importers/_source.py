@@ -40,3 +40,23 @@ def short_repr(value) -> str:
     """A number as text, at most 24 characters (a 400-digit integer is not repeated whole)."""
     text = repr(value)
     return text if len(text) <= 24 else f"{text[:10]}...{text[-4:]} ({len(text)} digits)"
+
+
+def read_utf8_text(path: Path, expected: str, fold: bool = False) -> str:
+    """The whole file as text (UTF-8, a BOM dropped).
+
+    Raises
+    ------
+    TraceFormatError
+        Missing or empty file (``expected`` says what it should hold), or not UTF-8 text.
+    """
+    from ..errors import TraceFormatError
+
+    with open_binary(path) as fh:
+        raw = fh.read()
+    if not raw.strip():
+        raise TraceFormatError(path, "empty file", expected=expected)
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise TraceFormatError(path, "is not UTF-8 text", expected=f"{expected} in UTF-8", fold=fold) from None

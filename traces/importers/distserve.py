@@ -40,7 +40,7 @@ from ..errors import TraceFormatError
 from ._frame import assemble_frame
 from ._json import json_number
 from ._rows import RowStatus
-from ._source import first_line, open_binary
+from ._source import first_line, read_utf8_text
 
 __all__ = ["import_distserve", "settings_from_name"]
 
@@ -81,14 +81,7 @@ def settings_from_name(path: str | Path) -> dict[str, str]:
 
 def _read(path: Path) -> tuple[list, dict]:
     """The request list of line 1 and the metrics block after it (name -> number)."""
-    with open_binary(path) as fh:
-        raw = fh.read()
-    if not raw.strip():
-        raise TraceFormatError(path, "empty file", expected="a DistServe result (a Python list of dicts on line 1)")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise TraceFormatError(path, "is not UTF-8 text", expected="a DistServe .exp result") from None
+    text = read_utf8_text(path, "a DistServe result (a Python list of dicts on line 1)")
     head, _, tail = text.partition("\n")
     why = None
     try:
