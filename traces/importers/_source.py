@@ -50,8 +50,6 @@ def read_utf8_text(path: Path, expected: str, fold: bool = False) -> str:
     TraceFormatError
         Missing or empty file (``expected`` says what it should hold), or not UTF-8 text.
     """
-    from ..errors import TraceFormatError
-
     with open_binary(path) as fh:
         raw = fh.read()
     if not raw.strip():
