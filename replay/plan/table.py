@@ -99,8 +99,8 @@ def format_plan_table(result: PlanResult, slo: Slo, prices: bool, wide: bool = F
         cells += ([attainment_cell(ev)] if slo.goodput is not None else []) + list(_max_rate(ev))
         cells.append(_VERDICT.get(ev.status, ev.status))
         lines.append(cells)
-    drop = () if wide else ("rps/GPU", "sched", "budget", "seqs", "cost/h")
-    return render_table(head, lines, None if wide else WIDTH, drop_order=drop)
+    drop = () if wide else ("rps/GPU", "sched", "budget", "seqs", "cost/h", "KV blocks")
+    return render_table(head, lines, None if wide else WIDTH, drop_order=drop, key=2)
 
 
 def format_front(result: PlanResult, slo: Slo) -> str:
