@@ -20,13 +20,9 @@ from schemas.text import wrap_error
 
 
 class DataError(click.ClickException):
-    """Invalid data: printed as ``Error: <message>``, exit code 1; the message folded so that
-    line fits 100 columns (a message folded where it was raised stays as it is)."""
+    """Invalid data: printed as ``Error: <message>``, exit code 1."""
 
     exit_code = 1
-
-    def __init__(self, message: str):
-        super().__init__(wrap_error(message))
 
 
 def folded(exc: click.UsageError) -> click.UsageError:
