@@ -111,3 +111,31 @@ def test_the_plan_frame_still_holds_every_objective(files, tmp_path):
     assert res.exit_code == 0, res.output
     frame = pd.read_csv(out)
     assert {"ttft_p90_low_s", "tpot_p90_high_s", "e2e_p99_low_s", "kv_blocks"} <= set(frame.columns)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--rate", "1e-310"], "--rate 1e-310: stretches the trace's last arrival"),
+    (["--rate", "1e-12"], "expected more than"),
+    (["--rate-scale", "1e-320"], "to infinity, beyond 1e+09 s"),
+])
+def test_a_rate_that_pushes_arrivals_past_1e9_s_is_refused_not_replayed_wrong(files, args, needle):
+    res = plan(*files, "--slo", "ttft_p90=2s", *args)
+    assert res.exit_code == 2, res.output  # before: '144 of 145 requests not completed', exit 3
+    assert needle in one_error(res)
+
+
+def test_the_same_bound_holds_for_a_sweep_and_traces_scale(files, tmp_path):
+    from replay.cli import main as replay
+    from traces.cli import main as traces
+    from traces.transform import rescaled_arrival_problem
+
+    trace, cal = files
+    last = TRACE.head(20)["arrival_time_s"].max()
+    assert rescaled_arrival_problem([0.0, last], last / 1e9 * 1.01) is None
+    assert "expected more than" in rescaled_arrival_problem([0.0, last], last / 1e9 * 0.99)
+    res = CliRunner().invoke(replay, [str(trace), "--calibration", str(cal), "--no-band", "--jobs", "1",
+                                      "--sweep", "rate-scale=1e-320,1"])
+    assert res.exit_code == 2 and "--sweep rate-scale=" in one_error(res), res.output
+    res = CliRunner().invoke(traces, ["scale", str(trace), "--rate-scale", "1e-320", "-o", str(tmp_path / "s.parquet")])
+    assert res.exit_code == 2 and "to infinity" in one_error(res), res.output
+    assert not (tmp_path / "s.parquet").exists()

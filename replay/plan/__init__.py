@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from schemas.status import OK
+from traces.transform import rescaled_arrival_problem
 
 from ..config import OPTION_PART
 from ..errors import ConfigError
@@ -153,6 +154,11 @@ def plan_deployments(frame: pd.DataFrame, metadata: dict, cals: Calibrations, ax
     scale = 1.0 if rate_scale is None else float(rate_scale)
     if not 0 < scale < float("inf"):
         raise ConfigError(f"--rate-scale {rate_scale}: expected a factor > 0")
+    problem = (rescaled_arrival_problem(work.frame["arrival_time_s"], scale, own, " req/s") if rate_rps is not None
+               else rescaled_arrival_problem(work.frame["arrival_time_s"], scale))
+    if problem:
+        raise ConfigError(f"--rate {rate_rps:g}: {problem}" if rate_rps is not None else
+                          f"--rate-scale {scale:g}: {problem}")
     longest = int((work.frame["num_prompt_tokens"] + work.frame["num_output_tokens"]).max())
     prepared = [prepare(c, cals, base, prices or {}, longest) for c in axes.candidates()]
     with Runner(work, jobs, ray_address) as runner:
