@@ -123,14 +123,15 @@ def band_columns(row: dict, band: Band) -> dict:
 
 def row_band(row: dict) -> Band:
     """The :class:`Band` of a table row carrying ``{stat}_low``/``{stat}_high``
-    (:func:`band_columns`); a row without them has no band."""
+    (:func:`band_columns`) for the stats it has (a sweep without SLOs drops ``goodput_rps``
+    and its band); a row without them has no band."""
     from .bands import BAND_STATS
 
     # a table without goodput (no --slo-ttft-s/--slo-tpot-s) has no goodput band either
     present = [s for s in BAND_STATS if s in row]
-    has = bool(present) and all(f"{s}_low" in row for s in present)
-    low = {s: row[f"{s}_low"] if has and s in present else row.get(s, np.nan) for s in BAND_STATS}
-    high = {s: row[f"{s}_high"] if has and s in present else row.get(s, np.nan) for s in BAND_STATS}
+    has = bool(present) and "band_points" in row and all(f"{s}_low" in row and f"{s}_high" in row for s in present)
+    low = {s: row.get(f"{s}_low", np.nan) if has else row.get(s, np.nan) for s in BAND_STATS}
+    high = {s: row.get(f"{s}_high", np.nan) if has else row.get(s, np.nan) for s in BAND_STATS}
     n = int(row.get("band_points", 0) or 0) if has else 0
     return Band({s: row.get(s, np.nan) for s in (*BAND_STATS, "n_ok")}, low, high, n,
                 int(row.get("band_seeds", 0) or 0) if has else 0)

@@ -269,7 +269,7 @@ def broken_tolerances(table: pd.DataFrame, tolerances: dict[str, float]) -> list
     for key, bound in tolerances.items():
         metric, _, stat = key.rpartition("_")
         if metric not in by_metric:
-            broken.append(f"{key}: metric '{metric}' has no measured values")
+            broken.append(f"{key}: metric '{metric}' has no request with both a measured and a predicted value")
             continue
         r = by_metric[metric]
         if stat != "mape" and f"meas_{stat}" not in r:

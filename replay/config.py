@@ -320,7 +320,8 @@ class ReplayConfig:
             if self.disagg is not None:
                 given = [f.name for f in fields(DisaggOptions) if getattr(self.disagg, f.name) != f.default]
                 names = ", ".join(_flag(n) for n in given or [f.name for f in fields(DisaggOptions)])
-                raise ConfigError(f"{names}: only --scheduler disagg uses these (the scheduler is {scheduler})")
+                raise ConfigError(f"{names}: only --scheduler disagg uses these (the scheduler is {scheduler})",
+                                  options=tuple(given))
             return
         if self.scheduling.replicas != 1:
             raise ConfigError("--replicas: with --scheduler disagg give --prefill-replicas and --decode-replicas")

@@ -134,10 +134,10 @@ class RooflineCostModel:
             raise ConfigError(f"tp, dp and pp must be >= 1, not tp={self.tp}, dp={self.dp}, pp={self.pp}")
         if self.pp > self.model.num_layers:
             raise ConfigError(f"pp={self.pp} exceeds the {self.model.num_layers} layers of {self.model.name} "
-                              "(vLLM refuses a stage without a layer)")
+                              "(vLLM refuses a stage without a layer)", options=("pp",))
         if self.model.num_attention_heads % self.tp:
             raise ConfigError(f"tp={self.tp} does not divide the {self.model.num_attention_heads} attention heads of "
-                              f"{self.model.name} (vLLM refuses it)")
+                              f"{self.model.name} (vLLM refuses it)", options=("tp",))
         unknown = [t for t in self.terms if t not in TERMS]
         if unknown:
             raise ConfigError(f"unknown cost term(s) {', '.join(unknown)}; known: {', '.join(TERMS)}")

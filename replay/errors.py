@@ -7,7 +7,19 @@ class ReplayError(Exception):
 
 
 class ConfigError(ReplayError, ValueError):
-    """An option or a combination of options cannot be simulated (names the option)."""
+    """An option or a combination of options cannot be simulated (names the option).
+
+    Attributes
+    ----------
+    options : tuple of str
+        The settings at fault, by parameter name (``"pp"``, ``"pp_prefill"``), when known: a
+        CLI that took some settings from a file blames the options alone (exit 2) when every
+        one of these was typed (:func:`replay.cli.engine_settings.taken_settings_checked`).
+    """
+
+    def __init__(self, message: str = "", options: tuple = ()):
+        super().__init__(message)
+        self.options = tuple(options)
 
 
 class TimeseriesError(ReplayError):

@@ -171,7 +171,8 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
     pp = getattr(cost_model, "pp", 1)
     pp_decode = getattr(decode_cost_model, "pp", 1) if decode_cost_model is not None else 1
     if dp > 1 and pp > 1:
-        raise ConfigError("--pp with --data-parallel-size is not modelled (DP ranks step in lock step here)")
+        raise ConfigError("--pp with --data-parallel-size is not modelled (DP ranks step in lock step here)",
+                          options=("pp", "dp"))
     pipelined = pp > 1 or pp_decode > 1
     # each of vLLM v0's pp virtual engines has its own scheduler and 1/pp of the replica's blocks
     blocks = resolve_num_gpu_blocks(eng, cost_model.model, cost_model.gpu, cost_model.tp, pp) * dp // pp

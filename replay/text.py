@@ -19,7 +19,7 @@ def _width(head: list[str], rows: list[list[str]], keep: list[int]) -> int:
 
 
 def render_table(head: list[str], rows: list[list[str]], max_width: int | None = None,
-                 drop_order: tuple[str, ...] = ()) -> str:
+                 drop_order: tuple[str, ...] = (), key: int = 0) -> str:
     """Right-aligned columns separated by two spaces.
 
     Parameters
@@ -34,6 +34,11 @@ def render_table(head: list[str], rows: list[list[str]], max_width: int | None =
         are shortened (``..`` in the middle).
     drop_order : tuple of str
         Names of columns that may be dropped, least important first.
+    key : int
+        When more than 0 and the table is still wider than ``max_width`` once the columns of
+        ``drop_order`` are gone, it is printed as several tables, one under the other (a
+        blank line between), each with the first ``key`` columns and as many of the others,
+        in order, as fit.
 
     Returns
     -------
@@ -48,6 +53,16 @@ def render_table(head: list[str], rows: list[list[str]], max_width: int | None =
             if name in head and head.index(name) in keep:
                 keep.remove(head.index(name))
         over = _width(head, rows, keep) - max_width
+        if over > 0 and 0 < key < len(keep) - 1:
+            blocks: list[list[int]] = [[]]
+            for i in keep[key:]:
+                if blocks[-1] and _width(head, rows, keep[:key] + blocks[-1] + [i]) > max_width:
+                    blocks.append([])
+                blocks[-1].append(i)
+            if len(blocks) > 1:
+                return "\n\n".join(render_table([head[i] for i in keep[:key] + b],
+                                                 [[r[i] for i in keep[:key] + b] for r in rows], max_width)
+                                    for b in blocks)
         if over > 0 and rows:
             first = max(len(head[0]), *(len(r[0]) for r in rows))
             limit = max(len(head[0]), first - over, 6)

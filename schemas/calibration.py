@@ -160,6 +160,9 @@ class Calibration:
         if version not in (CALIBRATION, _OLD_CALIBRATION):
             raise SchemaError(f"{path}: 'servecal.schema' is {version!r}; expected {CALIBRATION!r} "
                               "(a file written by 'calibrate fit')")
+        problem = _shape_problem(d)
+        if problem:
+            raise SchemaError(wrap_error(f"{path}: {problem}"))
         try:
             raw = dict(d["params"])
             if version == _OLD_CALIBRATION:
@@ -208,6 +211,34 @@ class Calibration:
         if not isinstance(self.expert_parallel, bool):
             return f"expert_parallel is {self.expert_parallel!r}; expected true or false"
         return None
+
+
+def _shape_problem(d: dict) -> str | None:
+    """What is wrong with the shape of the optional ``band_points`` (a list of objects of
+    parameter values) and ``model_error`` (an object of metric fractions), None if fine;
+    their values are checked by :meth:`Calibration.problem`."""
+    points, error = d.get("band_points"), d.get("model_error")
+    if points is not None:
+        if not isinstance(points, list):
+            return (f"band_points is {_json_type(points)}; expected a list of objects of parameter values "
+                    "(refit with 'calibrate fit', or delete the field for no band)")
+        for i, pt in enumerate(points):
+            if not isinstance(pt, dict):
+                return f"band_points[{i}] is {_json_type(pt)}; expected an object of parameter values"
+    if error is not None and not isinstance(error, dict):
+        return (f"model_error is {_json_type(error)}; expected an object of fractions by metric, e.g. "
+                '{"ttft_s": 0.05}')
+    return None
+
+
+def _json_type(v) -> str:
+    """The JSON type of ``v`` with its article (``null``, ``a string``, ``an object``, ...)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    return {str: "a string", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(
+        type(v), f"a {type(v).__name__}")
 
 
 def _params_v1(raw: dict, form: str) -> dict:

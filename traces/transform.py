@@ -10,7 +10,7 @@ from schemas.tables import MEASURED_METRICS
 
 from .errors import TraceError
 
-__all__ = ["slice_trace", "scale_trace"]
+__all__ = ["slice_trace", "scale_trace", "rescaled_arrival_problem"]
 
 #: Columns that describe how the measured run went; they do not survive a rate change.
 _MEASURED = (*MEASURED_METRICS, "token_times_s")
@@ -79,8 +79,31 @@ def scale_trace(frame: pd.DataFrame, rate_scale: float) -> tuple[pd.DataFrame, d
     """
     if not (math.isfinite(rate_scale) and rate_scale > 0):
         raise TraceError(f"--rate-scale {rate_scale!r}: expected a finite number > 0")
+    problem = rescaled_arrival_problem(frame["arrival_time_s"], rate_scale)
+    if problem:
+        raise TraceError(f"--rate-scale {rate_scale!r}: {problem}")
     out = frame.copy()
     out["arrival_time_s"] = out["arrival_time_s"].to_numpy(np.float64) / rate_scale
     dropped = [c for c in _MEASURED if c in out]
     out = out.drop(columns=dropped)
     return out, {"rate_scale": repr(float(rate_scale)), "measured_columns_dropped": ", ".join(dropped)}
+
+
+def rescaled_arrival_problem(arrival_s, rate_scale: float, per_factor: float = 1.0,
+                             unit: str = "") -> str | None:
+    """Why arrival times divided by ``rate_scale`` cannot be replayed, or None: the last one
+    would reach :data:`schemas.validate.MAX_RELATIVE_TIME_S` (1e9 s), where float64 spacing
+    swallows step durations (beyond it, an infinity: requests that never arrive). The least
+    factor allowed is given times ``per_factor`` in ``unit`` (a rate: the trace's own rate, `` req/s``)."""
+    from schemas.validate import MAX_RELATIVE_TIME_S
+
+    t = np.abs(np.asarray(arrival_s, dtype=np.float64))
+    last = float(t.max()) if t.size else 0.0
+    with np.errstate(over="ignore", divide="ignore"):
+        scaled = last / rate_scale
+    if scaled < MAX_RELATIVE_TIME_S:
+        return None
+    to = f"{scaled:.3g} s" if math.isfinite(scaled) else "infinity"
+    return (f"stretches the trace's last arrival, {last:.6g} s, to {to}, beyond {MAX_RELATIVE_TIME_S:.0e} s "
+            f"(float64 times would swallow the step durations); expected more than "
+            f"{last / MAX_RELATIVE_TIME_S * per_factor:.3g}{unit}")

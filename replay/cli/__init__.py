@@ -112,7 +112,7 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
     from traces.io import read_trace
 
     from ..closed_loop import on_send_times
-    from ..compare import broken_tolerances, compare, format_table
+    from ..compare import METRICS, broken_tolerances, compare, format_table
     from ..disagg import DisaggEngine, describe_config
     from ..schedulers import get_scheduler_factory
     from ..config import RecordOptions
@@ -279,7 +279,9 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
                                  legend=None if band else "no band (--no-band)"))
     table = compare(result)
     if table.empty:
-        click.echo("(the trace has no measured latencies: a prediction only, nothing to compare)")
+        measured = any(c in result and result[c].notna().any() for c, _, _ in METRICS)
+        click.echo("(no request completed in the simulation: nothing to compare)" if n_ok == 0 and measured
+                   else "(the trace has no measured latencies: a prediction only, nothing to compare)")
     elif differences:
         click.echo(format_whatif_table(table, differences, wide=wide))
     else:

@@ -102,14 +102,17 @@ def fill_engine_options(kwargs: dict, sources: list) -> list[str]:
 def taken_settings_checked():
     """Inside, a :class:`~replay.errors.ConfigError` (settings that cannot run: a TP degree
     that does not divide the heads...) is a usage error when every engine setting was typed,
-    and a :class:`DataError` (exit 1) naming the settings taken from a trace, log or
-    calibration otherwise: those files recorded something that cannot be replayed."""
+    or when the error names the settings at fault (``ConfigError.options``) and every one of
+    them was typed; a :class:`DataError` (exit 1) naming the settings taken from a trace, log
+    or calibration otherwise: those files recorded something that cannot be replayed."""
     try:
         yield
     except ConfigError as exc:
-        taken = click.get_current_context().meta.get(_TAKEN)
-        if not taken:
-            raise
+        ctx = click.get_current_context()
+        taken = ctx.meta.get(_TAKEN)
+        typed = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+        if not taken or exc.options and all(ctx.get_parameter_source(o) in typed for o in exc.options):
+            raise  # the options typed are at fault, whatever else was taken: a usage error
         import textwrap
 
         where = "; ".join(f"from the {label}: {', '.join(items)}" for label, items in taken.items())

@@ -116,12 +116,15 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max
     eng = ref.engine
 
     def ints(option, text, default):
-        return parse_int_list(option, text) if text else [default]
+        return parse_int_list(option, text) if text is not None else [default]
 
-    gpu_keys = parse_gpus(gpus) if gpus else [c.gpu.name for _, c in cals.items]
+    gpu_keys = parse_gpus(gpus) if gpus is not None else [c.gpu.name for _, c in cals.items]
     from ..schedulers import get_scheduler_factory
 
-    sched_list = [s.strip() for s in (schedulers or eng.get("scheduler") or "chunked").split(",") if s.strip()]
+    sched_list = [s.strip() for s in (schedulers if schedulers is not None else eng.get("scheduler") or "chunked")
+                  .split(",") if s.strip()]
+    if not sched_list:
+        raise click.UsageError(f"--scheduler {schedulers!r}: no scheduler named; expected e.g. chunked,disagg")
     for s in sched_list:
         if s != "disagg":
             get_scheduler_factory(s)  # an unknown scheduler fails before any replay
@@ -129,13 +132,13 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max
                 ints("--max-num-seqs", max_num_seqs, eng.get("max_num_seqs") or 256),
                 ints("--max-num-batched-tokens", max_num_batched_tokens, eng.get("max_num_batched_tokens") or 8192),
                 sched_list,
-                parse_int_list("--prefill-replicas", prefill_replicas) if prefill_replicas else None,
-                parse_int_list("--decode-replicas", decode_replicas) if decode_replicas else None,
-                parse_int_list("--prefill-tp", prefill_tp) if prefill_tp else None,
-                parse_int_list("--decode-tp", decode_tp) if decode_tp else None, dp=ref.dp)
+                parse_int_list("--prefill-replicas", prefill_replicas) if prefill_replicas is not None else None,
+                parse_int_list("--decode-replicas", decode_replicas) if decode_replicas is not None else None,
+                parse_int_list("--prefill-tp", prefill_tp) if prefill_tp is not None else None,
+                parse_int_list("--decode-tp", decode_tp) if decode_tp is not None else None, dp=ref.dp)
     if "disagg" not in sched_list:
         given = [o for o, v in (("--prefill-replicas", prefill_replicas), ("--decode-replicas", decode_replicas),
-                                ("--prefill-tp", prefill_tp), ("--decode-tp", decode_tp)) if v]
+                                ("--prefill-tp", prefill_tp), ("--decode-tp", decode_tp)) if v is not None]
         if given:
             raise click.UsageError(f"{', '.join(given)}: only --scheduler disagg uses these")
     prices = parse_prices(price, gpu_keys)

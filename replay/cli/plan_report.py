@@ -19,8 +19,10 @@ def header_lines(plan, cals, slo, trace) -> list[str]:
 
     ref_path, ref = cals.items[0]
     res = plan.result
-    lines = [f"plan: {plan.work.num_requests} requests of {trace} at {plan.target_rate_rps:.3g} req/s (the trace's "
-             f"{plan.trace_rate_rps:.3g} req/s x {plan.rate_scale:.3g}); SLO {slo.describe()}; confidence "
+    at = (f"at {plan.target_rate_rps:.3g} req/s (the trace's {plan.trace_rate_rps:.3g} req/s x "
+          f"{plan.rate_scale:.3g})" if plan.trace_rate_rps > 0 else
+          "arriving all at once (a burst: no rate, so no max rate)")
+    lines = [f"plan: {plan.work.num_requests} requests of {trace} {at}; SLO {slo.describe()}; confidence "
              f"{res.confidence}"]
     if plan.left_out:
         lines.append(f"note: {plan.left_out} requests longer than max_model_len are left out")
@@ -86,21 +88,22 @@ def answer_lines(plan, cals, slo, prices) -> list[str]:
     from ..plan.search import MEETS
 
     res = plan.result
-    rate = f"{res.target_rate_rps:.3g} req/s"
+    rate = f"at {res.target_rate_rps:.3g} req/s" if res.target_rate_rps > 0 else "on the burst"
     lines = []
     ans = res.answer
     if ans is None:
         if not res.ranked:
-            lines.append(f"no candidate meets {slo.describe()} at {rate}, even at its point: add GPUs, replicas "
+            lines.append(f"no candidate meets {slo.describe()} {rate}, even at its point: add GPUs, replicas "
                          "or another layout, or lower the rate")
         else:
-            lines.append(f"no candidate meets {slo.describe()} at {rate} at the worst end of its band "
+            lines.append(f"no candidate meets {slo.describe()} {rate} at the worst end of its band "
                          f"({sum(ev.band is not None for ev in res.ranked)} tried, cheapest first); with "
                          "--confidence point the cheapest is " + _deployment(res.cheapest_point, prices))
     else:
         how = "with its 95 % band" if res.confidence == "band" else "at its point"
-        mr = "" if ans.max_rate_rps is None else f"; sustains up to {ans.max_rate_rps:.3g} req/s"
-        lines.append(f"answer: {_deployment(ans, prices)} meets {slo.describe()} at {rate} {how}: "
+        mr = ("" if ans.max_rate_rps is None or not ans.max_rate_rps > 0 else
+              f"; sustains up to {ans.max_rate_rps:.3g} req/s")
+        lines.append(f"answer: {_deployment(ans, prices)} meets {slo.describe()} {rate} {how}: "
                      f"{_band_text(ans, slo)}{mr}")
         if res.confidence == "point" and ans.status != MEETS:
             lines.append(f"  its band breaks them at the worst end ({ans.reason.removeprefix('band: ')})")

@@ -184,6 +184,12 @@ def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: in
     from ..band_tables import band_legend, row_band
     from ..sweep import SweepContext, format_sweep_table, run_sweep, sweep_points, write_sweep_table
 
+    from traces.transform import rescaled_arrival_problem
+
+    for scale in sweeps.get("rate-scale", ()):
+        problem = rescaled_arrival_problem(frame["arrival_time_s"], float(scale))
+        if problem:
+            raise ConfigError(f"--sweep rate-scale={scale:g}: {problem}", options=("sweep",))
     n = len(sweep_points(sweeps))
     m, eng, sched, concurrency = cost_model.model, cfg.engine, cfg.scheduling, cfg.closed_loop.concurrency
     loop = "" if concurrency is None else f", closed loop: {concurrency} clients"

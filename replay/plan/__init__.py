@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from schemas.status import OK
+from traces.transform import rescaled_arrival_problem
 
 from ..config import OPTION_PART
 from ..errors import ConfigError
@@ -141,13 +142,23 @@ def plan_deployments(frame: pd.DataFrame, metadata: dict, cals: Calibrations, ax
     if rate_rps is not None:
         if not 0 < rate_rps < float("inf"):
             raise ConfigError(f"--rate {rate_rps}: expected requests/s > 0")
-        if not own > 0:
-            raise ConfigError("--rate: the trace's requests all arrive at once, so it has no rate to rescale; "
-                              "give --rate-scale")
-        rate_scale = rate_rps / own
+        rate_scale = rate_rps / own if own > 0 else rate_scale
+    if not own > 0 and (rate_rps is not None or rate_scale is not None):
+        # dividing arrival times that are all equal changes nothing: no rate to reach
+        raise ConfigError(f"{'--rate' if rate_rps is not None else '--rate-scale'}: the trace's "
+                          f"{len(work.frame)} request(s) all arrive at once, so it has no rate to rescale; "
+                          "plan the burst as it is (without --rate, --rate-scale) or give a trace whose "
+                          "arrivals spread over time")
+    if not own > 0:
+        probes = 0  # no max rate either: a burst has no rate to bisect
     scale = 1.0 if rate_scale is None else float(rate_scale)
     if not 0 < scale < float("inf"):
         raise ConfigError(f"--rate-scale {rate_scale}: expected a factor > 0")
+    problem = (rescaled_arrival_problem(work.frame["arrival_time_s"], scale, own, " req/s") if rate_rps is not None
+               else rescaled_arrival_problem(work.frame["arrival_time_s"], scale))
+    if problem:
+        raise ConfigError(f"--rate {rate_rps:g}: {problem}" if rate_rps is not None else
+                          f"--rate-scale {scale:g}: {problem}")
     longest = int((work.frame["num_prompt_tokens"] + work.frame["num_output_tokens"]).max())
     prepared = [prepare(c, cals, base, prices or {}, longest) for c in axes.candidates()]
     with Runner(work, jobs, ray_address) as runner:

@@ -158,9 +158,12 @@ def parse_int_list(option: str, text: str, low: int = 1) -> list[int]:
     Raises
     ------
     ConfigError
-        Not integers, below ``low``, a range with stop < start or step < 1, a value twice.
+        No value, not integers, below ``low``, a range with stop < start or step < 1, a
+        value twice.
     """
     out: list[int] = []
+    if not str(text).strip():
+        raise ConfigError(f"{option} {text!r}: no value; expected integers or ranges, e.g. 1,2,4 or 1:8")
     for part in (p.strip() for p in str(text).split(",")):
         try:
             bits = [int(b) for b in part.split(":")]
@@ -188,12 +191,16 @@ def parse_gpus(text: str) -> list[str]:
     ------
     SpecError
         An unknown GPU (naming the closest).
+    ConfigError
+        No GPU named (``--gpu ","``).
     """
     keys = []
     for name in (p.strip() for p in str(text).split(",") if p.strip()):
         key = catalog_key(name) or get_gpu(name).name
         if key not in keys:
             keys.append(key)
+    if not keys:
+        raise ConfigError(f"--gpu {text!r}: no GPU named; expected catalog keys, e.g. h100-80gb,a100-80gb")
     return keys
 
 
@@ -203,9 +210,10 @@ def parse_prices(text: str | None, gpus: list[str]) -> dict[str, float]:
     Raises
     ------
     ConfigError
-        A bad part, a price <= 0, or a GPU of the grid without a price.
+        A bad part (no GPU, a price <= 0 or not a number), a GPU priced twice, or a GPU of
+        the grid without a price.
     """
-    if not text:
+    if text is None:
         return {}
     out = {}
     for part in (p.strip() for p in text.split(",") if p.strip()):
@@ -214,9 +222,14 @@ def parse_prices(text: str | None, gpus: list[str]) -> dict[str, float]:
             price = float(value)
         except ValueError:
             price = math.nan
-        if not sep or not 0 < price < math.inf:
+        if not sep or not name.strip() or not 0 < price < math.inf:
             raise ConfigError(f"--price {part!r}: expected GPU=PRICE per GPU-hour, e.g. h100-80gb=2.5")
-        out[parse_gpus(name)[0]] = price
+        key = parse_gpus(name)[0]
+        if key in out:
+            raise ConfigError(f"--price {text}: {key} priced more than once")
+        out[key] = price
+    if not out:
+        raise ConfigError(f"--price {text!r}: no price given; expected GPU=PRICE,..., e.g. h100-80gb=2.5")
     missing = [g for g in gpus if g not in out]
     if missing:
         raise ConfigError(f"--price: no price for {', '.join(missing)}; give every --gpu a price, or none")

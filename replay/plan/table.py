@@ -82,8 +82,8 @@ def format_plan_table(result: PlanResult, slo: Slo, prices: bool, wide: bool = F
     head, lines = plan_cells(result, slo, prices, wide)
     if not lines:
         return "(no candidate meets the SLOs at its point)"
-    drop = () if wide else ("rps/GPU", "sched", "budget", "seqs", "cost/h")
-    return render_table(head, lines, None if wide else WIDTH, drop_order=drop)
+    drop = () if wide else ("rps/GPU", "sched", "budget", "seqs", "cost/h", "KV blocks")
+    return render_table(head, lines, None if wide else WIDTH, drop_order=drop, key=2)
 
 
 def plan_cells(result: PlanResult, slo: Slo, prices: bool, wide: bool = False) -> tuple[list[str], list[list[str]]]:
