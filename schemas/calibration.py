@@ -208,6 +208,9 @@ class Calibration:
             if k not in ("ttft_s", "tpot_s", "e2e_s") or isinstance(v, bool) or not isinstance(v, (int, float)) \
                     or not 0 <= v < 100:
                 return f"model_error.{k} is {v!r}; expected ttft_s, tpot_s or e2e_s with a fraction >= 0"
+        for name in ("source", "fit", "engine"):
+            if not isinstance(getattr(self, name), dict):
+                return f"{name} is {getattr(self, name)!r}; expected an object"
         if not isinstance(self.expert_parallel, bool):
             return f"expert_parallel is {self.expert_parallel!r}; expected true or false"
         return None

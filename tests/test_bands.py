@@ -151,3 +151,15 @@ def test_spread_points_keeps_the_farthest_and_then_the_most_apart():
     # farthest from the center: +0.3; then the farthest from it: -0.2; then from both: +0.03
     assert spread_points(pts, center, 3) == [pts[2], pts[3], pts[4]]
     assert spread_points(pts, center) == pts and MAX_BAND_POINTS == 9
+
+
+def test_a_calibration_whose_source_is_not_an_object_is_refused(tmp_path):
+    """Found by the long fuzz: a calibration with ``"source": 3`` reached replay's in-sample
+    check and ended in a traceback; it is the file's fault, named."""
+    cal = Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, {"eta_mem": FittedParam(0.8, 0.01)})
+    cal.write(tmp_path / "c.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text((tmp_path / "c.json").read_text().replace('"source": {}', '"source": 3'))
+    with pytest.raises(SchemaError) as err:
+        Calibration.read(bad)
+    assert "source is 3; expected an object" in " ".join(str(err.value).split())
