@@ -157,3 +157,51 @@ def _timeline(requests: pd.DataFrame) -> tuple[np.ndarray, ...]:
         raise ValueError("no request has a measured TTFT and E2E: the KV cache's size cannot be read from the log")
     a = arrival[ok]
     return a, a + ttft[ok], a + e2e[ok], prompt[ok], out[ok]
+
+
+def kv_blocks_when_not_recorded(logs: list[tuple[str, pd.DataFrame]], block_size: int, max_num_seqs: int | None,
+                                default_blocks: int | None = None) -> tuple[int | None, str | None]:
+    """The KV blocks to simulate for a deployment whose logs do not record them, and what to say.
+
+    Parameters
+    ----------
+    logs : list of (name, DataFrame)
+        Request logs of one colocated deployment (one replica each); logs without measured
+        TTFT and E2E are skipped.
+    block_size, max_num_seqs : int
+        The engine's settings.
+    default_blocks : int, optional
+        What GPU memory gives (:func:`replay.simulate.resolve_num_gpu_blocks`), to compare.
+
+    Returns
+    -------
+    (blocks, message)
+        ``blocks`` the median of the estimates of the logs whose cache fills
+        (:func:`kv_capacity_from_log`), else the largest lower bound when it exceeds
+        ``default_blocks`` (the memory-derived cache is smaller than what a log held), else
+        None (keep the default); ``message`` one line naming the logs, or None when no log
+        has latencies.
+    """
+    found = []
+    for name, frame in logs:
+        try:
+            found.append((name, kv_capacity_from_log(frame, block_size, max_num_seqs)))
+        except ValueError:
+            continue
+    if not found:
+        return None, None
+    filled = [est.num_gpu_blocks for _, est in found if est.num_gpu_blocks is not None]
+    if filled:
+        blocks = int(np.median(filled))
+        said = "; ".join(f"{name}: {est.describe()}" for name, est in found if est.num_gpu_blocks is not None)
+        return blocks, (f"num_gpu_blocks not recorded: {blocks:,} read from the log{'s' if len(filled) > 1 else ''} "
+                        f"({said}); "
+                        "--num-gpu-blocks overrides")
+    name, low = max(found, key=lambda x: x[1].lower_bound_blocks)
+    if default_blocks is not None and low.lower_bound_blocks > default_blocks:
+        return low.lower_bound_blocks, (f"num_gpu_blocks not recorded: {low.lower_bound_blocks:,}, the most {name} "
+                                        f"holds at once, above the {default_blocks:,} GPU memory gives; "
+                                        "--num-gpu-blocks overrides")
+    mem = f"{default_blocks:,} from GPU memory" if default_blocks is not None else "the default from GPU memory"
+    return None, (f"num_gpu_blocks not recorded: {mem}; no log fills the KV cache, so they only bound it: "
+                  f"{low.describe()} ({name}); --num-gpu-blocks overrides")

@@ -63,3 +63,27 @@ def test_a_log_without_latencies_is_refused_in_one_sentence():
     log = pd.DataFrame({"arrival_time_s": [0.0], "num_prompt_tokens": [20], "num_output_tokens": [5]})
     with pytest.raises(ValueError, match="ttft_s, e2e_s"):
         kv_capacity_from_log(log)
+
+
+def test_replay_reads_the_blocks_from_a_saturated_log_and_says_so(tmp_path):
+    """``replay`` of a run that does not record num_gpu_blocks: the plateau's blocks, said in one
+    line; ``--num-gpu-blocks`` overrides."""
+    from click.testing import CliRunner
+
+    from helpers import write_calibration
+    from replay.cli import main as replay_cli
+    from traces.io import write_trace
+
+    log = synthetic_log(rate_per_s=60.0)
+    path = tmp_path / "log.parquet"
+    write_trace(log, "request_trace/1", path)
+    cal = tmp_path / "cal.json"
+    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb")), cal)
+    args = [str(path), "--calibration", str(cal), "--no-band", "--scheduler", "fcfs"]
+    res = CliRunner().invoke(replay_cli, args)
+    assert res.exit_code == 0, res.output
+    blocks = kv_capacity_from_log(log, 16, 256).num_gpu_blocks
+    assert f"num_gpu_blocks not recorded: {blocks:,} read from the log" in res.output
+    assert f"KV cache {blocks} blocks" in res.output
+    res = CliRunner().invoke(replay_cli, [*args, "--num-gpu-blocks", "500"])
+    assert res.exit_code == 0 and "not recorded" not in res.output and "KV cache 500 blocks" in res.output

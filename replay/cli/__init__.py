@@ -20,6 +20,7 @@ from schemas.status import OK, REJECTED
 
 from ..errors import ConfigError, ReplayError
 from ..text import wrap
+from .kv_from_log import fill_kv_blocks_from_log
 from .engine_settings import (calibrated_cost_model, check_limits, engine_sources, fill_engine_options,
                               multi_scheduler_config, replay_config, taken_settings_checked)
 from .baseline import refuse_tolerance, rederive_kv_blocks, whatif_differences
@@ -176,6 +177,9 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
     warning = check_limits(str(trace), frame, kwargs["max_num_seqs"], cost_model.dp)
     if warning:
         click.echo(wrap(warning), err=True)
+    kv_line = fill_kv_blocks_from_log(kwargs, frame, cost_model, trace, bool(differences))
+    if kv_line:
+        click.echo(wrap(kv_line), err=True)
     if measured_timeseries:
         from ..report import check_timeseries_span
 
