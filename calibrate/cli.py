@@ -17,7 +17,7 @@ from replay.cli.options import replay_options
 from replay.errors import ConfigError, ReplayError
 
 from .cli_options import (calibration_sources, cost_model_of, engine_options, hardware_options, held_and_free,
-                          parse_names, warn_metadata_mismatch)
+                          kv_blocks_read, parse_names, warn_metadata_mismatch)
 from .errors import CalibrationError, FitError, RunSpecError
 
 # numpy, pandas, the engine and the fits are imported in the commands: --help stays fast
@@ -180,7 +180,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, pp,
             from replay.ray_tasks import check_ray
 
             check_ray()
-        runs = load_runs(traces, replay_config(replay_kwargs), read_trace, keep=set_here)
+        runs = kv_blocks_read(load_runs(traces, replay_config(replay_kwargs), read_trace, keep=set_here), cm)
         for r in runs:
             warn_metadata_mismatch(r.metadata, cm.model, cm.gpu, tp)
             warning = check_limits(r.name, r.trace, r.config.engine.max_num_seqs, dp)

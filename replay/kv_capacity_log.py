@@ -205,3 +205,32 @@ def kv_blocks_when_not_recorded(logs: list[tuple[str, pd.DataFrame]], block_size
     mem = f"{default_blocks:,} from GPU memory" if default_blocks is not None else "the default from GPU memory"
     return None, (f"num_gpu_blocks not recorded: {mem}; no log fills the KV cache, so they only bound it: "
                   f"{low.describe()} ({name}); --num-gpu-blocks overrides")
+
+
+def kv_blocks_from_logs(logs: list, engine, cost_model, colocated: bool) -> tuple[int | None, str | None]:
+    """The KV blocks per replica read from ``logs`` when nothing set them, and the line to print.
+
+    Parameters
+    ----------
+    logs : list of (name, DataFrame)
+        The measured request logs, one deployment.
+    engine : replay.config.EngineOptions
+        Its settings after the command line and the recorded ones filled them: an explicit
+        or recorded ``num_gpu_blocks`` is never replaced (then ``(None, None)``).
+    cost_model : RooflineCostModel
+        The replica: the memory default comes from its model, GPU and TP.
+    colocated : bool
+        One replica, no DP, PP or disaggregation, the run as measured (no what-if): only then
+        does a log show the cache of the engine simulated.
+
+    Returns
+    -------
+    (blocks, line)
+        As :func:`replay.kv_capacity_log.kv_blocks_when_not_recorded`.
+    """
+    if engine.num_gpu_blocks is not None or not colocated or cost_model.dp != 1 or cost_model.pp != 1:
+        return None, None
+    from .simulate import resolve_num_gpu_blocks
+
+    default = resolve_num_gpu_blocks(engine, cost_model.model, cost_model.gpu, cost_model.tp)
+    return kv_blocks_when_not_recorded(logs, engine.block_size, engine.max_num_seqs, default)

@@ -87,3 +87,25 @@ def test_replay_reads_the_blocks_from_a_saturated_log_and_says_so(tmp_path):
     assert f"KV cache {blocks} blocks" in res.output
     res = CliRunner().invoke(replay_cli, [*args, "--num-gpu-blocks", "500"])
     assert res.exit_code == 0 and "not recorded" not in res.output and "KV cache 500 blocks" in res.output
+
+
+def test_calibrate_fit_reads_the_blocks_and_records_them_for_replay(tmp_path):
+    """``calibrate fit`` on a saturated log that does not record num_gpu_blocks fits under the
+    plateau's blocks, says so, and writes them in the calibration's engine settings."""
+    from click.testing import CliRunner
+
+    from calibrate.cli import main as calibrate_cli
+    from schemas.calibration import Calibration
+    from traces.io import write_trace
+
+    log = synthetic_log(rate_per_s=60.0)
+    path = tmp_path / "log.parquet"
+    write_trace(log, "request_trace/1", path)
+    out = tmp_path / "cal.json"
+    res = CliRunner().invoke(calibrate_cli, ["fit", str(path), "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                                             "--scheduler", "fcfs", "--free", "eta_mem", "--variants", "blend",
+                                             "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    blocks = kv_capacity_from_log(log, 16, 256).num_gpu_blocks
+    assert f"num_gpu_blocks not recorded: {blocks:,} read from the log" in res.output
+    assert Calibration.read(out).engine["num_gpu_blocks"] == blocks

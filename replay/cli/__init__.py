@@ -18,9 +18,10 @@ from schemas.errors import SpecError
 from schemas.specs import get_model
 from schemas.status import OK, REJECTED
 
+from ..config import EngineOptions
 from ..errors import ConfigError, ReplayError
+from ..kv_capacity_log import kv_blocks_from_logs
 from ..text import wrap
-from .kv_from_log import fill_kv_blocks_from_log
 from .engine_settings import (calibrated_cost_model, check_limits, engine_sources, fill_engine_options,
                               multi_scheduler_config, replay_config, taken_settings_checked)
 from .baseline import refuse_tolerance, rederive_kv_blocks, whatif_differences
@@ -31,6 +32,8 @@ from .runners import (TableReport, check_sweep_options, compare_schedulers_run, 
 
 # an unknown --model is a bad option (exit 2), as in 'calibrate fit'; a bad spec inside a
 # calibration file is reported as that file's fault (SchemaError, exit 1) by Calibration.read
+#: The engine options the KV cache's size depends on (:func:`replay.kv_capacity_log.kv_blocks_from_logs`).
+_KV_OPTIONS = ("num_gpu_blocks", "gpu_memory_utilization", "block_size", "max_num_seqs")
 _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, SpecError), output_folders=report_folders)
 
 
@@ -177,8 +180,11 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
     warning = check_limits(str(trace), frame, kwargs["max_num_seqs"], cost_model.dp)
     if warning:
         click.echo(wrap(warning), err=True)
-    kv_line = fill_kv_blocks_from_log(kwargs, frame, cost_model, trace, bool(differences))
-    if kv_line:
+    blocks, kv_line = kv_blocks_from_logs(
+        [(str(trace), frame)], EngineOptions(**{k: kwargs[k] for k in _KV_OPTIONS}), cost_model,
+        not differences and kwargs["scheduler"] != "disagg" and kwargs["replicas"] == 1)
+    if blocks is not None:  # the bound alone is said by calibrate fit, not at every replay
+        kwargs["num_gpu_blocks"] = blocks
         click.echo(wrap(kv_line), err=True)
     if measured_timeseries:
         from ..report import check_timeseries_span
