@@ -28,28 +28,18 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from schemas.engine_settings import SETTINGS, canonical, problem
 
-from .errors import ConfigError, OptionError
+from .engine_config import check_setting
+from .errors import ConfigError
 
 
 def _flag(name: str) -> str:
     return SETTINGS[name].flag if name in SETTINGS else "--" + name.replace("_", "-")
 
 
-def _check(name: str, value) -> None:
-    """Raise the error of a value outside setting ``name``'s declaration (:func:`schemas.engine_settings.problem`)."""
-    why = problem(name, value)
-    if why is None:
-        return
-    kind, text = why
-    if kind == "choice":
-        raise ConfigError(f"{_flag(name)} {value}: unknown; known: {text}")
-    raise OptionError(_flag(name), value, text)
-
-
 def _check_fields(options) -> None:
     """Every field of ``options`` (a part of :class:`ReplayConfig`) checked against its declaration."""
     for f in fields(options):
-        _check(f.name, getattr(options, f.name))
+        check_setting(f.name, getattr(options, f.name))
 
 
 @dataclass(frozen=True)
@@ -156,8 +146,8 @@ def check_link_options(name: str | None, bandwidth_bytes_per_s: float | None, la
     if problem("link", name):
         raise ConfigError(f"--link {name}: unknown; known: {problem('link', name)[1]} "
                           "(or give --link-bandwidth-bytes-per-s and --link-latency-s)")
-    _check("link_bandwidth_bytes_per_s", bandwidth_bytes_per_s)
-    _check("link_latency_s", latency_s)
+    check_setting("link_bandwidth_bytes_per_s", bandwidth_bytes_per_s)
+    check_setting("link_latency_s", latency_s)
 
 
 @dataclass(frozen=True)

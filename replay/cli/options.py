@@ -1,5 +1,7 @@
-"""The options of ``replay`` that ``calibrate`` shares, and the checks of option values that
-need no trace (tolerances, the Chrome trace window).
+"""The options of ``replay`` that ``calibrate`` and ``servecal plan`` share, made from the
+declared engine settings (:mod:`schemas.engine_settings`: one click option per setting, every
+spelling, vLLM's among them), and the checks of option values that need no trace
+(tolerances, the Chrome trace window).
 
 Nothing heavy is imported here: these definitions are built for ``--help``.
 """
