@@ -5,11 +5,12 @@ from __future__ import annotations
 import click
 
 from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, CostParams, check_value
+from schemas.engine_settings import of_part
 from schemas.errors import SpecError
 from schemas.specs import get_gpu, get_model, gpu_from_json, model_from_hf_config
 from schemas.text import wrap, wrap_error
 from replay.cli.engine_settings import engine_sources, fill_engine_options
-from replay.cli.options import hardware_options as parallelism_options
+from replay.cli.options import HARDWARE_SETTINGS, hardware_options as parallelism_options
 from replay.cost_terms import ALL_TERMS, TERMS
 from traces.cli.support import DataError
 
@@ -175,13 +176,13 @@ def engine_options(replay_kwargs: dict, tp: int, dp: int, expert_parallel: bool,
                          (None, click.core.ParameterSource.DEFAULT))
     if specs:
         recorded = trace_engine_settings(parse_run_spec(specs[0])[0]) or {}
-        hardware = {k: kw[k] for k in ("tp", "dp", "expert_parallel", "pp")}
+        hardware = {k: kw[k] for k in HARDWARE_SETTINGS}
         for line in fill_engine_options(hardware, [(f"trace {specs[0]}", recorded)]):
             click.echo(line, err=True)
         kw.update(hardware)
     for spec in specs[1:]:  # one deployment: every log at the degrees modelled
         recorded = trace_engine_settings(parse_run_spec(spec)[0]) or {}
-        for key, name in (("tensor_parallel_size", "tp"), ("data_parallel_size", "dp"), ("pipeline_parallel_size", "pp")):
+        for key, name in ((s.vllm, s.name) for s in of_part("hardware") if s.type is int):  # tp, dp, pp
             if recorded.get(key, kw[name]) != kw[name]:
                 raise DataError(wrap_error(f"{spec}: records {key}={recorded[key]}, but the fit models "
                                            f"{name}={kw[name]}; fit or score logs of one deployment together"))
