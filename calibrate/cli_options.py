@@ -5,11 +5,12 @@ from __future__ import annotations
 import click
 
 from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, CostParams, check_value
+from schemas.engine_settings import of_part
 from schemas.errors import SpecError
 from schemas.specs import get_gpu, get_model, gpu_from_json, model_from_hf_config
 from schemas.text import wrap, wrap_error
 from replay.cli.engine_settings import engine_sources, fill_engine_options
-from replay.cli.options import pipeline_parallel_option
+from replay.cli.options import HARDWARE_SETTINGS, hardware_options as parallelism_options
 from replay.cost_terms import ALL_TERMS, TERMS
 from traces.cli.support import DataError
 
@@ -103,8 +104,13 @@ def parse_names(text: str, known, option: str) -> tuple:
     return names
 
 
+#: ``--tp``... at their declared defaults (1, no expert parallelism).
+parallelism = parallelism_options(pp_help=" (a step trace's durations are then one stage's)")
+
+
 def hardware_options(fn):
-    """The hardware of the measured deployment: model, GPU, parallelism, cost terms."""
+    """The hardware of the measured deployment: model, GPU, parallelism (the declared
+    settings, :func:`replay.cli.options.hardware_options`), cost terms."""
     opts = [
         click.option("--model", default=None, help="Catalog key or Hugging Face id (see 'calibrate catalog')."),
         click.option("--model-config", type=click.Path(dir_okay=False), default=None,
@@ -112,13 +118,7 @@ def hardware_options(fn):
         click.option("--gpu", default=None, help="Catalog key or the name nvidia-smi prints."),
         click.option("--gpu-spec", type=click.Path(dir_okay=False), default=None,
                      help="A JSON with name, peak_flops, mem_bandwidth_bytes_per_s, mem_bytes instead of --gpu."),
-        click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="Tensor-parallel degree of one replica."),
-        click.option("--data-parallel-size", "dp", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="vLLM data-parallel ranks stepping in lock step (MoE); engine limits are per rank."),
-        click.option("--enable-expert-parallel", "expert_parallel", is_flag=True, default=False,
-                     help="vLLM expert parallelism: routed experts split over the tp x dp GPUs."),
-        pipeline_parallel_option(1, " (a step trace's durations are then one stage's)"),
+        parallelism,
         click.option("--terms", default=",".join(ALL_TERMS), show_default=True,
                      help="Cost terms of the step time (replay/cost_terms.py)."),
         click.option("--fix", multiple=True, metavar="NAME=VALUE", help="Hold a parameter fixed (repeatable)."),
@@ -176,13 +176,13 @@ def engine_options(replay_kwargs: dict, tp: int, dp: int, expert_parallel: bool,
                          (None, click.core.ParameterSource.DEFAULT))
     if specs:
         recorded = trace_engine_settings(parse_run_spec(specs[0])[0]) or {}
-        hardware = {k: kw[k] for k in ("tp", "dp", "expert_parallel", "pp")}
+        hardware = {k: kw[k] for k in HARDWARE_SETTINGS}
         for line in fill_engine_options(hardware, [(f"trace {specs[0]}", recorded)]):
             click.echo(line, err=True)
         kw.update(hardware)
     for spec in specs[1:]:  # one deployment: every log at the degrees modelled
         recorded = trace_engine_settings(parse_run_spec(spec)[0]) or {}
-        for key, name in (("tensor_parallel_size", "tp"), ("data_parallel_size", "dp"), ("pipeline_parallel_size", "pp")):
+        for key, name in ((s.vllm, s.name) for s in of_part("hardware") if s.type is int):  # tp, dp, pp
             if recorded.get(key, kw[name]) != kw[name]:
                 raise DataError(wrap_error(f"{spec}: records {key}={recorded[key]}, but the fit models "
                                            f"{name}={kw[name]}; fit or score logs of one deployment together"))

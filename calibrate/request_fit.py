@@ -280,10 +280,10 @@ def _prepared(run: Run, cost_model: RooflineCostModel, metrics) -> Run:
 
 
 def engine_settings(cfg: ReplayConfig) -> dict:
-    """The engine settings of ``cfg`` a calibration records (vLLM's names), for ``replay``
-    to reuse: limits, cache and scheduler, not output switches."""
-    keep = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks",
-            "gpu_memory_utilization", "max_model_len", "enable_prefix_caching", "preemption_mode", "replicas",
-            "router", "long_prefill_token_threshold", "speculative_tokens", "spec_acceptance_rate", "seed")
+    """The engine settings of ``cfg`` a calibration records (``recorded`` in
+    :data:`schemas.engine_settings.SETTINGS`), for ``replay`` to reuse: limits, cache and
+    scheduler, not output switches."""
+    from schemas.engine_settings import SETTINGS
+
     options = cfg.options()
-    return {k: options[k] for k in keep}
+    return {s.name: options[s.name] for s in SETTINGS.values() if s.recorded and s.name in options}

@@ -186,7 +186,7 @@ class BandJob:
         ``("seed", ...)`` per other seed when the replay draws random numbers."""
         out = [("point", self.cost_model, self.cfg)]
         out += [("set", cm, self.cfg) for cm in band_cost_models(self.cost_model, self.points)]
-        if self.cfg.engine.speculative_tokens:
+        if self.cfg.engine.num_speculative_tokens:
             out += [("seed", self.cost_model, self.cfg.with_options(seed=self.cfg.engine.seed + k))
                     for k in range(1, SEED_REPLAYS + 1)]
         return out

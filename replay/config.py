@@ -24,26 +24,22 @@ Example::
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from .errors import ConfigError, OptionError
+from schemas.engine_settings import SETTINGS, canonical, problem
+
+from .engine_config import check_setting
+from .errors import ConfigError
 
 
 def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+    return SETTINGS[name].flag if name in SETTINGS else "--" + name.replace("_", "-")
 
 
-def _at_least(name: str, value, low, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if not value >= low:
-        raise OptionError(_flag(name), value, f">= {low}")
-
-
-def _one_of(name: str, value, known) -> None:
-    if value not in known:
-        raise ConfigError(f"{_flag(name)} {value}: unknown; known: {', '.join(known)}")
+def _check_fields(options) -> None:
+    """Every field of ``options`` (a part of :class:`ReplayConfig`) checked against its declaration."""
+    for f in fields(options):
+        check_setting(f.name, getattr(options, f.name))
 
 
 @dataclass(frozen=True)
@@ -78,14 +74,14 @@ class EngineOptions:
         ``recompute`` or ``swap`` (KV to host memory over ``swap_link`` and back).
     swap_link : str
         Host link of swap preemption, a catalog link (:data:`replay.cost_model.LINKS`).
-    speculative_tokens : int
-        Speculative decoding: draft tokens ``K`` per decode and step (vLLM's
-        ``num_speculative_tokens``); 0: off. Each decode verifies ``K + 1`` positions (token
+    num_speculative_tokens : int
+        Speculative decoding: draft tokens ``K`` per decode and step (vLLM's name; the
+        command line's ``--speculative-tokens``); 0: off. Each decode verifies ``K + 1`` positions (token
         budget and cost model count them all) and emits 1 + the accepted drafts.
     spec_acceptance_rate : float | None
         Speculative decoding: probability that a draft token is accepted given that those
         before it were; the accepted drafts are a prefix, drawn per decode from a generator
-        seeded by ``seed``. Required with ``speculative_tokens`` > 0, refused without.
+        seeded by ``seed``. Required with ``num_speculative_tokens`` > 0, refused without.
     seed : int
         Seed of the simulation's random draws (the accepted drafts), >= 0.
     """
@@ -101,34 +97,19 @@ class EngineOptions:
     hash_block_size: int | None = None
     preemption_mode: str = "recompute"
     swap_link: str = "pcie4"
-    speculative_tokens: int = 0
+    num_speculative_tokens: int = 0
     spec_acceptance_rate: float | None = None
     seed: int = 0
 
     def __post_init__(self):
-        from schemas.specs import link_presets
-
-        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
-            _at_least(name, getattr(self, name), 1)
-        for name in ("max_model_len", "num_gpu_blocks", "hash_block_size"):
-            _at_least(name, getattr(self, name), 1, optional=True)
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise OptionError("--gpu-memory-utilization", self.gpu_memory_utilization, "in (0, 1]")
-        _one_of("preemption_mode", self.preemption_mode, ("recompute", "swap"))
-        _one_of("swap_link", self.swap_link, tuple(link_presets()))
-        if not self.long_prefill_token_threshold >= 0:
-            raise OptionError("--long-prefill-token-threshold", self.long_prefill_token_threshold, ">= 0 (0: no cap)")
-        if not self.speculative_tokens >= 0:
-            raise OptionError("--speculative-tokens", self.speculative_tokens, ">= 0 (0: no speculative decoding)")
+        _check_fields(self)
         a = self.spec_acceptance_rate
-        if self.speculative_tokens and a is None:
-            raise ConfigError("--speculative-tokens needs --spec-acceptance-rate (the probability that a draft "
-                              "token is accepted given the ones before it were)")
-        if a is not None and not self.speculative_tokens:
-            raise ConfigError("--spec-acceptance-rate: only speculative decoding uses it; give --speculative-tokens K")
-        if a is not None and not 0.0 <= a <= 1.0:
-            raise OptionError("--spec-acceptance-rate", a, "in [0, 1]")
-        _at_least("seed", self.seed, 0)
+        if self.num_speculative_tokens and a is None:
+            raise ConfigError(f"{_flag('num_speculative_tokens')} needs --spec-acceptance-rate (the probability that "
+                              "a draft token is accepted given the ones before it were)")
+        if a is not None and not self.num_speculative_tokens:
+            raise ConfigError("--spec-acceptance-rate: only speculative decoding uses it; give "
+                              f"{_flag('num_speculative_tokens')} K")
 
 
 @dataclass(frozen=True)
@@ -157,27 +138,16 @@ class SchedulingOptions:
     slo_tpot_s: float | None = None
 
     def __post_init__(self):
-        from .routing import ROUTERS
-
-        _at_least("replicas", self.replicas, 1)
-        _one_of("router", self.router, tuple(ROUTERS))
-        for name in ("slo_ttft_s", "slo_tpot_s"):
-            v = getattr(self, name)
-            if v is not None and not 0 < v < math.inf:
-                raise OptionError(_flag(name), v, "> 0 seconds and finite")
+        _check_fields(self)
 
 
 def check_link_options(name: str | None, bandwidth_bytes_per_s: float | None, latency_s: float | None) -> None:
     """Raise a ConfigError for an unknown link preset, a bandwidth <= 0 or NaN, a latency < 0 or not finite."""
-    from schemas.specs import link_presets
-
-    if name is not None and name not in link_presets():
-        raise ConfigError(f"--link {name}: unknown; known: {', '.join(link_presets())} "
+    if problem("link", name):
+        raise ConfigError(f"--link {name}: unknown; known: {problem('link', name)[1]} "
                           "(or give --link-bandwidth-bytes-per-s and --link-latency-s)")
-    if bandwidth_bytes_per_s is not None and not bandwidth_bytes_per_s > 0:
-        raise OptionError("--link-bandwidth-bytes-per-s", bandwidth_bytes_per_s, "> 0")
-    if latency_s is not None and not 0 <= latency_s < math.inf:
-        raise OptionError("--link-latency-s", latency_s, ">= 0 seconds")
+    check_setting("link_bandwidth_bytes_per_s", bandwidth_bytes_per_s)
+    check_setting("link_latency_s", latency_s)
 
 
 @dataclass(frozen=True)
@@ -215,16 +185,8 @@ class DisaggOptions:
     first_token_from: str = "prefill"
 
     def __post_init__(self):
-        from .schedulers.disagg import FIRST_TOKEN_FROM
-
-        _at_least("prefill_replicas", self.prefill_replicas, 1)
-        _at_least("decode_replicas", self.decode_replicas, 1)
-        _at_least("tp_prefill", self.tp_prefill, 1, optional=True)
-        _at_least("tp_decode", self.tp_decode, 1, optional=True)
-        _at_least("pp_prefill", self.pp_prefill, 1, optional=True)
-        _at_least("pp_decode", self.pp_decode, 1, optional=True)
-        check_link_options(self.link, self.link_bandwidth_bytes_per_s, self.link_latency_s)
-        _one_of("first_token_from", self.first_token_from, FIRST_TOKEN_FROM)
+        check_link_options(self.link, self.link_bandwidth_bytes_per_s, self.link_latency_s)  # with its hint
+        _check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -246,14 +208,9 @@ class ClosedLoopOptions:
     think_time_s: float = 0.0
 
     def __post_init__(self):
-        if self.concurrency is None:
-            if self.think_time_s:
-                raise ConfigError("--think-time-s is the pause of a closed-loop client: give --concurrency too")
-            return
-        if int(self.concurrency) != self.concurrency or self.concurrency < 1:
-            raise OptionError("--concurrency", self.concurrency, "an integer >= 1")
-        if not 0 <= self.think_time_s < math.inf:
-            raise OptionError("--think-time-s", self.think_time_s, ">= 0 seconds and finite")
+        if self.concurrency is None and self.think_time_s:
+            raise ConfigError("--think-time-s is the pause of a closed-loop client: give --concurrency too")
+        _check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -275,11 +232,11 @@ class RecordOptions:
     step_requests: bool = False
 
 
-#: The parts whose fields are options of ``replay`` (field name = option name = vLLM's name).
+#: The parts whose fields are options of ``replay`` (their settings: :data:`schemas.engine_settings.SETTINGS`).
 _OPTION_PARTS = {"engine": EngineOptions, "scheduling": SchedulingOptions, "disagg": DisaggOptions,
                  "closed_loop": ClosedLoopOptions}
-#: Option name -> the part of :class:`ReplayConfig` that holds it.
-OPTION_PART = {f.name: part for part, cls in _OPTION_PARTS.items() for f in fields(cls)}
+#: Option name -> the part of :class:`ReplayConfig` that holds it (declared in :mod:`schemas.engine_settings`).
+OPTION_PART = {s.name: s.part for s in SETTINGS.values() if s.part in _OPTION_PARTS}
 
 
 @dataclass(frozen=True)
@@ -335,13 +292,15 @@ class ReplayConfig:
 
         The vocabulary of the command line and of the engine settings recorded with a
         calibration or a trace. A ``disagg`` part is made when one of its options is given
-        (not None). Options left out keep their defaults.
+        (not None). Options left out keep their defaults; an older name
+        (``speculative_tokens``, :data:`schemas.engine_settings.ALIASES`) is read as the current one.
 
         Raises
         ------
         ConfigError
             An unknown name, or a value or combination that :class:`ReplayConfig` refuses.
         """
+        options = canonical(options)
         unknown = [n for n in options if n not in OPTION_PART]
         if unknown:
             raise ConfigError(f"{', '.join(map(_flag, unknown))}: not an option of a replay")
@@ -364,7 +323,7 @@ class ReplayConfig:
 
     def with_options(self, **options) -> ReplayConfig:
         """This configuration with the options named changed (:meth:`from_options`), checked again."""
-        return ReplayConfig.from_options(self.record, self.exact_steps, **{**self.options(), **options})
+        return ReplayConfig.from_options(self.record, self.exact_steps, **{**self.options(), **canonical(options)})
 
     def with_scheduler(self, name: str, disagg: DisaggOptions | None = None) -> ReplayConfig:
         """This configuration under scheduler ``name``, for comparisons across schedulers.

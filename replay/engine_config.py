@@ -1,10 +1,13 @@
-"""The settings of the engine's replicas (:class:`EngineConfig`) and their checks (:func:`check_settings`,
-called by :class:`~replay.engine.Engine`)."""
+"""The settings of the engine's replicas (:class:`EngineConfig`) and their checks against the
+declared engine settings (:func:`check_setting`; :func:`check_settings`, called by
+:class:`~replay.engine.Engine`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from schemas.engine_settings import SETTINGS, problem
+
+from .errors import ConfigError, OptionError
 
 
 @dataclass
@@ -65,6 +68,26 @@ class EngineConfig:
     max_request_blocks: int | None = None
 
 
+def check_setting(name: str, value) -> None:
+    """Refuse a value outside engine setting ``name``'s declaration
+    (:func:`schemas.engine_settings.problem`).
+
+    Raises
+    ------
+    OptionError
+        ``<flag> must be <expected>, not <value>`` for a number out of range.
+    ConfigError
+        ``<flag> <value>: unknown; known: ...`` for an unknown name.
+    """
+    why = problem(name, value)
+    if why is None:
+        return
+    kind, text = why
+    if kind == "choice":
+        raise ConfigError(f"{SETTINGS[name].flag} {value}: unknown; known: {text}")
+    raise OptionError(SETTINGS[name].flag, value, text)
+
+
 def check_settings(engine_config: EngineConfig, scheduler_config, num_replicas: int) -> None:
     """Refuse settings an engine cannot simulate, before it is built.
 
@@ -77,15 +100,10 @@ def check_settings(engine_config: EngineConfig, scheduler_config, num_replicas: 
     Raises
     ------
     ConfigError
-        Naming the option as the command line spells it.
+        Naming the option as the command line spells it (:func:`check_setting`).
     """
-    if num_replicas < 1:
-        raise ConfigError("--replicas must be >= 1")
-    if engine_config.preemption_mode not in ("recompute", "swap"):
-        raise ConfigError(f"--preemption-mode must be recompute or swap, not {engine_config.preemption_mode!r}")
-    if scheduler_config.num_speculative_tokens < 0:
-        raise ConfigError(f"--speculative-tokens must be >= 0, not {scheduler_config.num_speculative_tokens}")
-    if not 0.0 <= engine_config.spec_acceptance_rate <= 1.0:
-        raise ConfigError(f"--spec-acceptance-rate must be in [0, 1], not {engine_config.spec_acceptance_rate}")
-    if scheduler_config.long_prefill_token_threshold < 0:
-        raise ConfigError("--long-prefill-token-threshold must be >= 0 (0: no cap)")
+    for name, value in (("replicas", num_replicas), ("preemption_mode", engine_config.preemption_mode),
+                        ("num_speculative_tokens", scheduler_config.num_speculative_tokens),
+                        ("spec_acceptance_rate", engine_config.spec_acceptance_rate),
+                        ("long_prefill_token_threshold", scheduler_config.long_prefill_token_threshold)):
+        check_setting(name, value)

@@ -190,7 +190,7 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
             swap_time_per_block_s = swap_time_per_block_s / pp
     sched_cfg = SchedulerConfig(eng.max_num_seqs * dp, eng.max_num_batched_tokens * dp,
                                 long_prefill_token_threshold=_chunk_cap(eng, dp),
-                                num_speculative_tokens=eng.speculative_tokens)
+                                num_speculative_tokens=eng.num_speculative_tokens)
     engine_cfg = EngineConfig(blocks, eng.block_size, max_len, rec.token_times, rec.steps or rec.step_requests,
                               enable_prefix_caching=eng.enable_prefix_caching, hash_block_size=hash_block_size,
                               preemption_mode=eng.preemption_mode, swap_time_per_block_s=swap_time_per_block_s,
@@ -229,7 +229,7 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
         if isinstance(engine, DisaggEngine):
             for col, values in engine.result_columns(len(df)).items():
                 result[col] = values
-        if eng.speculative_tokens:
+        if eng.num_speculative_tokens:
             for col, values in spec_columns(engine, len(df)).items():
                 result[col] = values
         if eng.enable_prefix_caching:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .atomic import write_text_atomic
 from .cost_params import PARAMS, check_value
+from .engine_settings import canonical
 from .errors import SchemaError, text_reason
 from .specs import GpuSpec, ModelSpec
 from .text import wrap_error
@@ -68,7 +69,9 @@ class Calibration:
         vLLM ``--enable-expert-parallel``.
     engine : dict
         The engine settings the calibration was fitted under (vLLM names:
-        ``max_num_seqs``, ``max_num_batched_tokens``, ...); ``replay`` uses them unless
+        ``max_num_seqs``, ``max_num_batched_tokens``, ..., declared in
+        :mod:`schemas.engine_settings`; an older name is read as the current one:
+        ``speculative_tokens`` as ``num_speculative_tokens``); ``replay`` uses them unless
         an option overrides one.
     fit : dict
         Statistics: method, rows, residuals, correlations, per-variant results.
@@ -175,7 +178,7 @@ class Calibration:
                 params[k] = FittedParam(**p)
             cal = cls(model=ModelSpec.from_dict(d["model"]), gpu=GpuSpec.from_dict(d["gpu"]),
                       tp=d["tp"], params=params, terms=list(d.get("terms", _V1_TERMS)), dp=d.get("dp", 1),
-                      expert_parallel=d.get("expert_parallel", False), engine=dict(d.get("engine") or {}),
+                      expert_parallel=d.get("expert_parallel", False), engine=canonical(dict(d.get("engine") or {})),
                       fit=d.get("fit", {}), source=d.get("source", {}),
                       band_points=[dict(pt.items()) for pt in d.get("band_points") or []],
                       model_error=dict((d.get("model_error") or {}).items()), pp=d.get("pp", 1))

@@ -210,7 +210,7 @@ def test_accepted_drafts_are_a_prefix_of_bernoulli_trials():
 
 def test_replay_reports_acceptance_and_tpot_below_the_step_time():
     trace = _trace(rate=1.0)  # light load: decodes mostly in decode-only steps
-    cfg = ReplayConfig(EngineOptions(speculative_tokens=3, spec_acceptance_rate=0.5),
+    cfg = ReplayConfig(EngineOptions(num_speculative_tokens=3, spec_acceptance_rate=0.5),
                        record=RecordOptions(token_times=True, steps=True))
     res, eng = replay_frame(trace, COST, cfg)
     base, base_eng = replay_frame(trace, COST, ReplayConfig(record=RecordOptions(steps=True)))
@@ -230,7 +230,7 @@ def test_replay_reports_acceptance_and_tpot_below_the_step_time():
     # the same seed gives the same run; another seed another one
     again, _ = replay_frame(trace, COST, cfg)
     pd.testing.assert_frame_equal(res, again)
-    other, _ = replay_frame(trace, COST, ReplayConfig(EngineOptions(speculative_tokens=3, spec_acceptance_rate=0.5, seed=1),
+    other, _ = replay_frame(trace, COST, ReplayConfig(EngineOptions(num_speculative_tokens=3, spec_acceptance_rate=0.5, seed=1),
                                                       record=RecordOptions(token_times=True)))
     assert not other["pred_e2e_s"].equals(res["pred_e2e_s"])
 
@@ -238,15 +238,15 @@ def test_replay_reports_acceptance_and_tpot_below_the_step_time():
 def test_acceptance_zero_emits_one_token_per_step_at_a_higher_cost():
     """A = 0: every draft rejected, the timeline is one token per step, each step priced on K + 1 positions."""
     trace = _trace(20)
-    res, _ = replay_frame(trace, COST, ReplayConfig(EngineOptions(speculative_tokens=3, spec_acceptance_rate=0.0)))
+    res, _ = replay_frame(trace, COST, ReplayConfig(EngineOptions(num_speculative_tokens=3, spec_acceptance_rate=0.0)))
     base, _ = replay_frame(trace, COST, ReplayConfig())
     assert (res["pred_e2e_s"] >= base["pred_e2e_s"] - 1e-12).all()
     assert (res["pred_num_accepted_tokens"] == 0).all()
 
 
-@pytest.mark.parametrize("bad,needle", [(dict(speculative_tokens=2), "needs --spec-acceptance-rate"),
+@pytest.mark.parametrize("bad,needle", [(dict(num_speculative_tokens=2), "needs --spec-acceptance-rate"),
                                         (dict(spec_acceptance_rate=0.5), "give --speculative-tokens"),
-                                        (dict(speculative_tokens=2, spec_acceptance_rate=1.5), r"\[0, 1\]"),
+                                        (dict(num_speculative_tokens=2, spec_acceptance_rate=1.5), r"\[0, 1\]"),
                                         (dict(long_prefill_token_threshold=-1), ">= 0")])
 def test_bad_options(bad, needle):
     with pytest.raises(ConfigError, match=needle):
@@ -269,7 +269,7 @@ def test_fast_path_equals_step_by_step_with_speculation(n, seed, scheduler, k, a
 
 def test_closed_loop_with_speculation():
     trace = _trace(30)
-    res, _ = replay_frame(trace, COST, ReplayConfig(EngineOptions(speculative_tokens=2, spec_acceptance_rate=0.6),
+    res, _ = replay_frame(trace, COST, ReplayConfig(EngineOptions(num_speculative_tokens=2, spec_acceptance_rate=0.6),
                                                     closed_loop=ClosedLoopOptions(4)))
     assert (res["pred_status"] == "ok").all()
 
@@ -317,6 +317,6 @@ def test_calibrate_fit_has_the_options_and_records_them():
     help_text = CliRunner().invoke(calibrate, ["fit", "--help"]).output
     for opt in ("--long-prefill-token-threshold", "--speculative-tokens", "--spec-acceptance-rate"):
         assert opt in help_text
-    rec = engine_settings(ReplayConfig(EngineOptions(long_prefill_token_threshold=512, speculative_tokens=3,
+    rec = engine_settings(ReplayConfig(EngineOptions(long_prefill_token_threshold=512, num_speculative_tokens=3,
                                                      spec_acceptance_rate=0.7)))
-    assert (rec["long_prefill_token_threshold"], rec["speculative_tokens"], rec["spec_acceptance_rate"]) == (512, 3, 0.7)
+    assert (rec["long_prefill_token_threshold"], rec["num_speculative_tokens"], rec["spec_acceptance_rate"]) == (512, 3, 0.7)

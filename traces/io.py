@@ -6,6 +6,7 @@ import os
 
 import pandas as pd
 
+from schemas.engine_settings import SETTINGS, problem
 from schemas.tables import table_kind, table_metadata, read_table, to_table, write_table
 from schemas.validate import validate
 
@@ -55,9 +56,9 @@ def write_trace(frame: pd.DataFrame, kind: str, path: str | os.PathLike, metadat
     write_table(table, path)
 
 
-#: Engine settings a trace's metadata may supply (whole numbers >= 1), besides gpu_memory_utilization.
-ENGINE_INT_KEYS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "num_gpu_blocks",
-                   "tensor_parallel_size", "data_parallel_size")
+#: Engine settings a trace's metadata may supply, by vLLM's name (``in_trace`` in
+#: :data:`schemas.engine_settings.SETTINGS`): whole numbers >= 1, and gpu_memory_utilization.
+TRACE_SETTINGS = {s.vllm: s for s in SETTINGS.values() if s.in_trace}
 
 
 def recorded_engine_settings(metadata: dict, path) -> dict | None:
@@ -93,12 +94,12 @@ def recorded_engine_settings(metadata: dict, path) -> dict | None:
                                expected='{"max_num_seqs": 128, ...}')
     out = {}
     for key, value in settings.items():
-        if key in ENGINE_INT_KEYS:
-            ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 2 ** 31
-        elif key == "gpu_memory_utilization":
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
-        else:
+        spec = TRACE_SETTINGS.get(key)
+        if spec is None:
             continue
+        number = (int,) if spec.type is int else (int, float)
+        ok = (isinstance(value, number) and not isinstance(value, bool) and abs(value) < 2 ** 31
+              and problem(spec.name, value) is None)
         if not ok:
             raise TraceFormatError(path, f"metadata engine_settings: {key}={value!r:.40} is not a valid setting",
                                    column="engine_settings", expected="a whole number from 1 (a fraction in (0, 1] "

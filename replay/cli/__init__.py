@@ -25,8 +25,8 @@ from ..text import wrap
 from .engine_settings import (calibrated_cost_model, check_limits, engine_sources, fill_engine_options,
                               multi_scheduler_config, replay_config, taken_settings_checked)
 from .baseline import refuse_tolerance, rederive_kv_blocks, whatif_differences
-from .options import (chrome_trace_options, command_line, output_options, parse_tolerances, pipeline_parallel_option,
-                      replay_options, report_folders, show_progress)
+from .options import (chrome_trace_options, command_line, hardware_options, output_options, parse_tolerances,
+                      replay_options, report_folders, setting_option, show_progress)
 from .runners import (TableReport, check_sweep_options, compare_schedulers_run, hardware, parse_scheduler_list,
                       sweep_run)
 
@@ -44,13 +44,7 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
               help="Calibration JSON written by 'calibrate fit'.")
 @click.option("--model", default=None, help="Replay another model on the calibrated GPU (catalog key, "
                                             "HF id or config.json).")
-@click.option("--tp", type=click.IntRange(min=1), default=None, help="Tensor-parallel degree [default: the calibration's].")
-@click.option("--data-parallel-size", "dp", type=click.IntRange(min=1), default=None,
-              help="vLLM data-parallel ranks stepping in lock step [default: the calibration's].")
-@pipeline_parallel_option(None, " [default: the calibration's]")
-@click.option("--enable-expert-parallel/--no-enable-expert-parallel", "expert_parallel", default=None,
-              help="vLLM expert parallelism: routed experts split over the tp x dp GPUs [default: the "
-                   "calibration's].")
+@hardware_options(None, " [default: the calibration's]")
 @replay_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the replay result (replay_result/1 Parquet).")
@@ -93,8 +87,7 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
                    "pip install 'servecal[ray]' here and servecal on the cluster.")
 @click.option("--sweep-out", type=click.Path(dir_okay=False), default=None,
               help="--sweep: also write the table (.parquet or .csv; seconds, requests/s).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Seed of the simulation's random draws (accepted draft tokens of --speculative-tokens).")
+@setting_option("seed")
 @click.option("--band/--no-band", default=True, show_default=True,
               help="Replay at the calibration's band points too and print each prediction's 95 % band "
                    "(--sweep and --compare-schedulers: every row's).")
@@ -228,8 +221,8 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
         f", closed loop: {closed.concurrency} clients, think time {closed.think_time_s:g} s"
     if eng.long_prefill_token_threshold:
         loop += f", long_prefill_token_threshold={eng.long_prefill_token_threshold}"
-    if eng.speculative_tokens:
-        loop += f", speculative decoding: K={eng.speculative_tokens}, acceptance {eng.spec_acceptance_rate:g}"
+    if eng.num_speculative_tokens:
+        loop += f", speculative decoding: K={eng.num_speculative_tokens}, acceptance {eng.spec_acceptance_rate:g}"
     click.echo(wrap(f"replaying {len(frame)} requests: model {m.name}, {where}, max_num_seqs={eng.max_num_seqs}, "
                     f"max_num_batched_tokens={eng.max_num_batched_tokens}{loop}"))
     with taken_settings_checked():
@@ -249,7 +242,7 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
         click.echo(wrap(f"  {count} {reason}"))
     if skipped.all() or n_ok == 0:
         click.echo("warning: no request completed in the simulation; nothing to compare", err=True)
-    if eng.speculative_tokens:
+    if eng.num_speculative_tokens:
         from ..result_columns import spec_decode_stats
 
         st = spec_decode_stats(engine)

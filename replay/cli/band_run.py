@@ -60,7 +60,7 @@ def main_band(frame, meta, cost_model, cfg, points: list, result, seconds_each: 
     row = prediction_row(result, s.slo_ttft_s, s.slo_tpot_s)
     if points is None:
         return band_of_rows(row, [])
-    if not points and not cfg.engine.speculative_tokens:
+    if not points and not cfg.engine.num_speculative_tokens:
         return band_of_rows(row, [], model_error=model_error)
     return band_of_replay(frame, meta, cost_model, cfg, points, row, seconds_each, model_error)
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from schemas.calibration import Calibration
+from schemas.engine_settings import SETTINGS
 from schemas.text import wrap_error
 from traces.cli.support import DataError
 
@@ -19,13 +20,9 @@ if TYPE_CHECKING:
     from ..config import DisaggOptions, RecordOptions, ReplayConfig
 
 
-#: Engine options a vLLM log or a calibration can supply (ReplayConfig names = option names).
-ENGINE_OPTIONS = ("scheduler", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks", "gpu_memory_utilization",
-                  "block_size", "max_model_len", "enable_prefix_caching", "preemption_mode", "replicas", "router",
-                  "long_prefill_token_threshold", "speculative_tokens")
-#: vLLM's names of the hardware settings, and the option each fills.
-_HARDWARE_KEYS = {"tensor_parallel_size": "tp", "data_parallel_size": "dp", "enable_expert_parallel": "expert_parallel",
-                  "pipeline_parallel_size": "pp"}
+#: The settings a vLLM log, a trace or a calibration supplies: (its key there, vLLM's name
+#: where vLLM has one; the option it fills), ``recorded`` in :data:`schemas.engine_settings.SETTINGS`.
+_FILLED = tuple((s.vllm or s.name, s.name) for s in SETTINGS.values() if s.recorded)
 #: Recorded values that say nothing (vLLM logs print ``pipeline_parallel_size=1`` by default): not
 #: taken, so a calibration's own ``pp`` stands and nothing more is printed than before PP existed.
 _NEUTRAL = {"pipeline_parallel_size": 1}
@@ -33,14 +30,10 @@ _NEUTRAL = {"pipeline_parallel_size": 1}
 _TAKEN = "servecal.engine_settings_taken"
 #: Key of the click context's ``meta``: options typed unlike a source (:func:`typed_unlike_sources`).
 _DIFFER = "servecal.engine_settings_differ"
-#: Command-line flags whose name is not ``--`` + the parameter's name with dashes.
-_FLAGS = {"dp": "--data-parallel-size"}
-
-
 def flag(name: str) -> str:
-    """The command-line flag of parameter ``name``: ``max_num_seqs`` -> ``--max-num-seqs``, ``dp`` ->
-    ``--data-parallel-size``."""
-    return _FLAGS.get(name, f"--{name.replace('_', '-')}")
+    """The command-line flag messages print for parameter ``name``: ``max_num_seqs`` ->
+    ``--max-num-seqs``, ``dp`` -> ``--data-parallel-size`` (:attr:`SettingSpec.flag`)."""
+    return SETTINGS[name].flag if name in SETTINGS else f"--{name.replace('_', '-')}"
 
 
 def typed_unlike_sources() -> list[tuple[str, object, object, str]]:
@@ -64,16 +57,15 @@ def fill_engine_options(kwargs: dict, sources: list) -> list[str]:
     pairs, vLLM's names, first source first), in place; return what to tell the user: the
     options taken, and those given on the command line that differ from a source.
 
-    Command-line options win, then the sources in order; the hardware keys
-    (``tensor_parallel_size``...) fill ``tp``, ``dp``, ``expert_parallel`` when present in ``kwargs``.
+    Command-line options win, then the sources in order; vLLM's keys fill the options of
+    other names (``tensor_parallel_size`` fills ``tp``...) when present in ``kwargs``.
     What was taken is kept in the click context for :func:`taken_settings_checked`.
     """
     import textwrap
 
     ctx = click.get_current_context()
     taken, differ = {}, []
-    for key in (*ENGINE_OPTIONS, *_HARDWARE_KEYS):
-        name = _HARDWARE_KEYS.get(key, key)
+    for key, name in _FILLED:
         if name not in kwargs:
             continue
         src = ctx.get_parameter_source(name)

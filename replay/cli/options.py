@@ -1,5 +1,7 @@
-"""The options of ``replay`` that ``calibrate`` shares, and the checks of option values that
-need no trace (tolerances, the Chrome trace window).
+"""The options of ``replay`` that ``calibrate`` and ``servecal plan`` share, made from the
+declared engine settings (:mod:`schemas.engine_settings`: one click option per setting, every
+spelling, vLLM's among them), and the checks of option values that need no trace
+(tolerances, the Chrome trace window).
 
 Nothing heavy is imported here: these definitions are built for ``--help``.
 """
@@ -9,84 +11,68 @@ import math
 
 import click
 
-from schemas.specs import link_presets
+from schemas.engine_settings import SETTINGS, of_part
 
 from ..errors import ConfigError
-from ..schedulers.disagg import FIRST_TOKEN_FROM
+
+
+#: ``default`` of :func:`setting_option`: the declared one.
+_DECLARED = object()
+
+
+def _click_type(spec):
+    """The click type of a declared setting: its names, or its range (an upper bound of
+    ``inf`` is left to :mod:`replay.config`, whose message says "finite")."""
+    known = spec.known()
+    if known is not None:
+        return click.Choice(list(known))
+    if spec.low is None:
+        return None
+    high = spec.high if spec.high is not None and math.isfinite(spec.high) else None
+    if spec.type is int:
+        return click.IntRange(min=spec.low, max=high)
+    return click.FloatRange(min=spec.low, max=high, min_open=spec.low_open, max_open=spec.high_open and high is not None)
+
+
+def setting_option(name: str, default=_DECLARED, default_help: str = "", values_help: str | None = None):
+    """The click option of engine setting ``name``, from its declaration
+    (:data:`schemas.engine_settings.SETTINGS`): every flag that spells it (vLLM's among
+    them), its type and range, its help; the value goes to parameter ``name``.
+
+    Parameters
+    ----------
+    default : the command's default (the declared one when not given); a None default is
+        not shown: ``default_help`` says where the value then comes from.
+    default_help : appended to the help (``" [default: the calibration's]"``).
+    values_help : a list of values (``servecal plan``'s ``--tp 1,2,4``): a string the
+        command parses, with this help instead of the declared one.
+    """
+    spec = SETTINGS[name]
+    default = spec.default if default is _DECLARED else default
+    text = values_help or f"{spec.meaning.rstrip('.')}{default_help}."
+    if values_help is not None:
+        return click.option(*spec.flags, name, default=default, help=text)
+    if spec.type is bool:
+        return click.option(*(f"{f}/--no-{f[2:]}" for f in spec.flags), name, default=default,
+                            show_default=default is not None, help=text)
+    return click.option(*spec.flags, name, type=_click_type(spec), default=default, show_default=default is not None,
+                        help=text)
+
+
+#: The settings of :func:`replay_options`: those of the replay's configuration with a flag, but
+#: ``seed`` (``replay``'s own option: ``calibrate fit --seed`` seeds its bootstrap).
+REPLAY_SETTINGS = tuple(s.name for s in SETTINGS.values() if s.flags and s.part != "hardware" and s.name != "seed")
+#: The parallelism settings (``--tp``, ``--data-parallel-size``, ``--pp``, ``--enable-expert-parallel``).
+HARDWARE_SETTINGS = tuple(s.name for s in of_part("hardware"))
+#: Options of :func:`replay_options` that only ``--scheduler disagg`` uses (None when not given).
+DISAGG_OPTIONS = tuple(s.name for s in of_part("disagg"))
 
 
 def replay_options(fn):
-    """The engine options shared by ``replay`` and ``calibrate fit`` (vLLM's names)."""
-    opts = [
-        click.option("--scheduler", default="chunked", show_default=True,
-                     help="chunked | fcfs | static | sjf | edf | disagg (prefill/decode pools), "
-                          "or package.module:ClassName."),
-        click.option("--max-num-seqs", type=click.IntRange(min=1), default=256, show_default=True,
-                     help="Requests running at once per replica."),
-        click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=8192, show_default=True,
-                     help="Token budget per step."),
-        click.option("--num-gpu-blocks", type=click.IntRange(min=1), default=None,
-                     help="KV blocks per replica [default: from GPU memory]."),
-        click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=0.9,
-                     show_default=True, help="Fraction of GPU memory for weights + KV."),
-        click.option("--block-size", type=click.IntRange(min=1), default=16, show_default=True,
-                     help="Tokens per KV block."),
-        click.option("--max-model-len", type=click.IntRange(min=1), default=None,
-                     help="Longest prompt + output [default: the model's context length]."),
-        click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="Replicas of a colocated scheduler (disagg: --prefill-replicas, --decode-replicas)."),
-        click.option("--router", type=click.Choice(["round_robin", "least_loaded", "prefix_affinity"]),
-                     default="round_robin", show_default=True, help="How arrivals are spread over replicas."),
-        click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=False, show_default=True,
-                     help="Share full prompt KV blocks between requests (vLLM v1), from block_hashes."),
-        click.option("--hash-block-size", type=click.IntRange(min=1), default=None,
-                     help="Tokens per block of the trace's block_hashes (Mooncake: 512) "
-                          "[default: the trace's hash_block_tokens metadata, else 16]."),
-        click.option("--preemption-mode", type=click.Choice(["recompute", "swap"]), default="recompute",
-                     show_default=True, help="What preemption does with the victim's KV."),
-        click.option("--slo-ttft-s", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="TTFT objective, seconds, of requests without a slo_ttft_s column (edf, goodput)."),
-        click.option("--slo-tpot-s", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="TPOT objective, seconds, of requests without a slo_tpot_s column (edf, goodput)."),
-        # --scheduler disagg (replay.disagg): defaults None so that giving them elsewhere is an error
-        click.option("--prefill-replicas", type=click.IntRange(min=1), default=None,
-                     help="disagg: prefill instances [default: 1]."),
-        click.option("--decode-replicas", type=click.IntRange(min=1), default=None,
-                     help="disagg: decode instances [default: 1]."),
-        click.option("--tp-prefill", type=click.IntRange(min=1), default=None,
-                     help="disagg: tensor-parallel degree of a prefill instance [default: --tp]."),
-        click.option("--tp-decode", type=click.IntRange(min=1), default=None,
-                     help="disagg: tensor-parallel degree of a decode instance [default: --tp]."),
-        click.option("--pp-prefill", type=click.IntRange(min=1), default=None,
-                     help="disagg: pipeline-parallel stages of a prefill instance [default: --pp]."),
-        click.option("--pp-decode", type=click.IntRange(min=1), default=None,
-                     help="disagg: pipeline-parallel stages of a decode instance [default: --pp]."),
-        click.option("--link", type=click.Choice(list(link_presets())), default=None,
-                     help="disagg: prefill-to-decode KV link [default: the GPU's own tp_link]."),
-        click.option("--link-bandwidth-bytes-per-s", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="disagg: KV link bandwidth, bytes/s [default: --link's]."),
-        click.option("--link-latency-s", type=click.FloatRange(min=0), default=None,
-                     help="disagg: KV link one-way latency, seconds [default: --link's]."),
-        click.option("--first-token-from", type=click.Choice(FIRST_TOKEN_FROM), default=None,
-                     help="disagg: instance that emits output token 1 [default: prefill, as DistServe]."),
-        click.option("--concurrency", type=click.IntRange(min=1), default=None,
-                     help="Closed loop: N clients send the trace's requests in order, each when its previous "
-                          "one completes (llmperf, GenAI-Perf, vllm bench --max-concurrency); arrival times "
-                          "are ignored [default: open loop, arrivals as traced]."),
-        click.option("--think-time-s", type=click.FloatRange(min=0, max=float("inf"), max_open=True), default=0.0,
-                     show_default=True, help="Closed loop: a client's pause between a completion and its next send, seconds."),
-        click.option("--long-prefill-token-threshold", type=click.IntRange(min=0), default=0, show_default=True,
-                     help="vLLM's per-request cap on the prompt tokens of one step, applied before the token "
-                          "budget to new and partially prefilled requests alike (chunked, sjf, edf, disagg "
-                          "prefill; fcfs and static admit whole prompts); 0: none, >= the budget: no effect."),
-        click.option("--speculative-tokens", type=click.IntRange(min=0), default=0, show_default=True,
-                     help="Speculative decoding: draft tokens K per decode and step (vLLM's "
-                          "num_speculative_tokens). Each decode verifies K+1 positions (token budget and cost "
-                          "model count them) and emits 1 + the accepted drafts; 0: off."),
-        click.option("--spec-acceptance-rate", type=click.FloatRange(0, 1), default=None,
-                     help="Speculative decoding: probability A that a draft token is accepted given the ones "
-                          "before it were (a prefix is accepted); vLLM's mean acceptance length is "
-                          "(1 - A^(K+1)) / (1 - A). Required with --speculative-tokens."),
+    """The engine options shared by ``replay``, ``calibrate fit`` and ``calibrate validate``
+    (:data:`REPLAY_SETTINGS`, vLLM's names accepted), then ``--exact-steps`` and ``--vllm-log``.
+    The ``disagg`` ones default to None, so that giving them with another scheduler is an error."""
+    opts = [setting_option(n, None if n in DISAGG_OPTIONS else _DECLARED) for n in REPLAY_SETTINGS] + [
         click.option("--exact-steps", is_flag=True, default=False,
                      help="Simulate every step and request one by one, through the event heap: the reference "
                           "the fast path is tested against (same results, slower)."),
@@ -100,13 +86,15 @@ def replay_options(fn):
     return fn
 
 
-def pipeline_parallel_option(default: int | None, default_help: str):
-    """``--pp``/``--pipeline-parallel-size`` (vLLM's name): the pipeline-parallel stages of one
-    replica (:mod:`replay.pipeline`), shared by ``replay`` and ``calibrate``; the value is ``pp``."""
-    return click.option("--pp", "--pipeline-parallel-size", "pp", type=click.IntRange(min=1), default=default,
-                        show_default=default is not None,
-                        help="Pipeline-parallel stages of one replica (vLLM --pipeline-parallel-size): each holds "
-                             f"1/PP of the layers, up to PP micro-batches in flight{default_help}.")
+def hardware_options(default=_DECLARED, default_help: str = "", pp_help: str = ""):
+    """``--tp``, ``--data-parallel-size``, ``--pp``, ``--enable-expert-parallel`` (vLLM's
+    ``--tensor-parallel-size``... accepted too), shared by ``replay`` (default None: the
+    calibration's) and ``calibrate`` (the declared defaults); ``pp_help`` is added to ``--pp``'s."""
+    def decorate(fn):
+        for name in reversed(HARDWARE_SETTINGS):
+            fn = setting_option(name, default, (pp_help if name == "pp" else "") + default_help)(fn)
+        return fn
+    return decorate
 
 
 def output_options(fn):
@@ -134,11 +122,6 @@ def report_folders(kwargs: dict) -> dict:
 
     folder = figures_folder(kwargs["report"])
     return {"--report": (str(folder), "figures")} if folder is not None else {}
-
-
-#: Options of :func:`replay_options` that only ``--scheduler disagg`` uses (None when not given).
-DISAGG_OPTIONS = ("prefill_replicas", "decode_replicas", "tp_prefill", "tp_decode", "pp_prefill", "pp_decode", "link",
-                  "link_bandwidth_bytes_per_s", "link_latency_s", "first_token_from")
 
 
 def parse_tolerances(text: str | None) -> dict[str, float]:

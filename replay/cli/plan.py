@@ -12,7 +12,7 @@ from traces.cli.support import DataError, FoldedCommand, user_errors, version_op
 
 from ..errors import ConfigError, ReplayError
 from ..text import wrap
-from .options import output_options, report_folders, show_progress
+from .options import output_options, report_folders, setting_option, show_progress
 
 _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, SpecError), output_folders=report_folders)
 
@@ -31,24 +31,22 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
                    "(the least fraction of requests meeting the TTFT/TPOT limits, e.g. 0.9 or 90%).")
 @click.option("--gpu", "gpus", default=None, help="GPU types (catalog keys, calibrate catalog), e.g. "
                                                   "h100-80gb,a100-80gb [default: the calibrations'].")
-@click.option("--tp", default=None, help="TP degrees, e.g. 1,2,4 [default: the calibration's].")
-@click.option("--replicas", default=None, help="Replicas behind the router, e.g. 1:8 [default: the calibration's].")
-@click.option("--max-num-seqs", default=None, help="Requests running at once per replica, e.g. 64,128,256 "
-                                                   "[default: the calibration's].")
-@click.option("--max-num-batched-tokens", default=None, help="Token budgets per step, e.g. 2048,8192 "
-                                                             "[default: the calibration's].")
-@click.option("--scheduler", "schedulers", default=None,
-              help="Schedulers, e.g. chunked,disagg (disagg: prefill and decode pools) [default: the calibration's].")
-@click.option("--prefill-replicas", default=None, help="disagg: prefill instances [default: --replicas' values, "
-                                                       "at most the colocated GPU budget].")
-@click.option("--decode-replicas", default=None, help="disagg: decode instances [default: as --prefill-replicas].")
-@click.option("--prefill-tp", default=None, help="disagg: TP of a prefill instance [default: --tp's values].")
-@click.option("--decode-tp", default=None, help="disagg: TP of a decode instance [default: --tp's values].")
-@click.option("--router", type=click.Choice(["round_robin", "least_loaded", "prefix_affinity"]), default=None,
-              help="How arrivals are spread over replicas [default: the calibration's].")
-@click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=None,
-              help="Fraction of GPU memory for weights + KV, sizing each candidate's KV cache "
-                   "[default: the calibration's, else 0.9].")
+@setting_option("tp", None, values_help="TP degrees, e.g. 1,2,4 [default: the calibration's].")
+@setting_option("replicas", None, values_help="Replicas behind the router, e.g. 1:8 [default: the calibration's].")
+@setting_option("max_num_seqs", None, values_help="Requests running at once per replica, e.g. 64,128,256 "
+                                                  "[default: the calibration's].")
+@setting_option("max_num_batched_tokens", None, values_help="Token budgets per step, e.g. 2048,8192 "
+                                                            "[default: the calibration's].")
+@setting_option("scheduler", None, values_help="Schedulers, e.g. chunked,disagg (disagg: prefill and decode pools) "
+                                               "[default: the calibration's].")
+@setting_option("prefill_replicas", None, values_help="disagg: prefill instances [default: --replicas' values, at "
+                                                      "most the colocated GPU budget].")
+@setting_option("decode_replicas", None, values_help="disagg: decode instances [default: as --prefill-replicas].")
+@setting_option("tp_prefill", None, values_help="disagg: TP of a prefill instance [default: --tp's values].")
+@setting_option("tp_decode", None, values_help="disagg: TP of a decode instance [default: --tp's values].")
+@setting_option("router", None, " [default: the calibration's]")
+@setting_option("gpu_memory_utilization", None, ", sizing each candidate's KV cache [default: the calibration's, "
+                                                "else 0.9]")
 @click.option("--price", default=None, metavar="GPU=PRICE,...",
               help="Price per GPU-hour of every --gpu (e.g. h100-80gb=2.5,a100-80gb=1.8); without, the cost is "
                    "the GPU count.")
@@ -74,7 +72,7 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
 @output_options
 @_errors
 def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens,
-         schedulers, prefill_replicas, decode_replicas, prefill_tp, decode_tp, router, gpu_memory_utilization, price,
+         scheduler, prefill_replicas, decode_replicas, tp_prefill, tp_decode, router, gpu_memory_utilization, price,
          confidence, top_k, probes, exhaustive, jobs, ray_address, output, report, wide, quiet):
     """Find the cheapest deployment whose predicted latencies meet the SLOs at a rate.
 
@@ -121,10 +119,10 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max
     gpu_keys = parse_gpus(gpus) if gpus is not None else [c.gpu.name for _, c in cals.items]
     from ..schedulers import get_scheduler_factory
 
-    sched_list = [s.strip() for s in (schedulers if schedulers is not None else eng.get("scheduler") or "chunked")
+    sched_list = [s.strip() for s in (scheduler if scheduler is not None else eng.get("scheduler") or "chunked")
                   .split(",") if s.strip()]
     if not sched_list:
-        raise click.UsageError(f"--scheduler {schedulers!r}: no scheduler named; expected e.g. chunked,disagg")
+        raise click.UsageError(f"--scheduler {scheduler!r}: no scheduler named; expected e.g. chunked,disagg")
     for s in sched_list:
         if s != "disagg":
             get_scheduler_factory(s)  # an unknown scheduler fails before any replay
@@ -134,11 +132,11 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max
                 sched_list,
                 parse_int_list("--prefill-replicas", prefill_replicas) if prefill_replicas is not None else None,
                 parse_int_list("--decode-replicas", decode_replicas) if decode_replicas is not None else None,
-                parse_int_list("--prefill-tp", prefill_tp) if prefill_tp is not None else None,
-                parse_int_list("--decode-tp", decode_tp) if decode_tp is not None else None, dp=ref.dp)
+                parse_int_list("--tp-prefill", tp_prefill) if tp_prefill is not None else None,
+                parse_int_list("--tp-decode", tp_decode) if tp_decode is not None else None, dp=ref.dp)
     if "disagg" not in sched_list:
         given = [o for o, v in (("--prefill-replicas", prefill_replicas), ("--decode-replicas", decode_replicas),
-                                ("--prefill-tp", prefill_tp), ("--decode-tp", decode_tp)) if v is not None]
+                                ("--tp-prefill", tp_prefill), ("--tp-decode", tp_decode)) if v is not None]
         if given:
             raise click.UsageError(f"{', '.join(given)}: only --scheduler disagg uses these")
     prices = parse_prices(price, gpu_keys)

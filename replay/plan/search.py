@@ -259,7 +259,7 @@ class Search:
         first, rest = [], []
         for i, ev in enumerate(evs):
             pts = ev.prepared.band_points
-            if ev.prepared.cfg.engine.speculative_tokens:
+            if ev.prepared.cfg.engine.num_speculative_tokens:
                 band, att, _ = self.band_of(ev, factors[i])
                 ok[i] = self.meets_band(band, att)
                 continue
