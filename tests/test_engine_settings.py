@@ -135,11 +135,13 @@ def test_the_trace_metadata_keys_are_declared():
     vllm_names = {s.vllm for s in SETTINGS.values()}
     assert set(TRACE_SETTINGS) == {"max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len",
                                    "num_gpu_blocks", "tensor_parallel_size", "data_parallel_size",
-                                   "gpu_memory_utilization"}
+                                   "gpu_memory_utilization", "scheduler", "tp_prefill", "tp_decode", "pp_prefill",
+                                   "pp_decode"}
     assert {name for name, _, _ in ENGINE_KEYS.values()} <= vllm_names
-    disagg = json.loads(settings_from_name("opt_distserve-c21d11-300-3.exp")["disagg_settings"])
-    assert disagg == {"tp_prefill": 2, "pp_prefill": 1, "tp_decode": 1, "pp_decode": 1}
-    assert set(disagg) <= {s.vllm for s in of_part("disagg")}
+    disagg = json.loads(settings_from_name("opt_distserve-c21d11-300-3.exp")["engine_settings"])
+    assert disagg == {"scheduler": "disagg", "tp_prefill": 2, "pp_prefill": 1, "tp_decode": 1, "pp_decode": 1}
+    assert set(disagg) - {"scheduler"} <= {s.vllm for s in of_part("disagg")}
+    assert set(disagg) <= set(TRACE_SETTINGS)
 
 
 def test_the_older_name_of_the_draft_tokens_is_still_read():
@@ -185,5 +187,6 @@ def test_a_calibration_records_the_declared_settings_under_the_current_names():
     from calibrate.request_fit import engine_settings
 
     rec = engine_settings(ReplayConfig(EngineOptions(num_speculative_tokens=3, spec_acceptance_rate=0.7)))
-    assert list(rec) == [s.name for s in SETTINGS.values() if s.recorded and s.part != "hardware"]
+    # a colocated run: the disaggregated pools' degrees are recorded only by a disagg run's calibration
+    assert list(rec) == [s.name for s in SETTINGS.values() if s.recorded and s.part not in ("hardware", "disagg")]
     assert (rec["num_speculative_tokens"], rec["spec_acceptance_rate"], rec["scheduler"]) == (3, 0.7, "chunked")

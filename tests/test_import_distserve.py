@@ -62,7 +62,7 @@ def test_vllm_run_first_request_by_hand(tmp_path, real_data_dir):
     assert df["request_id"].iloc[1] == "3" and df["num_prompt_tokens"].iloc[1] == 829
     assert df["arrival_time_s"].iloc[1] == pytest.approx(12450753.12817694 - 12450751.747537581, abs=1e-9)
     assert (meta["engine"], meta["request_rate"], meta["name_num_requests"]) == ("vllm", "1.0", "100")
-    assert "disagg_settings" not in meta and "vllm, 100 requests at 1 req/s" in out
+    assert "engine_settings" not in meta and "vllm, 100 requests at 1 req/s" in out
     assert json.loads(meta["distserve_metrics"])["avg_ttft_ms"] == pytest.approx(df["ttft_s"].mean() * 1e3)
 
 
@@ -81,15 +81,16 @@ def test_distserve_run_whole_columns(tmp_path, real_data_dir):
         np.testing.assert_allclose(df[col] * 1e3, [r[key] for r in recs], rtol=1e-9, atol=1e-9)
     assert np.median(df["ttft_s"]) == pytest.approx(0.0825, abs=5e-4)
     assert meta["engine"] == "distserve" and meta["request_rate"] == "3.0"
-    assert json.loads(meta["disagg_settings"]) == {"tp_prefill": 2, "pp_prefill": 1, "tp_decode": 1, "pp_decode": 1}
+    assert json.loads(meta["engine_settings"]) == {"scheduler": "disagg", "tp_prefill": 2, "pp_prefill": 1,
+                                                   "tp_decode": 1, "pp_decode": 1}
     assert "prefill TP 2 PP 1, decode TP 1 PP 1, 300 requests at 3 req/s" in out
 
 
 @pytest.mark.parametrize("name,expected", [
     ("vllm-150-1.5.exp", {"engine": "vllm", "request_rate": "1.5", "name_num_requests": "150"}),
     ("x_distserve-c21d11-300-10.5.exp", {"engine": "distserve", "request_rate": "10.5", "name_num_requests": "300",
-                                         "disagg_settings": '{"tp_prefill": 2, "pp_prefill": 1, "tp_decode": 1, '
-                                                            '"pp_decode": 1}'}),
+                                         "engine_settings": '{"scheduler": "disagg", "tp_prefill": 2, "pp_prefill": 1, '
+                                                            '"tp_decode": 1, "pp_decode": 1}'}),
     ("run.exp", {}), ("myvllm-100-1.exp", {}), ("vllm-100-1.exp.bak", {}),
 ])
 def test_settings_from_name(name, expected):

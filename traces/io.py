@@ -57,8 +57,9 @@ def write_trace(frame: pd.DataFrame, kind: str, path: str | os.PathLike, metadat
 
 
 #: Engine settings a trace's metadata may supply, by vLLM's name (``in_trace`` in
-#: :data:`schemas.engine_settings.SETTINGS`): whole numbers >= 1, and gpu_memory_utilization.
-TRACE_SETTINGS = {s.vllm: s for s in SETTINGS.values() if s.in_trace}
+#: :data:`schemas.engine_settings.SETTINGS`): whole numbers >= 1, gpu_memory_utilization, and
+#: the scheduler's name (a built-in's: a trace never names a class to load).
+TRACE_SETTINGS = {s.vllm or s.name: s for s in SETTINGS.values() if s.in_trace}
 
 
 def recorded_engine_settings(metadata: dict, path) -> dict | None:
@@ -73,8 +74,10 @@ def recorded_engine_settings(metadata: dict, path) -> dict | None:
     -------
     dict of vLLM's names (``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``,
     ``max_model_len``, ``num_gpu_blocks``, ``tensor_parallel_size``, ``data_parallel_size``,
-    ``gpu_memory_utilization``) from the ``engine_settings`` key (JSON, written by ``traces
-    import vllm-log`` and ``blis-observe``); other keys there are not settings a replay takes.
+    ``gpu_memory_utilization``; ``scheduler`` and the disaggregated pools' ``tp_prefill``,
+    ``tp_decode``, ``pp_prefill``, ``pp_decode``) from the ``engine_settings`` key (JSON,
+    written by ``traces import vllm-log``, ``blis-observe`` and ``distserve``); other keys
+    there are not settings a replay takes.
 
     Raises
     ------
@@ -97,12 +100,15 @@ def recorded_engine_settings(metadata: dict, path) -> dict | None:
         spec = TRACE_SETTINGS.get(key)
         if spec is None:
             continue
-        number = (int,) if spec.type is int else (int, float)
-        ok = (isinstance(value, number) and not isinstance(value, bool) and abs(value) < 2 ** 31
-              and problem(spec.name, value) is None)
+        if spec.type is str:
+            ok = isinstance(value, str) and value.isidentifier() and problem(spec.name, value) is None
+        else:
+            number = (int,) if spec.type is int else (int, float)
+            ok = (isinstance(value, number) and not isinstance(value, bool) and abs(value) < 2 ** 31
+                  and problem(spec.name, value) is None)
         if not ok:
             raise TraceFormatError(path, f"metadata engine_settings: {key}={value!r:.40} is not a valid setting",
                                    column="engine_settings", expected="a whole number from 1 (a fraction in (0, 1] "
-                                   "for gpu_memory_utilization)")
+                                   "for gpu_memory_utilization, a built-in scheduler's name for scheduler)")
         out[key] = value
     return out or None

@@ -110,8 +110,8 @@ def import_distserve_cmd(src, output, invalid):
                         "engine, rate and parallelism not recorded"))
         return
     line = f"run (file name): {meta['engine']}"
-    if "disagg_settings" in meta:
-        d = json.loads(meta["disagg_settings"])
+    if "engine_settings" in meta:
+        d = json.loads(meta["engine_settings"])
         line += f", prefill TP {d['tp_prefill']} PP {d['pp_prefill']}, decode TP {d['tp_decode']} PP {d['pp_decode']}"
     line += f", {meta['name_num_requests']} requests at {float(meta['request_rate']):g} req/s"
     if meta["name_num_requests"] != str(len(frame)):

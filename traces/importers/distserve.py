@@ -63,9 +63,10 @@ def settings_from_name(path: str | Path) -> dict[str, str]:
     -------
     dict
         ``engine`` (``vllm`` or ``distserve``), ``request_rate`` (req/s, the Poisson rate the
-        run was asked for), ``name_num_requests``; for DistServe ``disagg_settings``, JSON
-        ``{"tp_prefill", "pp_prefill", "tp_decode", "pp_decode"}`` (``tp_*`` as replay's
-        ``--tp-prefill``/``--tp-decode`` name them), one instance per pool. Empty when the
+        run was asked for), ``name_num_requests``; for DistServe ``engine_settings``, JSON
+        ``{"scheduler": "disagg", "tp_prefill", "pp_prefill", "tp_decode", "pp_decode"}``
+        (replay's names: ``replay`` and ``calibrate`` take them as the run's settings), one
+        instance per pool. Empty when the
         name does not end in ``vllm-N-RATE.exp`` or ``distserve-cXYdXY-N-RATE.exp``.
     """
     m = _NAME.search(Path(path).name)
@@ -74,8 +75,8 @@ def settings_from_name(path: str | Path) -> dict[str, str]:
     out = {"engine": "distserve" if m["engine"].startswith("distserve") else "vllm",
            "request_rate": repr(float(m["rate"])), "name_num_requests": str(int(m["n"]))}
     if out["engine"] == "distserve":
-        out["disagg_settings"] = json.dumps({k: int(m[k]) for k in ("tp_prefill", "pp_prefill", "tp_decode",
-                                                                   "pp_decode")})
+        out["engine_settings"] = json.dumps({"scheduler": "disagg", **{k: int(m[k]) for k in (
+            "tp_prefill", "pp_prefill", "tp_decode", "pp_decode")}})
     return out
 
 
