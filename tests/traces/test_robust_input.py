@@ -14,7 +14,7 @@ from calibrate.umbrella import main as servecal
 from schemas.tables import REQUEST_TRACE, STEP_TRACE, to_table, write_table
 from traces.io import read_trace
 
-DATA = __import__("pathlib").Path(__file__).parent / "data"
+DATA = __import__("pathlib").Path(__file__).parents[1] / "data"
 
 
 def invoke(*args):
