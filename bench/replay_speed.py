@@ -183,7 +183,7 @@ CAL_TRUTH = {"eta_compute": 0.6, "eta_mem": 0.85, "t_step_s": 1e-3}
 def run_step_fit(rows: int):
     """``calibrate fit`` (forms max and sum, as its default) on a synthetic step trace.
 
-    The shapes are those of tests/test_fit.py; durations are the roofline at CAL_TRUTH times
+    The shapes are those of tests/calibrate/test_fit.py; durations are the roofline at CAL_TRUTH times
     2 % lognormal noise. Only the command is timed (the trace is written before); the peak
     RSS is the process's. Returns wall, peak RSS in MB and the fitted parameters.
     """

@@ -9,7 +9,7 @@ measured time series), else of a synthetic trace; opens it in Debian's Chromium
 with a non-zero size, no table cut: the page never scrolls sideways, a wide table scrolls in
 its own box) and saves a full-page screenshot.
 
-The same functions serve tests/test_report_browser.py (skipped when Chromium is absent).
+The same functions serve tests/replay/test_report_browser.py (skipped when Chromium is absent).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ This is the projection method (Casella & Berger, Statistical Inference, 2nd ed.,
 9.2.3): when the set holds the true parameters with probability 0.95, the range of a
 prediction over the set holds the true prediction at least as often. The points are an
 inner approximation of the set (the ends of the line searches that traced it), so the band
-is an inner approximation of that range; ``tests/test_bands.py`` measures its coverage over
+is an inner approximation of that range; ``tests/calibrate/test_bands.py`` measures its coverage over
 seeds on synthetic logs of a known cluster and ``bench/bands.py`` on real runs.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The seed (``docs/theory.md`` section 3) models a serving replica fed by Poisson
 arrivals as an M/G/1 queue. Its mean wait in queue is the Pollaczek-Khinchine formula;
 M/M/1 and M/D/1 are its special cases. A batch-size-1 FCFS replay of Poisson arrivals is
-such a queue, so the engine must reproduce these numbers (``tests/test_queueing.py``).
+such a queue, so the engine must reproduce these numbers (``tests/replay/test_queueing.py``).
 
 All times are seconds, rates per second.
 """

@@ -1,4 +1,10 @@
-"""Shared pytest fixtures."""
+"""Shared pytest fixtures.
+
+The test folders mirror the packages and hold no ``__init__.py``: pytest puts this folder on
+``sys.path`` (it holds this conftest), so every test imports the shared helpers (``helpers``,
+``fuzzlib``, ``pp_golden``) by name; each test file's own folder is on it too
+(``test_sched_heap:OldSjf`` names a scheduler class of that file).
+"""
 from __future__ import annotations
 
 import os

@@ -1,5 +1,5 @@
 """A fingerprint of replays and cost coefficients at PP 1, to check that pipeline parallelism
-changed nothing without it (tests/test_pipeline_parallel.py).
+changed nothing without it (tests/replay/test_pipeline_parallel.py).
 
 ``python tests/pp_golden.py OUT.json`` writes it. ``tests/data/pp1_golden.json`` was written by
 running this file against the code *before* pipeline parallelism (main at 090a9a3:

@@ -90,7 +90,7 @@ def test_output_folder_is_never_created_silently(files):
 
 def test_unwritable_output_is_one_message(files):
     res = invoke("calibrate", "fit", files / "t.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
-                 "-o", "/proc/c.json")
+                 "--jobs", "1", "-o", "/proc/c.json")
     # as root the folder looks writable, so the failure shows only at the write: still one message
     assert res.exit_code in (1, 2) and "/proc/c.json: cannot write" in res.output
 
@@ -224,7 +224,7 @@ def test_a_file_whose_name_holds_at_or_hash_is_read_as_named(files):
     for name in ("r#1.parquet", "a@b.parquet"):
         shutil.copyfile(files / "t.parquet", files / name)
         res = invoke("calibrate", "fit", files / name, "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
-                     "--variants", "max", "-o", files / "c.json")
+                     "--variants", "max", "--jobs", "1", "-o", files / "c.json")
         assert res.exit_code == 0, res.output
 
 
@@ -238,7 +238,7 @@ def test_a_tiny_log_fits_without_a_confidence_set(files):
     """Three requests do not vary under resampling the way a covariance needs: the fit says
     its intervals come from the delta method instead of failing (was: LinAlgError)."""
     res = invoke("calibrate", "fit", files / "t.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
-                 "--variants", "max", "-o", files / "c.json")
+                 "--variants", "max", "--jobs", "1", "-o", files / "c.json")
     assert res.exit_code == 0, res.output
 
 
@@ -246,7 +246,7 @@ def test_validate_scores_a_run_the_fit_saw_in_sample(files):
     """--score-on naming a --fit-on run is said and scored "in", never "out" of sample."""
     t = files / "t.parquet"
     res = invoke("calibrate", "validate", "--fit-on", t, "--score-on", t, "--model", "llama-3.1-8b",
-                 "--gpu", "h100-80gb", "--variants", "max", "--table-out", files / "e.csv")
+                 "--gpu", "h100-80gb", "--variants", "max", "--jobs", "1", "--table-out", files / "e.csv")
     assert res.exit_code == 0, res.output
     assert "run(s) whose requests the fit sees" in res.stderr.replace("\n  ", " ")
     assert set(pd.read_csv(files / "e.csv")["sample"]) == {"in"}
@@ -265,7 +265,7 @@ def test_validate_knows_a_run_the_fit_saw_under_another_name(files, fit_on, scor
     assert invoke("traces", "slice", files / "t.parquet", "--start", "0.05", "-o", files / "slice.parquet").exit_code == 0
     monkeypatch.chdir(files)
     res = invoke("calibrate", "validate", "--fit-on", fit_on, "--score-on", score_on, "--model", "llama-3.1-8b",
-                 "--gpu", "h100-80gb", "--variants", "max", "--table-out", "e.csv")
+                 "--gpu", "h100-80gb", "--variants", "max", "--jobs", "1", "--table-out", "e.csv")
     assert res.exit_code == 0, res.output
     assert set(pd.read_csv(files / "e.csv")["sample"]) == {"in"}
 
@@ -273,7 +273,7 @@ def test_validate_knows_a_run_the_fit_saw_under_another_name(files, fit_on, scor
 def test_validate_scores_a_disjoint_window_out_of_sample(files, monkeypatch):
     monkeypatch.chdir(files)
     res = invoke("calibrate", "validate", "--fit-on", "t.parquet@0:0.15", "--score-on", "t.parquet@0.15:", "--model",
-                 "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--table-out", "e.csv")
+                 "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--jobs", "1", "--table-out", "e.csv")
     assert res.exit_code == 0, res.output
     assert list(pd.read_csv(files / "e.csv").drop_duplicates("run")["sample"]) == ["in", "out"]
 
@@ -305,7 +305,7 @@ def test_free_overlap_alone_fits_the_blend(files):
     """--free overlap with the default variants fits the blend (max and sum hold overlap: it
     aborted with 'no parameter left to fit')."""
     res = invoke("calibrate", "fit", files / "t.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
-                 "--free", "overlap", "-o", files / "c.json")
+                 "--free", "overlap", "--jobs", "1", "-o", files / "c.json")
     assert res.exit_code == 0, res.output
     assert json.loads((files / "c.json").read_text())["params"]["overlap"]["vary"]
 
@@ -315,7 +315,7 @@ def test_validate_on_a_run_whose_settings_admit_no_request_is_an_error(files):
     exit 0; it is one error naming the run and why."""
     # request a (105 tokens) fits in max_model_len 150; b and c, the ones scored, do not
     res = invoke("calibrate", "validate", "--fit-on", files / "t.parquet@0:0.05", "--score-on",
-                 files / "t.parquet@0.05:", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max",
+                 files / "t.parquet@0.05:", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--jobs", "1",
                  "--max-model-len", "150")
     flat = " ".join(res.output.split())
     assert res.exit_code == 1, res.output
@@ -343,7 +343,7 @@ def test_validate_prints_the_runs_it_moved_in_sample(files, monkeypatch):
     bounds are named exactly (10.1200926, not 10.1201, which decided overlaps wrongly)."""
     monkeypatch.chdir(files)
     res = invoke("calibrate", "validate", "--fit-on", "t.parquet@0:0.1000001", "--score-on", "t.parquet@0.05:1",
-                 "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--table-out", "e.csv")
+                 "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--jobs", "1", "--table-out", "e.csv")
     assert res.exit_code == 0, res.output
     table = pd.read_csv(files / "e.csv").drop_duplicates("run")
     assert table["run"].tolist() == ["t.parquet@0:0.1000001", "t.parquet@0.05:1"]
@@ -353,7 +353,7 @@ def test_validate_prints_the_runs_it_moved_in_sample(files, monkeypatch):
 def test_validate_knows_the_runs_a_fix_from_calibration_was_fitted_on(files, monkeypatch):
     """The values --fix-from holds were fitted on CAL's runs: scoring those is in sample."""
     monkeypatch.chdir(files)
-    hw = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max"]
+    hw = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--jobs", "1"]
     assert invoke("calibrate", "fit", "t.parquet@0:0.05", *hw, "-o", "first.json").exit_code == 0
     res = invoke("calibrate", "validate", "--fit-on", "t.parquet@0.05:1", "--score-on", "t.parquet@0:0.05", *hw,
                  "--fix-from", "first.json", "--free", "t_step_s", "--table-out", "e.csv")
@@ -384,6 +384,6 @@ def test_validate_scores_another_log_with_the_same_request_ids_out_of_sample(fil
     write_table(to_table(REQUEST_TRACE, other), files / "other.parquet")
     monkeypatch.chdir(files)
     res = invoke("calibrate", "validate", "--fit-on", "t.parquet", "--score-on", "other.parquet", "--model",
-                 "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--table-out", "e.csv")
+                 "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--jobs", "1", "--table-out", "e.csv")
     assert res.exit_code == 0, res.output
     assert list(pd.read_csv(files / "e.csv").drop_duplicates("run")["sample"]) == ["in", "out"]

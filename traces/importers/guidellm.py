@@ -172,7 +172,7 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
     the order vLLM scheduled them, from its OTLP spans) stays within 0.3 percentage points of
     the "Prefix cache hit rate" vLLM logged every 10 s for the same run, and ends at 32.8 %
     where the log ends at 32.7 % (exactly 64 shared blocks would give 32.7 %;
-    tests/test_import_vllm_log.py).
+    tests/traces/test_import_vllm_log.py).
     """
     path = Path(path)
     obj = read_json(path)

@@ -29,7 +29,7 @@ from schemas.specs import (
     spec_from_config,
 )
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 QWEN3_30B_A3B = "hf_config_qwen3_30b_a3b_instruct_2507.json"
 
 # NC-01's config (Qwen3-4B's attention shapes: head_dim 128 given, not 2560/32 = 80).

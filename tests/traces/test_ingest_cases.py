@@ -20,7 +20,7 @@ from traces.cli import main
 from traces.importers.csv_generic import import_csv
 from traces.io import read_trace
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def cli(*args):

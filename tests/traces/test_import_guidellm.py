@@ -21,7 +21,7 @@ from traces.importers.block_hashes import implied_prefix_cache_hits, shared_lead
 from traces.importers.guidellm import import_guidellm
 from traces.io import read_trace
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 REAL = "guidellm_results_codellama34b_prefill_sweep.json"
 
 

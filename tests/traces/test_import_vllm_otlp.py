@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from traces.cli import main
 from traces.io import read_trace
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 REAL = "vllm_otlp_spans_codellama34b_prefill_sweep.jsonl"
 GUIDELLM = "guidellm_results_codellama34b_prefill_sweep.json"
 

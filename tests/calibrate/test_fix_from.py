@@ -7,6 +7,7 @@ efficiency is identified. Tested on a synthetic TP-2 log of a known cluster (3 %
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -104,7 +105,10 @@ def test_fix_from_compares_the_gpus_numbers_not_their_names(tp2_log, tmp_path):
             GPU.mem_bandwidth_bytes_per_s, "mem_bytes": GPU.mem_bytes, "tp_link": "pcie5"}
     (tmp_path / "fast.json").write_text(json.dumps(spec))
     (tmp_path / "renamed.json").write_text(json.dumps({**spec, "name": "my card", "peak_flops": GPU.peak_flops}))
-    base = ["fit", str(tp2_log / "tp2.parquet"), "--model", "llama-3.1-8b", "--tp", "2", *ENGINE,
+    # the GPUs are compared before the fit: its first 40 requests are log enough for the fit to pass
+    small = tmp_path / "tp2_first40.parquet"
+    write_trace(pd.read_parquet(tp2_log / "tp2.parquet").head(40), REQUEST_TRACE, small)
+    base = ["fit", str(small), "--model", "llama-3.1-8b", "--tp", "2", *ENGINE, "--jobs", "1",
             "--fix-from", str(tp2_log / "tp1.json"), "--free", "eta_link", "--variants", "blend"]
     res = CliRunner().invoke(calibrate_main, [*base, "--gpu-spec", str(tmp_path / "fast.json"),
                                               "-o", str(tmp_path / "a.json")])

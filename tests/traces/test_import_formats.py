@@ -28,7 +28,7 @@ from traces.importers.vidur import export_vidur, import_vidur
 from traces.importers.vllm_bench import import_vllm_bench
 from traces.io import read_trace
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def run_cli(*args):

@@ -176,7 +176,7 @@ def test_kv_blocks_at_pp2_by_hand():
 
 
 def test_pp1_is_bit_identical_to_before_pipeline_parallelism():
-    golden = json.loads((Path(__file__).parent / "data" / "pp1_golden.json").read_text())
+    golden = json.loads((Path(__file__).parents[1] / "data" / "pp1_golden.json").read_text())
     assert fingerprint() == golden
 
 

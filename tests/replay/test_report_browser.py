@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from test_compare import make_cli_inputs
 
-_BENCH = Path(__file__).resolve().parents[1] / "bench" / "report_screenshot.py"
+_BENCH = Path(__file__).resolve().parents[2] / "bench" / "report_screenshot.py"
 _spec = importlib.util.spec_from_file_location("report_screenshot", _BENCH)
 shot = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(shot)

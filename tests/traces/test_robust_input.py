@@ -14,7 +14,7 @@ from calibrate.umbrella import main as servecal
 from schemas.tables import REQUEST_TRACE, STEP_TRACE, to_table, write_table
 from traces.io import read_trace
 
-DATA = __import__("pathlib").Path(__file__).parent / "data"
+DATA = __import__("pathlib").Path(__file__).parents[1] / "data"
 
 
 def invoke(*args):
@@ -191,7 +191,8 @@ def test_parquet_metadata_not_utf8_or_unusable(tmp_path, meta):
     params = {k: FittedParam(v) for k, v in (("eta_compute", 0.5), ("eta_mem", 0.8), ("t_step_s", 1e-4))}
     Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, params).write(tmp_path / "cal.json")
     for args in (["traces", "validate", p], ["replay", p, "--calibration", tmp_path / "cal.json"],
-                 ["calibrate", "fit", p, "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "-o", tmp_path / "c.json"]):
+                 ["calibrate", "fit", p, "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--jobs", "1",
+                  "-o", tmp_path / "c.json"]):
         res = invoke(*args)
         if bad:
             failed(res, p, "not UTF-8")

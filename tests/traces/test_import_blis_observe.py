@@ -269,7 +269,7 @@ def test_fixture_pair_imports(tmp_path):
     """The fuzz seeds (tests/data/blis_observe_trace.*) import cleanly."""
     from pathlib import Path
 
-    df, meta = import_blis_observe(Path(__file__).parent / "data" / "blis_observe_trace.yaml")
+    df, meta = import_blis_observe(Path(__file__).parents[1] / "data" / "blis_observe_trace.yaml")
     assert len(df) == 6 and meta["num_failed"] == "1"
 
 

@@ -1,6 +1,6 @@
 """Prediction bands (issue #18 item 1): the band's arithmetic by hand, the points a
 calibration carries, and a narrow band where the data pin every term. Coverage over seeds of
-what-ifs is in tests/test_request_fit_intervals.py (it reuses those fits)."""
+what-ifs is in tests/calibrate/test_request_fit_intervals.py (it reuses those fits)."""
 import math
 
 import numpy as np
