@@ -13,7 +13,7 @@ import functools
 
 import click
 
-from schemas.atomic import check_writable, expect_outputs, release_sigint
+from schemas.atomic import check_writable, expect_outputs, not_a_regular_file, release_sigint
 from schemas.errors import SchemaError, SpecFileError
 
 from schemas.text import wrap_error
@@ -83,9 +83,9 @@ def user_errors(data_errors: tuple = (), usage_errors: tuple = (), output_folder
     Before the command runs, every output (parameters :data:`OUTPUT_PARAMS`) must be
     writable and differ from every input (:data:`INPUT_PARAMS`, and :data:`SPEC_PARAMS` that
     name a file) and from the other outputs (exit 2), so a bad second output never costs the
-    first one. ``output_folders(kwargs)`` returns ``{option: (folder, what)}``, the folders
-    an output writes ``what`` into besides its file (a Markdown report's figures): see
-    :func:`check_outputs`.
+    first one. ``output_folders(kwargs)`` returns ``{option: (folder, what, names)}``, the
+    folders an output writes ``what`` (files named ``names``) into besides its file (a
+    Markdown report's figures): see :func:`check_outputs`.
     """
     data_errors = (SchemaError, *data_errors)
 
@@ -178,10 +178,12 @@ def check_outputs(inputs, outputs: dict, folders: dict | None = None) -> None:
     ----------
     inputs : iterable of paths read by the command, or dict input name -> list of paths
     outputs : dict option name -> path (None when not given)
-    folders : dict option name -> (folder, what), optional
-        Folders an output writes more files into (``what``, e.g. "figures"): the folder must
-        not be a file and, when it exists, must be writable; no input or other output may lie
-        inside it (whatever the figures' names: the simple rule that holds for every name).
+    folders : dict option name -> (folder, what, names), optional
+        Folders an output writes more files into (``what``, e.g. "figures", under ``names``):
+        the folder must not be a file and, when it exists, must be writable, and none of
+        ``names`` in it may be other than a regular file (:func:`schemas.atomic.check_writable`);
+        no input or other output may lie inside it (whatever the figures' names: the simple
+        rule that holds for every name).
 
     Raises
     ------
@@ -206,7 +208,7 @@ def check_outputs(inputs, outputs: dict, folders: dict | None = None) -> None:
             check_writable(path)
         except SchemaError as exc:
             raise click.UsageError(f"{option} {exc}") from None
-    for option, (folder, what) in (folders or {}).items():
+    for option, (folder, what, names) in (folders or {}).items():
         writer = f"{option} {outputs.get(option)}"
         if os.path.lexists(folder) and not os.path.isdir(folder):
             raise click.UsageError(wrap_error(f"{writer}: writes its {what} into the folder {folder}, but that is "
@@ -214,6 +216,11 @@ def check_outputs(inputs, outputs: dict, folders: dict | None = None) -> None:
         if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
             raise click.UsageError(wrap_error(f"{writer}: writes its {what} into the folder {folder}, which is "
                                               "not writable"))
+        for name in names:
+            kind = not_a_regular_file(os.path.join(folder, name))
+            if kind:
+                raise click.UsageError(wrap_error(f"{writer}: writes its {what} into the folder {folder}, but "
+                                                  f"{name} there {kind}"))
         inside = os.path.realpath(folder)
         for real, which, path in files:
             if os.path.commonpath([inside, real]) == inside:
