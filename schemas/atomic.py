@@ -202,17 +202,17 @@ def check_writable(path: str | os.PathLike) -> None:
     would be replaced by the rename, and a symbolic link is never written through nor
     replaced (see :func:`not_a_regular_file`).
     """
-    path = Path(path)
+    given, path = os.fspath(path), Path(path)  # messages name the path as given (``./out``)
     if not path.name:
-        raise OutputError(f"{path}: is a directory; expected a file name")
+        raise OutputError(f"{given}: is a directory; expected a file name")
     kind = not_a_regular_file(path)
     if kind:
-        raise OutputError(f"{path}: {kind}")
+        raise OutputError(f"{given}: {kind}")
     parent = path.parent
     if not parent.is_dir():
-        raise OutputError(f"{path}: folder {parent} does not exist")
+        raise OutputError(f"{given}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"{path}: folder {parent} is not writable")
+        raise OutputError(f"{given}: folder {parent} is not writable")
 
 
 #: What an existing output path that is not a regular file is, by its ``stat.S_IFMT`` type.

@@ -48,10 +48,10 @@ KINDS = ("device", "fifo", "directory", "symlink-file", "symlink-dangling", "sym
          "symlink-loop", "socket")
 
 
-def make_inputs(folder: Path) -> None:
-    """Write the (placeholder) input files of :data:`OUTPUTS` into ``folder``."""
+def make_inputs(folder: Path, content: bytes = b"placeholder\n") -> None:
+    """Write the input files of :data:`OUTPUTS` into ``folder``, each holding ``content``."""
     for name in INPUT_FILES:
-        (folder / name).write_bytes(b"placeholder\n")
+        (folder / name).write_bytes(content)
 
 
 def make_special(folder: Path, kind: str, name: str) -> str:
@@ -80,12 +80,68 @@ def make_special(folder: Path, kind: str, name: str) -> str:
     return str(path)
 
 
-def snapshot(path: str) -> tuple:
-    """What must not change at ``path``: its type, device number, link target, and the content
-    of a link's regular target file."""
-    st = os.lstat(path)
+def snapshot(path: str) -> list | None:
+    """What must not change at ``path`` (JSON-able): its type, device number, link target, and
+    the content of a link's regular target file; None when nothing is there."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
     link = os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
     content = None
     if link is not None and os.path.isfile(path):
-        content = Path(path).read_bytes()
-    return stat.S_IFMT(st.st_mode), st.st_rdev, link, content
+        content = Path(path).read_bytes().decode("latin-1")
+    return [stat.S_IFMT(st.st_mode), st.st_rdev, link, content]
+
+
+# --- the long fuzz profile's target ``output-path`` (fuzzlib) ----------------------------------------
+
+#: The name of the special path in a fuzz job's folder (``fuzzlib.run_console`` removes ``out.*``).
+FUZZ_NAME = "dest.x"
+
+
+def fuzz_argv(folder: Path, files: dict, rng) -> tuple[list[str], dict]:
+    """One fuzz job: a random output of a random command given a path of a random kind
+    (:data:`KINDS`, or in a folder that does not exist), spelled relative, ``./``-prefixed or
+    absolute. Returns the command line and what :func:`judge_special` needs."""
+    path, args, option = rng.choice(OUTPUTS)
+    kind = rng.choice([*KINDS, "missing-folder"])
+    make_inputs(folder, files["in.txt"].read_bytes())
+    if kind == "missing-folder":
+        given = str(folder / "nowhere" / FUZZ_NAME)
+    else:
+        given = make_special(folder, kind, FUZZ_NAME)
+    if kind == "device":
+        given = rng.choice([given, "/dev/../dev/null", "//dev/null"])
+    else:
+        rel = os.path.relpath(given, folder)
+        given = rng.choice([given, rel, "./" + rel])
+    return [*path, *args, option, given], {"path": given, "option": option, "before": snapshot_in(folder, given)}
+
+
+def snapshot_in(folder: Path, given: str) -> list | None:
+    """:func:`snapshot` of ``given`` as seen from ``folder`` (the job's working folder)."""
+    return snapshot(given if os.path.isabs(given) else str(folder / given))
+
+
+def judge_special(job: dict, exit_code: int, text: str) -> tuple[str, str]:
+    """``("ok", "")`` when the job's special output path was refused (exit 2, one ``Error:``
+    message naming the option and the path) and left as it was, no temporary file behind;
+    else ``(fault, detail)``."""
+    folder = Path(job["dir"])
+    special = job["special"]
+    last = " | ".join(line for line in text.strip().splitlines()[-3:])[:400]
+    leftovers = [p.name for p in folder.iterdir() if p.name.startswith(".") and p.name.endswith(".tmp")]
+    if leftovers:
+        return "temp-left", ", ".join(leftovers)
+    if snapshot_in(folder, special["path"]) != special["before"]:
+        return "output-path-changed", f"{special['path']}: {special['before']} -> " \
+                                      f"{snapshot_in(folder, special['path'])}; {last}"
+    if exit_code != 2:
+        return "output-path-not-refused", f"exit {exit_code}: {last}"
+    if sum(line.startswith("Error:") for line in text.splitlines()) != 1:
+        return "message", last
+    msg = " ".join(text[text.index("Error:"):].split())
+    if SPELLED.get(special["option"], special["option"]) not in msg or special["path"] not in msg:
+        return "no-option-named", msg[:300]
+    return "ok", ""
