@@ -9,6 +9,7 @@ usage error fits 100 columns: the commands a user starts are :class:`FoldedGroup
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import click
@@ -16,7 +17,7 @@ import click
 from schemas.atomic import check_writable, expect_outputs, not_a_regular_file, release_sigint
 from schemas.errors import SchemaError, SpecFileError
 
-from schemas.text import wrap_error
+from schemas.text import wrap, wrap_error
 
 
 class DataError(click.ClickException):
@@ -106,7 +107,8 @@ def user_errors(data_errors: tuple = (), usage_errors: tuple = (), output_folder
             check_outputs(inputs, outputs, output_folders(kwargs) if output_folders else None)
             expect_outputs([p for p in outputs.values() if p])
             try:
-                return fn(*args, **kwargs)
+                with notes_said():
+                    return fn(*args, **kwargs)
             except SpecFileError as exc:  # a file's content, though other spec errors are usage
                 raise DataError(str(exc)) from None
             except usage_errors as exc:
@@ -127,6 +129,31 @@ def user_errors(data_errors: tuple = (), usage_errors: tuple = (), output_folder
         return wrapper
 
     return deco
+
+
+@contextlib.contextmanager
+def notes_said():
+    """While the block runs, each :class:`~schemas.hf_identity.SpecNote` (how a spec file was
+    read: a type read as another, a name guessed) is printed once as a ``warning:`` line on
+    stderr, folded to 100 columns, when it is raised; other warnings are left as they were."""
+    import warnings
+
+    from schemas.hf_identity import SpecNote
+
+    said = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", SpecNote)
+        show = warnings.showwarning
+
+        def said_once(message, category, *args, **kwargs):
+            if not issubclass(category, SpecNote):
+                return show(message, category, *args, **kwargs)
+            if str(message) not in said:
+                said.add(str(message))
+                click.echo(wrap(f"warning: {message}"), err=True)
+
+        warnings.showwarning = said_once
+        yield
 
 
 def _label(name: str) -> str:
