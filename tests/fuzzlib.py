@@ -777,8 +777,11 @@ class Worker:
 
 
 def run_console(job: dict, timeout_s: float) -> dict:
-    """Run one job through the installed console script (``traces``, ``replay``, ``calibrate``)."""
+    """Run one job through the installed console script (``traces``, ``replay``, ``calibrate``;
+    ``servecal`` for the commands only it has, ``plan`` and ``demo``)."""
     argv = list(job["argv"])
+    if argv[0] not in ("traces", "replay", "calibrate"):
+        argv = ["servecal", *argv]
     exe = shutil.which(argv[0]) or argv[0]
     folder = Path(job["dir"])
     for p in folder.iterdir():  # the in-process run's output
