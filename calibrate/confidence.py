@@ -36,8 +36,7 @@ import numpy as np
 from schemas.calibration import FittedParam
 from schemas.cost_params import PARAMS, CostParams
 
-from .identify import CORRELATED, MAX_REL_STDERR
-from .summary import fmt
+from .identify import CORRELATED, identification
 
 #: Multiples of the quadratic model's boundary distance tried along each direction.
 STEPS = (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0)
@@ -68,10 +67,11 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
     Returns
     -------
     params : dict name -> FittedParam, the free ones with ``ci95`` the set's extent,
-        ``identifiable`` when that extent is within +-1.96 x :data:`MAX_REL_STDERR` of
-        the value, else NOT IDENTIFIED with the parameter it moves with named (at a bound
-        of its range: NOT IDENTIFIED with the one side the data give; when no point of the
-        set but the optimum was found along it: NOT IDENTIFIED, ``ci95`` None);
+        ``identifiable`` when that extent passes :func:`calibrate.identify.identification`
+        (within +-1.96 x :data:`~calibrate.identify.MAX_REL_STDERR` of the value, the value
+        not at its edge, the lower end of the range excluded), else NOT IDENTIFIED with the
+        reason and the parameter it moves with named (at a bound of its range: the one side
+        the data give; when no point of the set but the optimum was found along it: ``ci95`` None);
     warnings : list of str, one per parameter NOT IDENTIFIED;
     stats : ``{"threshold", "g_optimum", "dof", "rule", "n_evals", "points"}``; ``points`` is a
         list of dicts name -> value (natural units) of the traced parameters: the farthest
@@ -130,31 +130,19 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
         lo, hi = float(pts[:, len(free) + i].min()), float(pts[:, len(free) + i].max())
         out[n] = replace(params[n], ci95=(lo, hi) if hi > lo else None)
     for i, n in enumerate(free):
-        p, spec = params[n], PARAMS[n]
+        p = params[n]
         lo, hi = float(pts[:, i].min()), float(pts[:, i].max())
-        if not hi > lo:  # no walk left the optimum along it: nothing shows the set is narrow
-            why = "its confidence set could not be traced (every step from the optimum left it)"
-            out[n] = FittedParam(p.value, p.stderr, False, why, True, None)
-            warns.append(f"{n}: NOT IDENTIFIED, {why}")
-            continue
-        width = spec.upper - spec.lower
-        at_lo, at_hi = p.value - spec.lower <= 1e-6 * width, spec.upper - p.value <= 1e-6 * width
-        if at_lo or at_hi:  # a bound is a result: the data give one side (as calibrate.identify.assess says it)
-            why = f"at its {'lower' if at_lo else 'upper'} bound; the data give " + (
-                f"<= {fmt(n, hi)}" if at_lo else f">= {fmt(n, lo)}")
-            out[n] = FittedParam(p.value, p.stderr, False, why, True, (lo, hi))
-            warns.append(f"{n}: NOT IDENTIFIED, {why}")
-            continue
-        half = (hi - lo) / 2
-        ok = half <= 1.96 * MAX_REL_STDERR * abs(p.value) and np.all(np.isfinite(pts[:, i]))
-        if ok:
+        # no walk left the optimum along it: nothing shows the set is narrow
+        kind, why = identification(n, p.value, (lo, hi), "its confidence set could not be traced (every step from "
+                                                         "the optimum left it)")
+        if kind is None:
             out[n] = FittedParam(p.value, p.stderr, True, None, True, (lo, hi))
             continue
         others = [(abs(corr[i, k]), free[k], corr[i, k]) for k in range(len(free)) if k != i]
         best = max(others) if others else None
-        mates = f"; moves with {best[1]} (r={best[2]:+.2f})" if best and best[0] > CORRELATED else ""
-        why = f"the data allow any value in [{fmt(n, lo)}, {fmt(n, hi)}]{mates}"
-        out[n] = FittedParam(p.value, p.stderr, False, why, True, (lo, hi))
+        if kind in ("wide", "range") and best and best[0] > CORRELATED:
+            why += f"; moves with {best[1]} (r={best[2]:+.2f})"
+        out[n] = FittedParam(p.value, p.stderr, False, why, True, (lo, hi) if hi > lo else None)
         warns.append(f"{n}: NOT IDENTIFIED, {why}")
     return out, warns, {"threshold": threshold, "g_optimum": g0, "dof": prob.dof, "rule": rule, "n_evals": n_evals,
                         "points": points}

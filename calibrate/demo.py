@@ -6,6 +6,7 @@ replays the workload; the table shows how far the prediction is from the "measur
 """
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,8 +19,10 @@ from replay.cost_model import RooflineCostModel, cost_model_from_calibration
 from replay.config import EngineOptions, RecordOptions, ReplayConfig, SchedulingOptions
 from replay.result_columns import steps_frame
 from replay.simulate import replay_frame
+from schemas.atomic import check_writable
 from schemas.calibration import FittedParam, sha256_of
 from schemas.cost_params import CostParams
+from schemas.errors import OutputError
 from schemas.specs import get_gpu, get_model
 from schemas.tables import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE
 from traces.io import write_trace
@@ -48,11 +51,7 @@ def demo(out_dir, num_requests, rate, noise, seed):
     Example:
       servecal demo --out-dir /tmp/demo
     """
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise click.UsageError(f"--out-dir {out_dir}: cannot create the folder ({exc.strerror})") from None
+    out = _output_folder(out_dir)
     rng = np.random.default_rng(seed)
     model, gpu = get_model("llama-3.1-8b"), get_gpu("h100-80gb")
     click.echo(wrap(f"SYNTHETIC DEMO: {model.name} on 1 x {gpu.name}; the 'cluster' is a roofline with "
@@ -98,6 +97,35 @@ def demo(out_dir, num_requests, rate, noise, seed):
                     f"--max-num-batched-tokens {eng.max_num_batched_tokens}) -> {out}/replay.parquet") + "\n")
     click.echo(format_table(compare(pred)))
     _what_if(trace, truth, cal, replace(cfg, record=RecordOptions()))
+
+
+#: The files the demo writes into its ``--out-dir``.
+DEMO_OUTPUTS = ("requests.parquet", "steps.parquet", "calibration.json", "replay.parquet")
+
+
+def _output_folder(out_dir: str) -> Path:
+    """``--out-dir``, made if new, once every file the demo writes there (:data:`DEMO_OUTPUTS`)
+    is known to be writable: a regular file or a new name (:func:`schemas.atomic.check_writable`).
+
+    Raises
+    ------
+    click.UsageError
+        Naming ``--out-dir`` and the path: not a folder, cannot be made, or a file in it that
+        may not be replaced (a device, a FIFO, a symbolic link, a folder).
+    """
+    out = Path(out_dir)
+    if os.path.lexists(out) and not out.is_dir():
+        raise click.UsageError(f"--out-dir {out_dir}: exists and is not a folder; expected a folder or a new name")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.UsageError(f"--out-dir {out_dir}: cannot create the folder ({exc.strerror})") from None
+    try:
+        for name in DEMO_OUTPUTS:
+            check_writable(out / name)
+    except OutputError as exc:
+        raise click.UsageError(f"--out-dir {exc}") from None
+    return out
 
 
 #: The demo's what-if: the same requests arriving this many times faster.

@@ -17,6 +17,57 @@ from .summary import fmt
 MAX_REL_STDERR = 0.5
 #: Correlations above this (in absolute value) are named as the reason a parameter is not identified.
 CORRELATED = 0.95
+#: A value nearer than this share of its interval's width to an end of the interval is at its edge.
+EDGE_SHARE = 0.05
+
+
+def identification(name: str, value: float, ci95: tuple | None,
+                   no_interval: str = "no interval could be traced") -> tuple[str | None, str | None]:
+    """The one rule for calling a fitted parameter identified, whatever traced its interval
+    (the delta method, a bootstrap, a request fit's confidence set).
+
+    Parameters
+    ----------
+    name : a parameter of :data:`schemas.cost_params.PARAMS`.
+    value : the fitted value, natural units.
+    ci95 : (low, high) its 95 % interval, natural units; None when none was traced.
+    no_interval : why there is no interval, said when ``ci95`` is None, not finite or of no width.
+
+    Returns
+    -------
+    (kind, why) : ``(None, None)`` when identified, else the rule ``kind`` that failed and the
+        reason in words (stored as the parameter's ``bound``; ``"the data give <= X"`` in it is
+        what the summary prints as the interval):
+
+        * ``"bound"``: the value at an end of its declared range (the data give one side);
+        * ``"none"``: no interval (``no_interval``);
+        * ``"range"``: the interval reaches the lower end of the range, the value an
+          identified parameter must exclude (``t_step_s`` in ``[0, ...]``: the data cannot
+          tell the term from none; an efficiency down to its floor); the upper end (an
+          efficiency of 1) may be reached, the value then still pinned on both sides;
+        * ``"edge"``: the value outside the interval or within :data:`EDGE_SHARE` of its
+          width from an end (the interval was traced on one side only);
+        * ``"wide"``: a half-width over ``1.96`` x :data:`MAX_REL_STDERR` of the value.
+    """
+    spec = PARAMS[name]
+    tol = 1e-6 * (spec.upper - spec.lower)
+    lo, hi = ci95 if ci95 is not None else (math.nan, math.nan)
+    traced = math.isfinite(lo) and math.isfinite(hi) and hi > lo
+    if value - spec.lower <= tol or spec.upper - value <= tol:
+        low = value - spec.lower <= tol
+        side = (f"<= {fmt(name, hi)}" if low else f">= {fmt(name, lo)}") if traced else "nothing more"
+        return "bound", f"at its {'lower' if low else 'upper'} bound; the data give {side}"
+    if not traced:
+        return "none", no_interval
+    shown = f"[{fmt(name, lo)}, {fmt(name, hi)}]"
+    if lo - spec.lower <= tol:
+        return "range", (f"its 95 % interval {shown} reaches {fmt(name, spec.lower)}, the lower end of its range; "
+                         f"the data give <= {fmt(name, hi)}")
+    if min(value - lo, hi - value) < EDGE_SHARE * (hi - lo):
+        return "edge", f"its value {fmt(name, value)} is at the edge of its 95 % interval {shown}"
+    if (hi - lo) / 2 > 1.96 * MAX_REL_STDERR * abs(value):
+        return "wide", f"the data allow any value in {shown}"
+    return None, None
 
 
 def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostParams], np.ndarray],
@@ -53,9 +104,11 @@ def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostPara
     ``robust``, ``(J^T J)^-1 J^T diag(r^2) J (J^T J)^-1 n / (n - p)`` (White 1980, HC1). A free
     parameter is identified when its standard error is finite and at most
     :data:`MAX_REL_STDERR` of its value, or when the fit is exact (zero residuals: zero
-    uncertainty, docs/CASES.md BR-20). Otherwise it is NOT IDENTIFIED and the reason says
+    uncertainty, docs/CASES.md BR-20), and its interval ``value +- 1.96 se`` (clipped to its
+    range) passes :func:`identification`. Otherwise it is NOT IDENTIFIED and the reason says
     which other parameter it cannot be told apart from (|r| > :data:`CORRELATED`), or that
-    it sits at a bound of its range (then the data give only a bound: value + 1.96 se).
+    it sits at a bound of its range (then the data give only a bound: value + 1.96 se), or
+    why the interval does not identify it.
     """
     scaled = {n: result.params[n].value for n in free}
     spec = {n: PARAMS[n] for n in free}
@@ -111,22 +164,21 @@ def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostPara
                 lo, hi = flat_range(f, scaled, n, f0)
                 why = f"no effect on these data: any value in [{fmt(n, lo)}, {fmt(n, hi)}] fits them equally"
             params[n] = FittedParam(v, None, False, why)
-        elif rss == 0.0 and data_cov is None:
+            warns.append(f"{n}: NOT IDENTIFIED, {why}")
+            continue
+        if rss == 0.0 and data_cov is None:  # an exact fit: no uncertainty (docs/CASES.md BR-20)
             params[n] = FittedParam(v, 0.0, True)
             continue
-        elif at_lo or at_hi:
-            bound = (f"<= {fmt(n, min(v + 1.96 * s, spec[n].upper))}" if at_lo else
-                     f">= {fmt(n, max(v - 1.96 * s, spec[n].lower))}") if s else "nothing more"
-            params[n] = FittedParam(v, s, False, f"at its {'lower' if at_lo else 'upper'} bound; the data give {bound}")
-        elif s is None or not math.isfinite(s) or s > MAX_REL_STDERR * abs(v):
-            partner = _most_correlated(n, correlations)
-            why = f"cannot be told apart from {partner[0]} (r={partner[1]:+.2f})" if partner else \
-                f"poorly constrained (stderr {s:.2g})"
-            params[n] = FittedParam(v, s, False, why)
-        else:
+        ci = (max(spec[n].lower, v - 1.96 * s), min(spec[n].upper, v + 1.96 * s)) if s is not None else None
+        kind, why = identification(n, v, ci, f"no interval: the covariance at the optimum is singular (stderr {s})")
+        if kind is None:
             params[n] = FittedParam(v, s, True)
             continue
-        warns.append(f"{n}: NOT IDENTIFIED, {params[n].bound}")
+        partner = _most_correlated(n, correlations) if kind == "wide" else None
+        if partner:  # the reason fit_variants holds it at its declared value and refits the others
+            why = f"cannot be told apart from {partner[0]} (r={partner[1]:+.2f})"
+        params[n] = FittedParam(v, s, False, why)
+        warns.append(f"{n}: NOT IDENTIFIED, {why}")
     for n, v in fixed.items():
         params[n] = FittedParam(v, None, True, (fixed_reason or {}).get(n, "held fixed"), vary=False)
     return {n: params[n] for n in PARAMS if n in params}, correlations, warns

@@ -11,6 +11,7 @@ from schemas.metrics import step_kind
 from .confidence import covariance_points, spread_points
 from .errors import FitError
 from .fitting import FitResult, fit_variants, least_squares
+from .identify import identification
 
 #: Extra start points of the step fit (the first start is the declared defaults).
 _STARTS = ({"eta_compute": 0.3, "eta_mem": 0.5, "n_half_tokens": 200.0},
@@ -177,7 +178,10 @@ def set_ci95(fit: FitResult, method: str, bootstrap: dict | None = None) -> None
     """Store 95 % intervals in ``fit.params``: from the bootstrap, or ``value +/- 1.96 stderr``
     clipped to the parameter's declared range, and the points a prediction band is replayed
     at (``stats["band_points"]``, :func:`calibrate.confidence.covariance_points`); a fit that
-    computed its own intervals (a request-log fit's confidence set) keeps them and its points."""
+    computed its own intervals (a request-log fit's confidence set) keeps them and its points.
+    A bootstrap interval is judged again by :func:`calibrate.identify.identification` (it may
+    reach 0 or leave the value at its edge where the standard error did not): a parameter it
+    does not identify becomes NOT IDENTIFIED, with a warning."""
     if fit.stats.get("ci_method") == "confidence set":
         return
     fit.stats["band_points"] = spread_points(covariance_points(fit.params, fit.correlations), fit.values())
@@ -187,6 +191,11 @@ def set_ci95(fit: FitResult, method: str, bootstrap: dict | None = None) -> None
         spec = PARAMS[k]
         if method == "bootstrap" and bootstrap and k in bootstrap:
             p.ci95 = bootstrap[k]
+            kind, why = identification(k, p.value, p.ci95, "the bootstrap fits traced no interval (every resample "
+                                                            "gave the same value)")
+            if kind is not None and p.stderr != 0.0:  # (an exact fit: no uncertainty)
+                p.identifiable, p.bound = False, why
+                fit.warnings.append(f"{k}: NOT IDENTIFIED, {why}")
         elif p.stderr is not None:
             p.ci95 = (max(spec.lower, p.value - 1.96 * p.stderr), min(spec.upper, p.value + 1.96 * p.stderr))
     fit.stats["ci_method"] = method

@@ -16,6 +16,8 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
+from schemas.status import OK
+
 from .engine import Engine
 from .config import ClosedLoopOptions
 from .request import Request
@@ -35,20 +37,32 @@ class ClosedLoop:
         Number of clients, >= 1.
     think_time_s : float
         Pause between a completion and the client's next send, seconds (default 0).
+    frontend_s : ndarray of float64, shape (num trace rows,), or None
+        Time from a client's send to the engine (the API server: tokenising, queueing before
+        the engine), seconds, per trace row (``Request.index``); None: none
+        (:func:`replay.simulate.frontend_delays`).
+    stream_per_token_s : float
+        Time to stream each output token after the first to the client, seconds (default 0).
 
     Attributes
     ----------
     min_step_s : float
         The shortest step any replica can take (one token, no context), seconds; it bounds
         how soon another replica can complete a request (see Notes).
+    sent_at_s : dict[int, float]
+        Each sent request's send time by ``Request.index``, seconds.
 
     Notes
     -----
-    The first ``min(concurrency, n)`` requests are sent at time 0. After that, whenever a
-    request completes at ``t`` (its last token), its client sends the next request of the
-    trace at ``t + think_time_s``; a request that is rejected (too long for the model or
-    the KV cache) completes at its own send time. So request ``k`` is sent when the
-    earliest client becomes free, as in :func:`traces.importers.llmperf.closed_loop_arrivals`.
+    The first ``min(concurrency, n)`` requests are sent at time 0. A request sent at ``s``
+    reaches the engine at ``s + frontend_s`` (its ``arrival_time_s``, as in the open loop,
+    where the trace's arrival is the send). Whenever a request emits its last token at
+    ``t``, its client has it at ``t + stream_per_token_s * (num_output_tokens - 1)`` and
+    sends the next request of the trace after ``think_time_s`` more; a request that is
+    rejected (too long for the model or the KV cache) completes when it reaches the engine.
+    So request ``k`` is sent when the earliest client becomes free, as in
+    :func:`traces.importers.llmperf.closed_loop_arrivals`, and every front-end term of the
+    open loop is kept (:func:`replay.result_columns.result_frame` adds them to the latencies).
 
     A send at ``t`` reaches the engine after every step ending at ``t`` has been processed
     (a client only sees the last token once the step that emitted it has ended), so the new
@@ -60,18 +74,22 @@ class ClosedLoop:
     complete a request: its pending step end if that emits a last token, else that time plus
     :attr:`min_step_s` per output token its requests still owe (the bound assumes, like the
     runs themselves, that a step never takes less than a one-token step without context).
-    The bound ignores the think time, which only makes it earlier (runs shorter, still exact).
+    The bound ignores the think time and the front end, which only make it earlier (runs
+    shorter, still exact); a request on its way to the engine is a pending callback, a bound.
 
     Latencies stay relative to each request's own send time (``Request.arrival_time_s``);
     throughput over a long run satisfies Little's law, ``throughput * mean E2E = concurrency``
     (with zero think time).
     """
 
-    def __init__(self, engine: Engine, requests: list[Request], concurrency: int, think_time_s: float = 0.0):
+    def __init__(self, engine: Engine, requests: list[Request], concurrency: int, think_time_s: float = 0.0,
+                 frontend_s: np.ndarray | None = None, stream_per_token_s: float = 0.0):
         ClosedLoopOptions(concurrency, think_time_s)  # raises for impossible values
         assert engine.on_request_done is None and engine.arrival_bound is None, "engine hooks already taken"
         self.engine, self.requests = engine, requests
         self.concurrency, self.think_time_s = int(concurrency), float(think_time_s)
+        self.frontend_s, self.stream_per_token_s = frontend_s, float(stream_per_token_s)
+        self.sent_at_s: dict[int, float] = {}
         self._next = 0        # index in requests of the next request to send
         self._scheduled = 0   # sends scheduled, not yet made
         #: The shortest step any replica can take, seconds: one token, no context.
@@ -94,31 +112,47 @@ class ClosedLoop:
             self.engine.call_at(time, self._send, after_step_ends=True)
 
     def _client_free(self, req: Request, now: float) -> None:
-        self._schedule_send(now + self.think_time_s)
+        """``req`` emitted its last token (or was rejected) at ``now``: its client sends the next
+        request once it has streamed every token and thought."""
+        stream = self.stream_per_token_s * max(req.num_output_tokens - 1, 0) if req.status == OK else 0.0
+        self._schedule_send(now + stream + self.think_time_s)
 
     def _send(self, now: float) -> None:
         self._scheduled -= 1
         req = self.requests[self._next]
         self._next += 1
-        req.arrival_time_s = now
+        self.sent_at_s[req.index] = now
+        delay = 0.0 if self.frontend_s is None else float(self.frontend_s[req.index])
+        req.arrival_time_s = now + delay
+        if delay > 0:
+            self.engine.call_at(req.arrival_time_s, partial(self._arrive, req), after_step_ends=True)
+        else:
+            self._arrive(req, now)
+
+    def _arrive(self, req: Request, now: float) -> None:
         if self.engine.admit(req):
             self.engine.arrive(req, now)
         else:
-            self._client_free(req, now)  # rejected: completed at its send time
+            self._client_free(req, now)  # rejected: completed when it reached the engine
 
 
-def send_times_column(num_rows: int, requests: list[Request]) -> np.ndarray:
+def send_times_column(num_rows: int, sent_at_s: dict[int, float]) -> np.ndarray:
     """The ``pred_arrival_time_s`` column of a closed-loop replay result.
+
+    Parameters
+    ----------
+    sent_at_s : dict
+        Send time by trace row, seconds (:attr:`ClosedLoop.sent_at_s`).
 
     Returns
     -------
     ndarray of float64, shape (num_rows,)
-        Simulated send time of each trace row, seconds since the first send; NaN for rows
-        that were not simulated (failed in the trace).
+        Simulated send time of each trace row (the client's, before any front-end time),
+        seconds since the first send; NaN for rows that were not simulated (failed in the trace).
     """
     out = np.full(num_rows, np.nan)
-    for r in requests:
-        out[r.index] = r.arrival_time_s
+    for index, t in sent_at_s.items():
+        out[index] = t
     return out
 
 

@@ -216,16 +216,18 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
     else:
         engine = Engine(cost_model, factory, sched_cfg, engine_cfg, num_replicas=sched.replicas,
                         router=get_router(sched.router))
-    frontend_s, stream_s = frontend_delays(cost_model, df, cfg)
+    frontend_s, stream_s = frontend_delays(cost_model, df)
     with _gc_paused():  # no cycles here; collections would rescan every live request again and again
         reqs = requests_from_frame(df, rec.token_times, sched.slo_ttft_s, sched.slo_tpot_s, frontend_s)
+        loop = None
         if closed.concurrency is None:
             engine.run(reqs if frontend_s is None else sorted(reqs, key=attrgetter("arrival_time_s")))
         else:
-            ClosedLoop(engine, reqs, closed.concurrency, closed.think_time_s).run()
+            loop = ClosedLoop(engine, reqs, closed.concurrency, closed.think_time_s, frontend_s, stream_s)
+            loop.run()
         result = result_frame(df, reqs, rec.token_times, frontend_s, stream_s)
-        if closed.concurrency is not None:
-            result["pred_arrival_time_s"] = send_times_column(len(df), reqs)
+        if loop is not None:
+            result["pred_arrival_time_s"] = send_times_column(len(df), loop.sent_at_s)
         if isinstance(engine, DisaggEngine):
             for col, values in engine.result_columns(len(df)).items():
                 result[col] = values
@@ -241,13 +243,13 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
     return result, engine
 
 
-def frontend_delays(cost_model, df: pd.DataFrame, cfg: ReplayConfig) -> tuple[np.ndarray | None, float]:
+def frontend_delays(cost_model, df: pd.DataFrame) -> tuple[np.ndarray | None, float]:
     """Per row, the time before the engine (seconds), and the time per streamed output token
     after the first (seconds), of a cost model with front-end terms
-    (:meth:`RooflineCostModel.frontend_s`); ``(None, 0.0)`` when both are zero, for a cost
-    model without them, and in a closed loop (whose sends follow the engine's completions).
+    (:meth:`RooflineCostModel.frontend_s`); ``(None, 0.0)`` when both are zero and for a cost
+    model without them. Open and closed loop alike (:class:`replay.closed_loop.ClosedLoop`).
     """
-    if cfg.closed_loop.concurrency is not None or not hasattr(cost_model, "frontend_s"):
+    if not hasattr(cost_model, "frontend_s"):
         return None, 0.0
     fe = cost_model.frontend_s(df["num_prompt_tokens"].to_numpy(np.int64))
     fe = None if not np.any(fe) else np.broadcast_to(fe, (len(df),)).astype(float)

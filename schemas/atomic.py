@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import signal
+import stat
 import tempfile
 import threading
 import time
@@ -25,6 +26,8 @@ def atomic_output(path: str | os.PathLike):
 
     A failure (or an interrupt) never leaves a partial or overwritten output file. The
     result gets the usual permissions (0666 less the umask), not mkstemp's private 0600.
+    Only a regular file or a new name is ever replaced (:func:`check_writable`, checked
+    again just before the rename): never a device, FIFO, socket, folder or symbolic link.
 
     Examples
     --------
@@ -44,6 +47,9 @@ def atomic_output(path: str | os.PathLike):
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
+        kind = not_a_regular_file(path)  # made meanwhile (a long run): still never replaced
+        if kind:
+            raise OutputError(f"{path}: {kind}")
         with _sigint_deferred() as pending:
             os.replace(tmp, path)
             last = _output_done(path)
@@ -186,19 +192,57 @@ def _sigint_deferred():
 
 
 def check_writable(path: str | os.PathLike) -> None:
-    """Raise :class:`OutputError` unless ``path`` names a file in an existing, writable folder.
+    """Raise :class:`OutputError` unless ``path`` names a regular file (or a new name) in an
+    existing, writable folder.
 
     Commands call it for every output before doing any work, so that a run with a bad
-    second output does not replace its first one.
+    second output does not replace its first one; :func:`atomic_output` calls it again
+    before it writes. An existing path that is not a regular file is refused, whatever the
+    user's rights (root included): a device (``/dev/null``), a FIFO, a socket or a folder
+    would be replaced by the rename, and a symbolic link is never written through nor
+    replaced (see :func:`not_a_regular_file`).
     """
-    path = Path(path)
-    if not path.name or path.is_dir():
-        raise OutputError(f"{path}: is a directory; expected a file name")
+    given, path = os.fspath(path), Path(path)  # messages name the path as given (``./out``)
+    if not path.name:
+        raise OutputError(f"{given}: is a directory; expected a file name")
+    kind = not_a_regular_file(path)
+    if kind:
+        raise OutputError(f"{given}: {kind}")
     parent = path.parent
     if not parent.is_dir():
-        raise OutputError(f"{path}: folder {parent} does not exist")
+        raise OutputError(f"{given}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"{path}: folder {parent} is not writable")
+        raise OutputError(f"{given}: folder {parent} is not writable")
+
+
+#: What an existing output path that is not a regular file is, by its ``stat.S_IFMT`` type.
+_FILE_KINDS = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO (named pipe)",
+               stat.S_IFSOCK: "a socket"}
+
+
+def not_a_regular_file(path: str | os.PathLike) -> str | None:
+    """Why an output may not be written at ``path`` ("is a directory; ...", "is a symbolic
+    link to ...; ...", "is a character device; ..."), or None when ``path`` is a regular
+    file or does not exist. The path itself is looked at (``lstat``), never what a link
+    points to; a path that cannot be looked at (a folder without search rights) is None
+    here, refused by the folder checks of :func:`check_writable`.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory; expected a file name"
+    if stat.S_ISLNK(mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"is a symbolic link to {target}; expected a regular file or a new name, never a link"
+    kind = _FILE_KINDS.get(stat.S_IFMT(mode), "a special file")
+    return f"is {kind}; expected a regular file or a new name"
 
 
 def write_text_atomic(text: str, path: str | os.PathLike) -> None:

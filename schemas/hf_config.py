@@ -5,7 +5,8 @@ from the shapes (:func:`count_params`), and reads the weight and KV-cache dtypes
 (``torch_dtype``, ``quantization_config``/``quantization``, ``kv_cache_dtype``). Supported
 ``model_type`` values: Llama-style gated decoders (``llama``, ``mistral``, ``qwen2``, ``qwen3``,
 ``yi``), their MoE variants (``mixtral``, ``qwen2_moe``, ``qwen3_moe``, ``deepseek``) and
-DeepSeek's multi-head latent attention (``deepseek_v2``, ``deepseek_v3``), and OPT.
+DeepSeek's multi-head latent attention (``deepseek_v2``, ``deepseek_v3``), and OPT; and the
+types that extend one of them (``deepseek_v32``: :mod:`schemas.hf_identity`).
 
 Every problem is raised as :class:`~schemas.errors.SpecError` naming the file and the field.
 """
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
 from .dtypes import dtype_bytes, kv_dtype_bytes, weight_dtype_bytes
 from .errors import SpecError, SpecFileError, text_reason
+from .hf_identity import EXTENDED_MODEL_TYPES, SpecNote, config_name, read_as_type
 from .spec_checks import check_number
 from .spec_types import ModelSpec
 
@@ -45,7 +48,8 @@ def _model_type(cfg: dict, where: str) -> str:
     model_type = str(cfg.get("model_type") or "llama").lower()
     if model_type not in _SUPPORTED_MODEL_TYPES:
         raise SpecError(f"{where}: model_type '{model_type}' is not supported; supported: "
-                        f"{', '.join(sorted(_SUPPORTED_MODEL_TYPES))}")
+                        f"{', '.join(sorted(_SUPPORTED_MODEL_TYPES))}, and types that extend one "
+                        f"({', '.join(sorted(EXTENDED_MODEL_TYPES))}, or architectures naming one's class)")
     if cfg.get("kv_lora_rank") and model_type not in _MLA_DECODERS:
         raise SpecError(f"{where}: kv_lora_rank (multi-head latent attention) is supported for "
                         f"model_type {', '.join(sorted(_MLA_DECODERS))}, not '{model_type}'")
@@ -310,9 +314,13 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
     Returns
     -------
     ModelSpec
-        P and the active P counted from the shapes (:func:`count_params`); named after the
-        file's folder, or after ``model_type`` when the folder is a Hugging Face cache
-        snapshot (a 40-hex commit) or has no name.
+        P and the active P counted from the shapes (:func:`count_params`); named by the file
+        (its ``_name_or_path``, else its ``architectures``), else after the file's folder, or
+        after ``model_type`` when the folder is a Hugging Face cache snapshot (a 40-hex
+        commit) or has no name (:func:`schemas.hf_identity.config_name`). A config that
+        extends a supported type is read as that type
+        (:func:`schemas.hf_identity.read_as_type`). Each choice the reader made (a type read
+        as another, a name guessed) is a :class:`~schemas.hf_identity.SpecNote` warning.
 
     Raises
     ------
@@ -324,11 +332,18 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
         path = path / "config.json"
     try:
         cfg = read_json(path, "model config")
+        if not isinstance(cfg, dict):
+            raise SpecError(f"{path}: expected a JSON object, got {type(cfg).__name__}")
         folder = path.resolve().parent.name
         if not folder or re.fullmatch(r"[0-9a-f]{40}", folder):
-            folder = str(cfg.get("model_type") or "model") if isinstance(cfg, dict) else "model"
-        return spec_from_config(cfg, folder, str(path))
+            folder = str(cfg.get("model_type") or "model")
+        cfg, type_note = read_as_type(cfg, _SUPPORTED_MODEL_TYPES, str(path))
+        name, name_note = config_name(cfg, folder, str(path))
+        spec = spec_from_config(cfg, name, str(path))
     except SpecFileError:
         raise
     except SpecError as exc:
         raise SpecFileError(str(exc)) from None
+    for note in filter(None, (type_note, name_note)):
+        warnings.warn(note, SpecNote, stacklevel=2)
+    return spec

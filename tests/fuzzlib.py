@@ -1,5 +1,6 @@
 """A seeded fuzzer of the servecal CLI: mutated real and fixture files through every importer,
-``traces validate``, ``calibrate fit`` and ``replay``.
+``traces validate``, ``calibrate fit`` and ``replay``, and every command's outputs given paths
+that must never be written (a device, a FIFO, a folder, a link: target ``output-path``).
 
 Every input is a job (a command line over mutated files in a fresh folder). Jobs run in a
 long-lived worker process (``fuzz_worker.py``) that invokes the CLI in-process, so an abort
@@ -30,6 +31,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import output_paths
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
@@ -594,6 +597,14 @@ def parquet_targets(base: dict[str, Path]) -> list[Target]:
     ]
 
 
+def output_target() -> Target:
+    """Outputs given a path that must never be written (a device, a FIFO, a folder, a link, ...):
+    refused with exit 2 and left as they were (:mod:`output_paths`), before any input is read:
+    the inputs hold the (mutated) placeholder."""
+    return Target("output-path", {"in.txt": b"placeholder\n"}, output_paths.fuzz_argv, ["in.txt"],
+                  {"in.txt": "text"}, output=None, output_kind=None)
+
+
 def make_job(target: Target, seed: int, index: int, root: Path, mutate: bool = True) -> dict:
     """Write the input files of one job under ``root`` and return the job (a JSON-able dict)."""
     rng = random.Random(f"{seed}/{target.name}/{index}")
@@ -617,8 +628,10 @@ def make_job(target: Target, seed: int, index: int, root: Path, mutate: bool = T
         if name == victim:
             data, mutations = mutate_text(rng, data, target.kind[name])
         p.write_bytes(data)
-    argv = target.argv(d, files, rng)
-    return {"target": target.name, "index": index, "dir": str(d), "argv": argv,
+    argv, special = target.argv(d, files, rng), None
+    if isinstance(argv, tuple):  # the output-path target: the command line and the path it must not write
+        argv, special = argv
+    return {"target": target.name, "index": index, "dir": str(d), "argv": argv, "special": special,
             "inputs": [str(p) for p in files.values()] + [a for a in argv if a.endswith(".json") and "out" not in a],
             "output": str(d / target.output) if target.output else None, "output_kind": target.output_kind,
             "mutations": mutations}
@@ -630,6 +643,8 @@ def make_job(target: Target, seed: int, index: int, root: Path, mutate: bool = T
 
 def judge(job: dict, exit_code: int, text: str) -> tuple[str, str]:
     """``("ok", "")`` or ``(fault, detail)`` for one finished job (not traceback/crash/hang)."""
+    if job.get("special"):
+        return output_paths.judge_special(job, exit_code, text)
     out = Path(job["output"]) if job["output"] else None
     folder = Path(job["dir"])
     if "RuntimeWarning" in text or "DeprecationWarning" in text:
@@ -762,8 +777,11 @@ class Worker:
 
 
 def run_console(job: dict, timeout_s: float) -> dict:
-    """Run one job through the installed console script (``traces``, ``replay``, ``calibrate``)."""
+    """Run one job through the installed console script (``traces``, ``replay``, ``calibrate``;
+    ``servecal`` for the commands only it has, ``plan`` and ``demo``)."""
     argv = list(job["argv"])
+    if argv[0] not in ("traces", "replay", "calibrate"):
+        argv = ["servecal", *argv]
     exe = shutil.which(argv[0]) or argv[0]
     folder = Path(job["dir"])
     for p in folder.iterdir():  # the in-process run's output
@@ -835,7 +853,7 @@ def build_bases(root: Path, real: Path) -> dict[str, Path]:
 
 
 def all_targets(root: Path, real: Path | None) -> list[Target]:
-    targets = importer_targets(real)
+    targets = importer_targets(real) + [output_target()]
     if real is not None and real.is_dir():
         targets += parquet_targets(build_bases(root / "bases", real))
     return targets
@@ -879,7 +897,7 @@ def run_profile(root: Path, real: Path | None, per_target: dict | int, *, seed: 
                 continue
             job = make_job(t, seed, i, root / "jobs", mutate=i > 0)
             r = w.run(job)
-            if i == 0 and r.get("fault") is None and r.get("exit") != 0:
+            if i == 0 and r.get("fault") is None and r.get("exit") != 0 and not job["special"]:  # a refusal is right
                 if t.optional:  # another branch's importer whose options this harness guessed wrong
                     skipped.add(t.name)
                     continue

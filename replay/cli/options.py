@@ -113,15 +113,17 @@ def show_progress(quiet: bool) -> None:
 
 
 def report_folders(kwargs: dict) -> dict:
-    """``{"--report": (folder, "figures")}`` for a Markdown ``--report`` (its figures' folder,
-    :func:`replay.report.figures_folder`), else ``{}``: ``user_errors`` refuses, before any
-    work, a file of that name and any input or output inside it."""
+    """``{"--report": (folder, "figures", names)}`` for a Markdown ``--report`` (its figures'
+    folder, :func:`replay.report.figures_folder`, and the files it may write there,
+    :data:`replay.report.FIGURE_NAMES`), else ``{}``: ``user_errors`` refuses, before any
+    work, a file of that name, any input or output inside it, and a figure's name there
+    that is not a regular file."""
     if not kwargs.get("report"):
         return {}
-    from ..report import figures_folder
+    from ..report import FIGURE_NAMES, figures_folder
 
     folder = figures_folder(kwargs["report"])
-    return {"--report": (str(folder), "figures")} if folder is not None else {}
+    return {"--report": (str(folder), "figures", FIGURE_NAMES)} if folder is not None else {}
 
 
 def parse_tolerances(text: str | None) -> dict[str, float]:

@@ -41,7 +41,7 @@ from .timeseries import (NUM_TIME_WINDOWS, TIMESERIES_COLUMNS, check_timeseries_
                          read_timeseries, simulated_counts)
 
 __all__ = ["REPORT_FORMATS", "NUM_TIME_WINDOWS", "TIMESERIES_COLUMNS", "check_timeseries_span", "errors_over_time",
-           "figures_folder", "read_timeseries", "report_context", "report_format", "simulated_counts",
+           "FIGURE_NAMES", "figures_folder", "read_timeseries", "report_context", "report_format", "simulated_counts",
            "tolerance_verdict", "write_document", "write_report"]
 
 #: Report formats by file suffix.
@@ -68,6 +68,12 @@ def figures_folder(path: str | os.PathLike) -> Path | None:
     Markdown report; None for HTML (figures embedded) and other suffixes."""
     path = Path(path)
     return path.parent / _figures_name(path) if REPORT_FORMATS.get(path.suffix.lower()) == "markdown" else None
+
+
+#: Every file a Markdown report may write into its figures' folder (the replay report's, and
+#: those of the sweep, scheduler-comparison and plan reports, :mod:`.predictions`): the CLI
+#: refuses, before any work, one of these names that exists there as other than a regular file.
+FIGURE_NAMES = ("scatter.png", "cdf.png", "timeseries.png", "steps.png", "sweep.png", "schedulers.png", "front.png")
 
 
 def _figures_name(path: Path) -> str:

@@ -61,7 +61,7 @@ def test_opt_13b_model_config_file(tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(OPT_13B_CONFIG))
     m = model_from_hf_config(folder / "config.json")
-    assert (m.name, m.num_params, m.num_active_params) == ("opt-13b", OPT_13B_PARAMS, OPT_13B_PARAMS)
+    assert (m.name, m.num_params, m.num_active_params) == ("facebook/opt-13b", OPT_13B_PARAMS, OPT_13B_PARAMS)
     assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.head_dim) == (40, 5120, 40, 128)
     assert m.num_kv_heads == 40 and not m.is_moe                     # MHA: kv heads = attention heads
     assert (m.intermediate_size, m.vocab_size, m.max_model_len) == (20480, 50272, 2048)  # ffn_dim

@@ -9,14 +9,15 @@ usage error fits 100 columns: the commands a user starts are :class:`FoldedGroup
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import click
 
-from schemas.atomic import check_writable, expect_outputs, release_sigint
+from schemas.atomic import check_writable, expect_outputs, not_a_regular_file, release_sigint
 from schemas.errors import SchemaError, SpecFileError
 
-from schemas.text import wrap_error
+from schemas.text import wrap, wrap_error
 
 
 class DataError(click.ClickException):
@@ -83,9 +84,9 @@ def user_errors(data_errors: tuple = (), usage_errors: tuple = (), output_folder
     Before the command runs, every output (parameters :data:`OUTPUT_PARAMS`) must be
     writable and differ from every input (:data:`INPUT_PARAMS`, and :data:`SPEC_PARAMS` that
     name a file) and from the other outputs (exit 2), so a bad second output never costs the
-    first one. ``output_folders(kwargs)`` returns ``{option: (folder, what)}``, the folders
-    an output writes ``what`` into besides its file (a Markdown report's figures): see
-    :func:`check_outputs`.
+    first one. ``output_folders(kwargs)`` returns ``{option: (folder, what, names)}``, the
+    folders an output writes ``what`` (files named ``names``) into besides its file (a
+    Markdown report's figures): see :func:`check_outputs`.
     """
     data_errors = (SchemaError, *data_errors)
 
@@ -106,7 +107,8 @@ def user_errors(data_errors: tuple = (), usage_errors: tuple = (), output_folder
             check_outputs(inputs, outputs, output_folders(kwargs) if output_folders else None)
             expect_outputs([p for p in outputs.values() if p])
             try:
-                return fn(*args, **kwargs)
+                with notes_said():
+                    return fn(*args, **kwargs)
             except SpecFileError as exc:  # a file's content, though other spec errors are usage
                 raise DataError(str(exc)) from None
             except usage_errors as exc:
@@ -127,6 +129,31 @@ def user_errors(data_errors: tuple = (), usage_errors: tuple = (), output_folder
         return wrapper
 
     return deco
+
+
+@contextlib.contextmanager
+def notes_said():
+    """While the block runs, each :class:`~schemas.hf_identity.SpecNote` (how a spec file was
+    read: a type read as another, a name guessed) is printed once as a ``warning:`` line on
+    stderr, folded to 100 columns, when it is raised; other warnings are left as they were."""
+    import warnings
+
+    from schemas.hf_identity import SpecNote
+
+    said = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", SpecNote)
+        show = warnings.showwarning
+
+        def said_once(message, category, *args, **kwargs):
+            if not issubclass(category, SpecNote):
+                return show(message, category, *args, **kwargs)
+            if str(message) not in said:
+                said.add(str(message))
+                click.echo(wrap(f"warning: {message}"), err=True)
+
+        warnings.showwarning = said_once
+        yield
 
 
 def _label(name: str) -> str:
@@ -178,10 +205,12 @@ def check_outputs(inputs, outputs: dict, folders: dict | None = None) -> None:
     ----------
     inputs : iterable of paths read by the command, or dict input name -> list of paths
     outputs : dict option name -> path (None when not given)
-    folders : dict option name -> (folder, what), optional
-        Folders an output writes more files into (``what``, e.g. "figures"): the folder must
-        not be a file and, when it exists, must be writable; no input or other output may lie
-        inside it (whatever the figures' names: the simple rule that holds for every name).
+    folders : dict option name -> (folder, what, names), optional
+        Folders an output writes more files into (``what``, e.g. "figures", under ``names``):
+        the folder must not be a file and, when it exists, must be writable, and none of
+        ``names`` in it may be other than a regular file (:func:`schemas.atomic.check_writable`);
+        no input or other output may lie inside it (whatever the figures' names: the simple
+        rule that holds for every name).
 
     Raises
     ------
@@ -206,7 +235,7 @@ def check_outputs(inputs, outputs: dict, folders: dict | None = None) -> None:
             check_writable(path)
         except SchemaError as exc:
             raise click.UsageError(f"{option} {exc}") from None
-    for option, (folder, what) in (folders or {}).items():
+    for option, (folder, what, names) in (folders or {}).items():
         writer = f"{option} {outputs.get(option)}"
         if os.path.lexists(folder) and not os.path.isdir(folder):
             raise click.UsageError(wrap_error(f"{writer}: writes its {what} into the folder {folder}, but that is "
@@ -214,6 +243,11 @@ def check_outputs(inputs, outputs: dict, folders: dict | None = None) -> None:
         if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
             raise click.UsageError(wrap_error(f"{writer}: writes its {what} into the folder {folder}, which is "
                                               "not writable"))
+        for name in names:
+            kind = not_a_regular_file(os.path.join(folder, name))
+            if kind:
+                raise click.UsageError(wrap_error(f"{writer}: writes its {what} into the folder {folder}, but "
+                                                  f"{name} there {kind}"))
         inside = os.path.realpath(folder)
         for real, which, path in files:
             if os.path.commonpath([inside, real]) == inside:
