@@ -141,15 +141,24 @@ def _has(trace: pd.DataFrame, m: str) -> bool:
     return m in trace and _finite(trace[m]).size > 0
 
 
+#: Below this many requests in all the runs a fit's starts run in this process by default: a
+#: replay then takes milliseconds and a pool's start (a Python with numpy, pandas, lmfit and the
+#: engine imported per worker, ~3 s of CPU each) costs more than the starts it spreads.
+SMALL_FIT_REQUESTS = 200
+
+
 @contextmanager
-def start_runner(jobs: int | None, ray_address: str | None, n_starts: int):
+def start_runner(jobs: int | None, ray_address: str | None, n_starts: int, n_requests: int | None = None):
     """The runner of :func:`calibrate.fitting.least_squares` for the whole fit: the starts in
-    one pool of ``jobs`` processes (:func:`replay.parallel.worker_pool`; default the CPU count)
-    kept for every variant, on a Ray cluster, or here (None) with one job."""
+    one pool of ``jobs`` processes (:func:`replay.parallel.worker_pool`; default the CPU count,
+    or one below :data:`SMALL_FIT_REQUESTS` requests) kept for every variant, on a Ray cluster,
+    or here (None) with one job."""
     if ray_address is not None:
         with ray_session(ray_address):
             yield lambda fn, shared, items: map_on_ray(fn, shared, items, ray_address)
         return
+    if jobs is None and n_requests is not None and n_requests < SMALL_FIT_REQUESTS:
+        jobs = 1
     workers = min((os.cpu_count() or 1) if jobs is None else jobs, n_starts)
     if workers <= 1:
         yield None
@@ -224,7 +233,7 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
                          warnings=[*[r.note for r in runs if r.note], *warns], report=lmfit.fit_report(best))
 
     data_cov = residual.sampling_cov()
-    with start_runner(jobs, ray_address, 1 + len(_STARTS)) as runner:
+    with start_runner(jobs, ray_address, 1 + len(_STARTS), sum(len(r.trace) for r in runs)) as runner:
         fits = fit_variants(residual, cost_model, variants, [n for n in cost_model.free_params if n in free or
                                                              n == "overlap"], fixed, not_seen, result_of,
                             (n_res, "quantile residuals"), rel_step=0.05, assess_step=0.05,
