@@ -181,23 +181,6 @@ class RooflineCostModel:
         used = {p for t in self.terms for p in TERMS[t].params} | set(FRONTEND_PARAMS)
         return tuple(p for p in PARAMS if p in used)
 
-    def compute_s(self, num_tokens):
-        """GEMM time of ``num_tokens`` tokens with no attention (scalar or array), seconds."""
-        c = self.coefficients
-        return c.compute_per_token_s * num_tokens + c.compute_s
-
-    def memory_s(self, context_tokens, num_tokens=1):
-        """Time to read the weights (the experts ``num_tokens`` tokens touch) and
-        ``context_tokens`` tokens of KV, seconds."""
-        c = self.coefficients
-        out = c.memory_s + c.memory_per_context_token_s * context_tokens
-        return out + c.memory_expert_s * (1.0 - c.expert_miss ** num_tokens) if c.memory_expert_s else out
-
-    def comm_time_s(self, num_tokens):
-        """All-reduce and all-to-all time of one step of ``num_tokens`` tokens, seconds."""
-        c = self.coefficients
-        return c.comm_s + c.comm_per_token_s * num_tokens if c.comm_s or c.comm_per_token_s else 0.0 * num_tokens
-
     def frontend_s(self, num_prompt_tokens):
         """Time a request spends outside the engine before it (API server, tokenisation,
         first chunk), seconds: ``t_frontend_s + t_frontend_per_prompt_token_s * L_prompt``."""

@@ -24,7 +24,7 @@ import numpy as np
 #: evaluates it against the code.
 FORMULA = """\
 N = P + Q
-A = C_d + (Q - D) * (C_d / D + Q / (2 * D)) + (P * C_p + P * P / 2) / S
+A = C_d + (Q - D) * (C_d / max(D, 1) + Q / (2 * max(D, 1))) + (P * C_p + P * P / 2) / max(S, 1)
 C = C_d + C_p + (Q - D)
 c = compute_per_token * N + compute + compute_per_pair * A
 m = (memory + memory_per_context_token * C + memory_per_prefill_context_token * C_p
@@ -72,8 +72,8 @@ def step_time_function(coef, arrays: bool):
     the positions before it, ``(Q / D) C_d + (Q - D) Q / (2 D)`` (exact for equal verify
     lengths, as the prefill pairs are for equal chunks), written ``C_d + (Q - D) (C_d / D +
     Q / (2 D))`` so that ``Q = D`` gives exactly ``C_d`` (``C_d + 0.0``): passing ``Q = D``
-    gives the floats of ``Q`` None. ``S`` and ``D`` divide as ``S + (S == 0)`` (1 for 0; they
-    are 0 only when ``P`` or ``Q`` is, and then so is the product they divide).
+    gives the floats of ``Q`` None. ``max(S, 1)`` and ``max(D, 1)`` are spelled
+    ``S + (S == 0)``: the same for counts, on numbers and arrays alike.
     """
     fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, overlap, k_0, k_tok = coef.as_tuple()
     fold, pow_each = (_fold_array, _pow_each) if arrays else (_fold_scalar, pow)
