@@ -6,7 +6,7 @@ from the step's aggregates. :class:`RooflineCostModel` is the seed's roofline
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Protocol
 
 import numpy as np
@@ -148,6 +148,10 @@ class RooflineCostModel:
         object.__setattr__(self, "coefficients", coef)
         object.__setattr__(self, "_step_s", step_time_function(coef, arrays=False))
         object.__setattr__(self, "_step_s_arrays", step_time_function(coef, arrays=True))
+
+    def __reduce__(self):
+        """Pickled as its fields (the evaluators are closures, rebuilt by ``__post_init__``)."""
+        return type(self), tuple(getattr(self, f.name) for f in fields(self))
 
     @property
     def shape(self) -> ReplicaShape:
