@@ -127,3 +127,23 @@ def test_where_the_time_goes_table():
     _, rows = term_time_cells(steps)
     assert rows[-2] == ["other", "0.008", "20.0 %", "4"]
     assert term_time_cells(steps[["step_duration_s"]]) is None
+
+
+def test_replay_steps_out_and_report_show_where_the_time_goes(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from replay.cli import main
+    from test_compare import make_cli_inputs
+    from traces.io import read_trace
+
+    trace, cal, opts = make_cli_inputs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, [str(trace), "--calibration", str(cal), *opts, "--steps-out", "s.parquet",
+                                    "--report", "r.md", "--no-band"])
+    assert res.exit_code == 0, res.output
+    _, steps, _ = read_trace("s.parquet")
+    terms = [c for c in steps.columns if re.fullmatch(r"t_\w+_s", c)]
+    assert terms and terms[-1] == "t_overlap_s"
+    np.testing.assert_allclose(steps[terms].sum(axis=1), steps["step_duration_s"], rtol=1e-9)
+    report = (tmp_path / "r.md").read_text()
+    assert "## Where the time goes" in report and "| all steps |" in report
