@@ -17,7 +17,7 @@ from schemas.specs import GpuSpec, Link, ModelSpec, link_presets
 
 from .cost_terms import ALL_TERMS, TERMS, Coefficients, ReplicaShape
 from .errors import ConfigError
-from .step_time import step_time_function, unfolded
+from .step_time import feature_arrays, step_time_function, unfolded
 
 
 class StepCostModel(Protocol):
@@ -84,6 +84,14 @@ class RooflineCostModel:
     pp_link : Link, optional
         Link between two pipeline stages (default: ``tp_link``, the GPU's own interconnect).
 
+    Attributes
+    ----------
+    step_time_s : callable
+        The duration of a step with these features, seconds (:meth:`StepCostModel.step_time_s`,
+        numbers or arrays): :func:`replay.step_time.step_time_function` of the folded terms.
+    coefficients : Coefficients
+        The folded terms.
+
     Raises
     ------
     ConfigError
@@ -146,8 +154,7 @@ class RooflineCostModel:
         shape = self.shape
         coef = _folded(self.terms, shape, self.params)
         object.__setattr__(self, "coefficients", coef)
-        object.__setattr__(self, "_step_s", step_time_function(coef, arrays=False))
-        object.__setattr__(self, "_step_s_arrays", step_time_function(coef, arrays=True))
+        object.__setattr__(self, "step_time_s", step_time_function(coef))
 
     def __reduce__(self):
         """Pickled as its fields (the evaluators are closures, rebuilt by ``__post_init__``)."""
@@ -196,33 +203,6 @@ class RooflineCostModel:
         """Time added per output token after the first between engine and client, seconds."""
         return self.params["t_stream_per_token_s"]
 
-    def step_time_s(self, num_prefill_tokens, num_decode_seqs, decode_context_tokens,
-                    prefill_context_tokens=0, num_prefill_seqs=None, num_decode_tokens=None):
-        """Duration of one step, seconds (scalars, or numpy arrays of one shape).
-
-        The arguments are the step record's features (:data:`schemas.step_record.STEP_FEATURES`).
-        ``num_prefill_seqs`` None counts one chunk when there are prefill tokens.
-        ``num_decode_tokens`` (speculative decoding) counts the positions the
-        ``num_decode_seqs`` decodes feed, draft tokens included (>= ``num_decode_seqs``, 0
-        without decodes); None: one per decode. A step with no tokens takes 0 s.
-
-        Raises
-        ------
-        ValueError
-            ``num_decode_tokens`` below ``num_decode_seqs``, or above 0 without decodes.
-        """
-        p, d, q = num_prefill_tokens, num_decode_seqs, num_decode_tokens
-        tokens = p + (d if q is None else q)
-        if tokens.__class__ is int or not isinstance(tokens, np.ndarray):  # scalars: plain floats
-            if q is not None and (q < d or (q and not d)):
-                raise ValueError(f"num_decode_tokens={q} must be >= num_decode_seqs={d} (and 0 without decodes)")
-            if tokens <= 0:
-                return 0.0
-            s = num_prefill_seqs if num_prefill_seqs is not None else (1 if p > 0 else 0)
-            return self._step_s(p, s, d, decode_context_tokens, prefill_context_tokens, q)
-        x = _feature_arrays(p, num_prefill_seqs, d, decode_context_tokens, prefill_context_tokens, q)
-        return np.where(tokens > 0, self._step_s_arrays(*x), 0.0)
-
     def eval_components(self, num_prefill_tokens, num_decode_seqs, decode_context_tokens,
                         prefill_context_tokens=0, num_prefill_seqs=None, num_decode_tokens=None) -> dict:
         """The time of each term in steps with these features, seconds (lmfit's ``eval_components``).
@@ -245,13 +225,14 @@ class RooflineCostModel:
         ValueError
             As :meth:`step_time_s`.
         """
-        x = _feature_arrays(num_prefill_tokens, num_prefill_seqs, num_decode_seqs, decode_context_tokens,
-                            prefill_context_tokens, num_decode_tokens)
-        some = (x[0] + (x[2] if x[5] is None else x[5])) > 0
+        x = feature_arrays(num_prefill_tokens, num_prefill_seqs, num_decode_seqs, decode_context_tokens,
+                           prefill_context_tokens, num_decode_tokens)
+        features = dict(zip(("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "decode_context_tokens",
+                             "prefill_context_tokens", "num_decode_tokens"), x))
         shape = self.shape
 
         def time_of(coef):
-            return np.where(some, step_time_function(coef, arrays=True)(*x), 0.0)
+            return np.asarray(step_time_function(coef)(**features), float)
 
         out = {name: time_of(unfolded(_folded((name,), shape, self.params)))
                for name in self.terms if name != "overlap"}
@@ -273,24 +254,6 @@ def _folded(terms: tuple, shape: ReplicaShape, params: CostParams) -> Coefficien
     for name in terms:
         TERMS[name].fold(shape, params, coef)
     return coef
-
-
-def _feature_arrays(p, s, d, cd, cp, q) -> tuple:
-    """A step's features as arrays in the order of :func:`replay.step_time.step_time_function`'s
-    arguments, ``S`` None made one chunk with prefill tokens (``Q`` None stays: one per decode).
-
-    Raises
-    ------
-    ValueError
-        ``Q`` below ``D``, or above 0 without decodes.
-    """
-    p, d, cd, cp = (np.asarray(v) for v in (p, d, cd, cp))
-    if q is not None:
-        q = np.asarray(q)
-        if np.any(q < d) or np.any((q > 0) & (d == 0)):
-            raise ValueError("num_decode_tokens must be >= num_decode_seqs (and 0 without decodes)")
-    s = (p > 0).astype(np.int64) if s is None else np.asarray(s)
-    return p, s, d, cd, cp, q
 
 
 def kv_transfer_time_s(num_prompt_tokens: int, model: ModelSpec, link: Link) -> float:

@@ -3,10 +3,10 @@
 :class:`replay.cost_model.RooflineCostModel` folds its terms (:mod:`replay.cost_terms`) into
 :class:`~replay.cost_terms.Coefficients` and evaluates them with the function
 :func:`step_time_function` returns: on Python numbers in the engine's hot path, on arrays
-in the closed-form decode runs, the fits and the per-term components. Both are the same
-code; only two operations are spelled apart (:func:`_fold_scalar` / :func:`_fold_array`:
-``max`` and ``min`` return the same floats as numpy's; the experts' ``miss ** N`` is
-Python's ``pow`` on both), so the paths agree bit for bit.
+in the closed-form decode runs, the fits and the per-term components. Both go through the
+same lines; only two operations are spelled apart (the fold's ``max``/``min``, which return
+the same floats as numpy's, and the experts' ``miss ** N``, Python's ``pow`` on both), so
+the paths agree bit for bit.
 
 The features are the step record's (:data:`schemas.step_record.STEP_FEATURES`).
 """
@@ -32,39 +32,48 @@ m = (memory + memory_per_context_token * C + memory_per_prefill_context_token * 
 step = fixed + per_seq * (S + D) + max(c, m) + overlap * min(c, m) + (comm + comm_per_token * N)"""
 
 
-def _fold_scalar(c: float, m: float, overlap: float) -> float:
-    """``max(c, m) + overlap min(c, m)`` of two floats."""
-    return c + overlap * m if c > m else m + overlap * c
-
-
-def _fold_array(c: np.ndarray, m: np.ndarray, overlap: float) -> np.ndarray:
-    """``max(c, m) + overlap min(c, m)`` elementwise."""
-    return np.maximum(c, m) + overlap * np.minimum(c, m)
-
-
 def _pow_each(base: float, exponents: np.ndarray) -> np.ndarray:
     """``base ** n`` by Python's ``pow``, once per distinct ``n`` (numpy's may differ in the last bit)."""
     unique, inverse = np.unique(exponents, return_inverse=True)
     return np.array([base ** int(n) for n in unique])[inverse.reshape(np.shape(exponents))]
 
 
-def step_time_function(coef, arrays: bool):
-    """The step time of the folded coefficients ``coef``, as a function of the features.
+def feature_arrays(p, s, d, cd, cp, q) -> tuple:
+    """A step's features as arrays, in :func:`step_time_function`'s order ``P, S, D, C_d, C_p, Q``:
+    ``S`` None made one chunk with prefill tokens (``Q`` None stays: one position per decode).
+
+    Raises
+    ------
+    ValueError
+        ``Q`` below ``D``, or above 0 without decodes.
+    """
+    p, d, cd, cp = (np.asarray(v) for v in (p, d, cd, cp))
+    if q is not None:
+        q = np.asarray(q)
+        if np.any(q < d) or np.any((q > 0) & (d == 0)):
+            raise ValueError("num_decode_tokens must be >= num_decode_seqs (and 0 without decodes)")
+    s = (p > 0).astype(np.int64) if s is None else np.asarray(s)
+    return p, s, d, cd, cp, q
+
+
+def step_time_function(coef):
+    """The step time of the folded coefficients ``coef``, as a function of the step's features.
 
     Parameters
     ----------
     coef : replay.cost_terms.Coefficients
-    arrays : bool
-        False: the function takes Python numbers (the engine's per step); True: int64 arrays
-        of one shape (numpy broadcasting).
 
     Returns
     -------
-    callable ``(p, s, d, cd, cp, q=None) -> seconds``
-        :data:`FORMULA` of the features ``P, S, D, C_d, C_p, Q`` (``Q`` None: ``D``, one
-        position per decode). The caller keeps ``S >= 1`` when ``P > 0``, ``Q >= D`` and
-        ``Q = 0`` without decodes, and gives 0 s to a step with no tokens (the expression
-        would price its fixed overheads).
+    callable
+        ``(num_prefill_tokens, num_decode_seqs, decode_context_tokens, prefill_context_tokens=0,
+        num_prefill_seqs=None, num_decode_tokens=None) -> seconds``: the signature of
+        :meth:`replay.cost_model.StepCostModel.step_time_s`, on Python numbers (a float; the
+        engine's, per step) or numpy arrays of one shape (a float64 array). :data:`FORMULA` of
+        the features; ``num_prefill_seqs`` None counts one chunk with prefill tokens,
+        ``num_decode_tokens`` None one position per decode; a step with no tokens takes 0 s.
+        It raises ``ValueError`` for ``num_decode_tokens`` below ``num_decode_seqs`` or above
+        0 without decodes.
 
     Notes
     -----
@@ -73,23 +82,43 @@ def step_time_function(coef, arrays: bool):
     lengths, as the prefill pairs are for equal chunks), written ``C_d + (Q - D) (C_d / D +
     Q / (2 D))`` so that ``Q = D`` gives exactly ``C_d`` (``C_d + 0.0``): passing ``Q = D``
     gives the floats of ``Q`` None. ``max(S, 1)`` and ``max(D, 1)`` are spelled
-    ``S + (S == 0)``: the same for counts, on numbers and arrays alike.
+    ``S + (S == 0)``: the same for counts, on numbers and arrays alike. Numbers and arrays go
+    through the same lines; the fold's ``max``/``min`` and the experts' ``pow`` are spelled
+    for each (the same floats), and the engine's per-step call costs one Python call.
     """
     fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, overlap, k_0, k_tok = coef.as_tuple()
-    fold, pow_each = (_fold_array, _pow_each) if arrays else (_fold_scalar, pow)
 
-    def step_time_s(p, s, d, cd, cp, q=None):
+    def step_time_s(num_prefill_tokens, num_decode_seqs, decode_context_tokens, prefill_context_tokens=0,
+                    num_prefill_seqs=None, num_decode_tokens=None):
+        p, d, cd, cp, s, q = (num_prefill_tokens, num_decode_seqs, decode_context_tokens, prefill_context_tokens,
+                              num_prefill_seqs, num_decode_tokens)
+        tokens = p + (d if q is None else q)
+        scalar = tokens.__class__ is int or not isinstance(tokens, np.ndarray)
+        if not scalar:
+            p, s, d, cd, cp, q = feature_arrays(p, s, d, cd, cp, q)
+            tokens = p + (d if q is None else q)
+        elif q is not None and (q < d or (q and not d)):
+            raise ValueError(f"num_decode_tokens={q} must be >= num_decode_seqs={d} (and 0 without decodes)")
+        elif tokens <= 0:
+            return 0.0
+        elif s is None:
+            s = 1 if p > 0 else 0
         if q is None:
-            tokens, pairs, ctx = p + d, cd, cd + cp
+            pairs, ctx = cd, cd + cp
         else:
             d1 = d + (d == 0)
-            tokens, pairs, ctx = p + q, cd + (q - d) * (cd / d1 + q / (2 * d1)), cd + cp + (q - d)
+            pairs, ctx = cd + (q - d) * (cd / d1 + q / (2 * d1)), cd + cp + (q - d)
         pairs = pairs + (p * cp + p * p / 2) / (s + (s == 0))
         c = c_tok * tokens + c_0 + c_pair * pairs
         m = m_0 + m_ctx * ctx + m_pctx * cp
         if m_exp:
-            m = m + m_exp * (1.0 - pow_each(miss, tokens))
-        return fixed + per_seq * (s + d) + fold(c, m, overlap) + (k_0 + k_tok * tokens)
+            m = m + m_exp * (1.0 - (miss ** tokens if scalar else _pow_each(miss, tokens)))
+        if scalar:
+            body = c + overlap * m if c > m else m + overlap * c
+        else:
+            body = np.maximum(c, m) + overlap * np.minimum(c, m)
+        t = fixed + per_seq * (s + d) + body + (k_0 + k_tok * tokens)
+        return t if scalar else np.where(tokens > 0, t, 0.0)
 
     return step_time_s
 
