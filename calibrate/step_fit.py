@@ -7,6 +7,7 @@ import pandas as pd
 from replay.cost_model import FRONTEND_PARAMS, RooflineCostModel
 from schemas.cost_params import PARAMS, CostParams
 from schemas.metrics import step_kind
+from schemas.step_record import feature_arrays
 
 from .confidence import covariance_points, spread_points
 from .errors import FitError
@@ -23,9 +24,9 @@ class StepData:
 
     Attributes
     ----------
-    features : tuple of int64 arrays, shape (n,)
-        ``num_prefill_tokens, num_decode_seqs, decode_context_tokens,
-        prefill_context_tokens, num_prefill_seqs`` (the arguments of ``step_time_s``).
+    features : dict name -> int64 array, shape (n,)
+        The step record's features (:func:`schemas.step_record.feature_arrays`; the keywords
+        of ``step_time_s``).
     duration_s : float64 array, shape (n,)
     kind : str array, shape (n,): ``prefill_only``, ``decode_only`` or ``mixed`` (:func:`schemas.metrics.step_kind`).
     weights : float64 array, shape (n,)
@@ -37,8 +38,8 @@ class StepData:
 
     def __init__(self, steps: pd.DataFrame, balance_kinds: bool = True):
         dur = steps["step_duration_s"].to_numpy(float)
-        pre = steps["num_prefill_tokens"].to_numpy(np.int64)
-        dec = steps["num_decode_seqs"].to_numpy(np.int64)
+        x = feature_arrays(steps)
+        pre, dec = x["num_prefill_tokens"], x["num_decode_seqs"]
         tokens = pre + dec
         self.dropped = {k: v for k, v in {
             "missing": int(np.sum(~np.isfinite(dur))),
@@ -46,12 +47,10 @@ class StepData:
             "below 1 ns (no forward pass is that short)": int(np.sum(np.isfinite(dur) & (dur > 0) & (dur < 1e-9))),
             "empty": int(np.sum(np.isfinite(dur) & (dur >= 1e-9) & (tokens <= 0)))}.items() if v}
         keep = np.isfinite(dur) & (dur >= 1e-9) & (tokens > 0)
-        cp = steps["prefill_context_tokens"].fillna(0).to_numpy(np.int64) if "prefill_context_tokens" in steps \
-            else np.zeros(len(steps), np.int64)
-        seqs = steps["num_prefill_seqs"].fillna(0).to_numpy(np.int64) if "num_prefill_seqs" in steps \
-            else (pre > 0).astype(np.int64)
-        self.features = (pre[keep], dec[keep], steps["decode_context_tokens"].to_numpy(np.int64)[keep], cp[keep],
-                         np.where(pre[keep] > 0, np.maximum(seqs[keep], 1), 0))
+        # a prefill has at least one chunk and none without prefill tokens; decodes feed at least one position each
+        x["num_prefill_seqs"] = np.where(pre > 0, np.maximum(x["num_prefill_seqs"], 1), 0)
+        x["num_decode_tokens"] = np.where(dec > 0, np.maximum(x["num_decode_tokens"], dec), 0)
+        self.features = {name: v[keep] for name, v in x.items()}
         self.duration_s = dur[keep]
         self.kind = step_kind(pre[keep], dec[keep])
         self.weights = np.ones_like(self.duration_s)
@@ -62,7 +61,7 @@ class StepData:
     def subset(self, idx: np.ndarray) -> "StepData":
         """The rows ``idx`` (a bootstrap resample), same weights rule."""
         out = object.__new__(StepData)
-        out.features = tuple(f[idx] for f in self.features)
+        out.features = {name: f[idx] for name, f in self.features.items()}
         out.duration_s, out.kind, out.weights = self.duration_s[idx], self.kind[idx], self.weights[idx]
         out.dropped = self.dropped
         return out
@@ -76,7 +75,7 @@ class _StepResidual:
         self.data, self.cost_model = data, cost_model
 
     def predict(self, p: CostParams) -> np.ndarray:
-        return self.cost_model.with_params(p).step_time_s(*self.data.features)
+        return self.cost_model.with_params(p).step_time_s(**self.data.features)
 
     def __call__(self, p: CostParams) -> np.ndarray:
         d = self.data

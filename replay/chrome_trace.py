@@ -34,6 +34,7 @@ import pandas as pd
 from schemas.atomic import atomic_output
 from schemas.metrics import step_kind
 from schemas.status import OK
+from schemas.step_record import FEATURE_NAMES, FIELD_INDEX, STEP_WHERE_WHEN
 
 from .errors import ConfigError
 
@@ -207,18 +208,20 @@ def iter_chrome_trace(engine, result: pd.DataFrame, window: tuple[float, float] 
     for k in reversed(written):
         first_step.update(dict.fromkeys(step_ids[k], k))
     dumps = json.dumps
-    kinds = step_kind([steps[k][3] for k in written], [steps[k][5] for k in written]).tolist()
+    pf_at, dec_at = FIELD_INDEX["num_prefill_tokens"], FIELD_INDEX["num_decode_seqs"]
+    kinds = step_kind([steps[k][pf_at] for k in written], [steps[k][dec_at] for k in written]).tolist()
+    features = ",".join(f'"{name}":{{}}' for name in FEATURE_NAMES)  # the step's features, in record order
+    first = len(STEP_WHERE_WHEN)
     for n, k in enumerate(written, 1):
-        rid, s, dur, pf_tok, pf_seqs, dec_seqs, dec_ctx, pf_ctx = steps[k]
+        step = steps[k]
+        rid, s, dur = step[:first]
         in_step = step_ids[k]
         if in_step and type(in_step[0]) is not str:
             in_step = [str(i) for i in in_step]
         yield _x(f'"{kinds[n - 1]}"', "step", rid, _STEPS_TID, s, s + dur,
-                 f'{{"step":{k},"num_prefill_tokens":{pf_tok},"num_prefill_seqs":{pf_seqs},'
-                 f'"num_decode_seqs":{dec_seqs},"decode_context_tokens":{dec_ctx},'
-                 f'"prefill_context_tokens":{pf_ctx},"requests":{dumps(in_step)}}}')
+                 f'{{"step":{k},{features.format(*step[first:])},"requests":{dumps(in_step)}}}')
         yield (f'{{"ph":"C","name":"tokens","pid":{rid},"ts":{s * _US:.3f},'
-               f'"args":{{"prefill_tokens":{pf_tok},"decode_seqs":{dec_seqs}}}}}')
+               f'"args":{{"prefill_tokens":{step[pf_at]},"decode_seqs":{step[dec_at]}}}}}')
         if progress is not None and n % _CHUNK == 0:
             progress.update(_CHUNK)
     num_steps = len(written)

@@ -6,7 +6,7 @@ from the step's aggregates. :class:`RooflineCostModel` is the seed's roofline
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Protocol
 
 import numpy as np
@@ -17,6 +17,7 @@ from schemas.specs import GpuSpec, Link, ModelSpec, link_presets
 
 from .cost_terms import ALL_TERMS, TERMS, Coefficients, ReplicaShape
 from .errors import ConfigError
+from .step_time import feature_arrays, step_time_function, unfolded
 
 
 class StepCostModel(Protocol):
@@ -83,6 +84,14 @@ class RooflineCostModel:
     pp_link : Link, optional
         Link between two pipeline stages (default: ``tp_link``, the GPU's own interconnect).
 
+    Attributes
+    ----------
+    step_time_s : callable
+        The duration of a step with these features, seconds (:meth:`StepCostModel.step_time_s`,
+        numbers or arrays): :func:`replay.step_time.step_time_function` of the folded terms.
+    coefficients : Coefficients
+        The folded terms.
+
     Raises
     ------
     ConfigError
@@ -92,25 +101,18 @@ class RooflineCostModel:
     Notes
     -----
     The terms are folded once into :class:`~replay.cost_terms.Coefficients`; the step
-    time is then (seconds, for a step of ``N > 0`` tokens; features as in
-    :mod:`replay.cost_terms`)::
-
-        step_s = fixed + per_seq (S + D) + max(c, m) + overlap min(c, m) + comm + comm_per_token N
-        c      = compute_per_token N + compute + compute_per_pair A
-        m      = memory + memory_per_context_token C + memory_expert (1 - expert_miss^N)
-
-    Speculative decoding: the ``D`` decodes feed ``Q = num_decode_tokens`` positions (their
-    next tokens and the drafts they verify); ``N = P + Q``, the decode pairs
-    ``(Q / D) C_d + Q (Q / D - 1) / 2`` (each of ``Q / D`` positions of a sequence attends to
-    its context and the positions before it: exact for equal verify lengths, as the prefill
-    pairs are for equal chunks), ``C = C_d + C_p + Q - D`` (the drafts' KV is read too);
-    ``S + D`` still counts sequences. With ``Q = D`` this is the model above, bit for bit.
+    time is then :data:`replay.step_time.FORMULA` of the step's features
+    (:data:`schemas.step_record.STEP_FEATURES`), evaluated by one function on Python numbers
+    (the engine's, per step) and on arrays (closed-form decode runs, fits, components): the
+    two agree bit for bit. Under speculative decoding the ``D`` decodes feed ``Q =
+    num_decode_tokens`` positions (their next tokens and the drafts they verify): they are
+    tokens, attend to their context and the positions before them, and their KV is read;
+    ``S + D`` still counts sequences. With ``Q = D`` this is the model without drafts, bit
+    for bit.
 
     With the seed's terms and ``overlap`` 0 this is the seed's ``T_prefill(N)`` for a
     prefill-only step and ``T_decode(B, L_total)`` for a decode-only one, never below its
-    compute bound (theory.md section 1). The scalar path (the engine's, per step) and the
-    array path (closed-form decode runs, fits) do the same IEEE operations in the same
-    order: they agree bit for bit. Every coefficient is >= 0, so the step time is
+    compute bound (theory.md section 1). Every coefficient is >= 0, so the step time is
     non-decreasing in the tokens, the decode sequences and both contexts.
     """
 
@@ -149,12 +151,14 @@ class RooflineCostModel:
             object.__setattr__(self, "tp_link", LINKS[self.gpu.tp_link])
         if self.pp_link is None:
             object.__setattr__(self, "pp_link", self.tp_link)
-        coef = Coefficients()
         shape = self.shape
-        for name in self.terms:
-            TERMS[name].fold(shape, self.params, coef)
+        coef = _folded(self.terms, shape, self.params)
         object.__setattr__(self, "coefficients", coef)
-        object.__setattr__(self, "_coef", coef.as_tuple())
+        object.__setattr__(self, "step_time_s", step_time_function(coef))
+
+    def __reduce__(self):
+        """Pickled as its fields (the evaluators are closures, rebuilt by ``__post_init__``)."""
+        return type(self), tuple(getattr(self, f.name) for f in fields(self))
 
     @property
     def shape(self) -> ReplicaShape:
@@ -188,23 +192,6 @@ class RooflineCostModel:
         used = {p for t in self.terms for p in TERMS[t].params} | set(FRONTEND_PARAMS)
         return tuple(p for p in PARAMS if p in used)
 
-    def compute_s(self, num_tokens):
-        """GEMM time of ``num_tokens`` tokens with no attention (scalar or array), seconds."""
-        c = self.coefficients
-        return c.compute_per_token_s * num_tokens + c.compute_s
-
-    def memory_s(self, context_tokens, num_tokens=1):
-        """Time to read the weights (the experts ``num_tokens`` tokens touch) and
-        ``context_tokens`` tokens of KV, seconds."""
-        c = self.coefficients
-        out = c.memory_s + c.memory_per_context_token_s * context_tokens
-        return out + c.memory_expert_s * (1.0 - c.expert_miss ** num_tokens) if c.memory_expert_s else out
-
-    def comm_time_s(self, num_tokens):
-        """All-reduce and all-to-all time of one step of ``num_tokens`` tokens, seconds."""
-        c = self.coefficients
-        return c.comm_s + c.comm_per_token_s * num_tokens if c.comm_s or c.comm_per_token_s else 0.0 * num_tokens
-
     def frontend_s(self, num_prompt_tokens):
         """Time a request spends outside the engine before it (API server, tokenisation,
         first chunk), seconds: ``t_frontend_s + t_frontend_per_prompt_token_s * L_prompt``."""
@@ -216,95 +203,41 @@ class RooflineCostModel:
         """Time added per output token after the first between engine and client, seconds."""
         return self.params["t_stream_per_token_s"]
 
-    def step_time_s(self, num_prefill_tokens, num_decode_seqs, decode_context_tokens,
-                    prefill_context_tokens=0, num_prefill_seqs=None, num_decode_tokens=None):
-        """Duration of one step, seconds (scalars, or numpy arrays of equal shape).
+    def eval_components(self, num_prefill_tokens, num_decode_seqs, decode_context_tokens,
+                        prefill_context_tokens=0, num_prefill_seqs=None, num_decode_tokens=None) -> dict:
+        """The time of each term in steps with these features, seconds (lmfit's ``eval_components``).
 
-        ``num_prefill_seqs`` None counts one chunk when there are prefill tokens.
-        ``num_decode_tokens`` (speculative decoding) counts the positions the
-        ``num_decode_seqs`` decodes feed, draft tokens included (>= ``num_decode_seqs``, 0
-        without decodes); None: one per decode. A step with no tokens takes 0 s.
+        Arguments as :meth:`step_time_s` (scalars or arrays of one shape).
+
+        Returns
+        -------
+        dict term name -> float64 array (the features' shape)
+            Each of the model's terms but ``overlap``, in the model's order: the step time of
+            that term alone with compute and memory time added (its own share); then
+            ``"overlap"``: the step time minus that sum with the model's own fold, i.e.
+            ``-(1 - overlap) min(c, m)``, the time hidden by running compute and memory at
+            once (:data:`replay.step_time.FORMULA`; present without the ``overlap`` term too:
+            the seed's ``max`` hides all of the smaller). They sum to :meth:`step_time_s` to
+            rounding; all 0 for a step with no tokens.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`step_time_s`.
         """
-        tokens = num_prefill_tokens + num_decode_seqs
-        if num_decode_tokens is not None:  # speculative decoding: the drafts are tokens too
-            return self._spec_step_time_s(num_prefill_tokens, num_decode_seqs, decode_context_tokens,
-                                          prefill_context_tokens, num_prefill_seqs, num_decode_tokens)
-        if tokens.__class__ is int or not isinstance(tokens, np.ndarray):  # scalars: plain floats, same IEEE ops
-            if tokens <= 0:
-                return 0.0
-            fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, ov, k_0, k_tok = self._coef
-            s = num_prefill_seqs if num_prefill_seqs is not None else (1 if num_prefill_tokens > 0 else 0)
-            p = num_prefill_tokens
-            pairs = decode_context_tokens + (p * prefill_context_tokens + p * p / 2) / (s if s > 1 else 1)
-            c = c_tok * tokens + c_0 + c_pair * pairs
-            m = m_0 + m_ctx * (decode_context_tokens + prefill_context_tokens) + m_pctx * prefill_context_tokens
-            if m_exp:
-                m = m + m_exp * (1.0 - miss ** tokens)
-            if c > m:
-                body = c + ov * m
-            else:
-                body = m + ov * c
-            return fixed + per_seq * (s + num_decode_seqs) + body + (k_0 + k_tok * tokens)
-        fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, ov, k_0, k_tok = self._coef
-        p = np.asarray(num_prefill_tokens)
-        tokens, cd, cp = np.asarray(tokens), np.asarray(decode_context_tokens), np.asarray(prefill_context_tokens)
-        s = (p > 0).astype(np.int64) if num_prefill_seqs is None else np.asarray(num_prefill_seqs)
-        pairs = cd + (p * cp + p * p / 2) / np.maximum(s, 1)
-        c = c_tok * tokens + c_0 + c_pair * pairs
-        m = m_0 + m_ctx * (cd + cp) + m_pctx * cp
-        if m_exp:  # Python's pow per distinct token count: the same floats as the scalar path
-            n_unique, inverse = np.unique(tokens, return_inverse=True)
-            m = m + m_exp * (1.0 - np.array([miss ** int(n) for n in n_unique])[inverse.reshape(tokens.shape)])
-        body = np.maximum(c, m) + ov * np.minimum(c, m)
-        t = fixed + per_seq * (s + np.asarray(num_decode_seqs)) + body + (k_0 + k_tok * tokens)
-        return np.where(tokens > 0, t, 0.0)
+        x = feature_arrays(num_prefill_tokens, num_prefill_seqs, num_decode_seqs, decode_context_tokens,
+                           prefill_context_tokens, num_decode_tokens)
+        features = dict(zip(("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "decode_context_tokens",
+                             "prefill_context_tokens", "num_decode_tokens"), x))
+        shape = self.shape
 
-    def _spec_step_time_s(self, num_prefill_tokens, num_decode_seqs, decode_context_tokens, prefill_context_tokens,
-                          num_prefill_seqs, num_decode_tokens):
-        """:meth:`step_time_s` with ``Q = num_decode_tokens`` decode positions (class Notes).
+        def time_of(coef):
+            return np.asarray(step_time_function(coef)(**features), float)
 
-        The same IEEE operations as :meth:`step_time_s` on the features it derives (tokens
-        ``P + Q``, decode pairs, context ``C_d + C_p + Q - D``), scalar or array alike; with
-        ``Q = D`` the decode pairs are ``C_d`` itself, so the result is :meth:`step_time_s`'s.
-        """
-        p, d, cd, cp, q = num_prefill_tokens, num_decode_seqs, decode_context_tokens, prefill_context_tokens, \
-            num_decode_tokens
-        tokens = p + q
-        if tokens.__class__ is int or not isinstance(tokens, np.ndarray):
-            if q < d or (q and not d):
-                raise ValueError(f"num_decode_tokens={q} must be >= num_decode_seqs={d} (and 0 without decodes)")
-            if tokens <= 0:
-                return 0.0
-            fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, ov, k_0, k_tok = self._coef
-            s = num_prefill_seqs if num_prefill_seqs is not None else (1 if p > 0 else 0)
-            dpairs = cd if q == d else q / d * cd + (q - d) * q / (2 * d)
-            pairs = dpairs + (p * cp + p * p / 2) / (s if s > 1 else 1)
-            c = c_tok * tokens + c_0 + c_pair * pairs
-            m = m_0 + m_ctx * (cd + cp + (q - d)) + m_pctx * cp
-            if m_exp:
-                m = m + m_exp * (1.0 - miss ** tokens)
-            if c > m:
-                body = c + ov * m
-            else:
-                body = m + ov * c
-            return fixed + per_seq * (s + d) + body + (k_0 + k_tok * tokens)
-        fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, ov, k_0, k_tok = self._coef
-        p, d, q = np.asarray(p), np.asarray(d), np.asarray(q)
-        tokens, cd, cp = np.asarray(tokens), np.asarray(cd), np.asarray(cp)
-        if np.any(q < d) or np.any((q > 0) & (d == 0)):
-            raise ValueError("num_decode_tokens must be >= num_decode_seqs (and 0 without decodes)")
-        s = (p > 0).astype(np.int64) if num_prefill_seqs is None else np.asarray(num_prefill_seqs)
-        d1 = np.maximum(d, 1)
-        dpairs = np.where(q == d, cd, q / d1 * cd + (q - d) * q / (2 * d1))
-        pairs = dpairs + (p * cp + p * p / 2) / np.maximum(s, 1)
-        c = c_tok * tokens + c_0 + c_pair * pairs
-        m = m_0 + m_ctx * (cd + cp + (q - d)) + m_pctx * cp
-        if m_exp:  # Python's pow per distinct token count: the same floats as the scalar path
-            n_unique, inverse = np.unique(tokens, return_inverse=True)
-            m = m + m_exp * (1.0 - np.array([miss ** int(n) for n in n_unique])[inverse.reshape(tokens.shape)])
-        body = np.maximum(c, m) + ov * np.minimum(c, m)
-        t = fixed + per_seq * (s + d) + body + (k_0 + k_tok * tokens)
-        return np.where(tokens > 0, t, 0.0)
+        out = {name: time_of(unfolded(_folded((name,), shape, self.params)))
+               for name in self.terms if name != "overlap"}
+        out["overlap"] = time_of(self.coefficients) - time_of(unfolded(self.coefficients))
+        return out
 
     def prefill_time_s(self, num_tokens: int) -> float:
         """Seed's ``T_prefill(N)``: one prefill-only step of ``num_tokens`` tokens, seconds."""
@@ -313,6 +246,14 @@ class RooflineCostModel:
     def decode_time_s(self, batch_size: int, context_tokens: int) -> float:
         """Seed's ``T_decode(B, L_total)``: one decode-only step, seconds."""
         return self.step_time_s(0, batch_size, context_tokens)
+
+
+def _folded(terms: tuple, shape: ReplicaShape, params: CostParams) -> Coefficients:
+    """The coefficients of ``terms`` (names of :data:`~replay.cost_terms.TERMS`) folded for ``shape``."""
+    coef = Coefficients()
+    for name in terms:
+        TERMS[name].fold(shape, params, coef)
+    return coef
 
 
 def kv_transfer_time_s(num_prompt_tokens: int, model: ModelSpec, link: Link) -> float:

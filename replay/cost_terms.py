@@ -3,15 +3,15 @@
 A term turns the replica's shape (model, GPU, tensor/data/expert parallelism, link) and
 the parameter values into contributions to a few *coefficients* (:class:`Coefficients`);
 :class:`replay.cost_model.RooflineCostModel` folds the terms once and evaluates the step
-time from the coefficients, on scalars in the engine's hot path and on arrays in the fits,
-with the same operations. A new mechanism is a new term class and its tests; the engine
-never knows which terms exist.
+time from the coefficients with one function for scalars (the engine's hot path) and arrays
+(the fits): :data:`replay.step_time.FORMULA`. A new mechanism is a new term class and its
+tests; the engine never knows which terms exist.
 
-The step's features (what the engine knows of a batch): ``P`` prefill tokens in ``S``
-prefill chunks, ``D`` decoding sequences, ``C_d`` their context tokens (the seed's
-L_total), ``C_p`` the KV history the prefill chunks attend to. Derived: ``N = P + D``
-tokens, ``S + D`` sequences, attention query-key pairs ``A = C_d + (P C_p + P^2 / 2) / S``
-(exact for equal chunks), context tokens read ``C = C_d + C_p``.
+The step's features are the step record's (:data:`schemas.step_record.STEP_FEATURES`):
+``P`` prefill tokens in ``S`` prefill chunks, ``D`` decoding sequences feeding ``Q``
+positions, ``C_d`` their context tokens (the seed's L_total), ``C_p`` the KV history the
+prefill chunks attend to. Derived (:data:`~replay.step_time.FORMULA`): ``N`` tokens,
+``S + D`` sequences, ``A`` attention query-key pairs, ``C`` context tokens read.
 """
 from __future__ import annotations
 
@@ -70,16 +70,13 @@ class ReplicaShape:
 
 @dataclass
 class Coefficients:
-    """The folded step-time model: step time in seconds, for ``N > 0``, is
+    """The folded step-time model: the coefficients of :data:`replay.step_time.FORMULA`.
 
-    ``fixed_s + per_seq_s (S + D) + max(c, m) + overlap min(c, m) + comm_s + comm_per_token_s N``
-
-    with ``c = compute_per_token_s N + compute_s + compute_per_pair_s A`` and
-    ``m = memory_s + memory_per_context_token_s C + memory_per_prefill_context_token_s C_p
-    + memory_expert_s (1 - expert_miss ** N)``
-    (units: seconds, seconds per token, per pair, per context token; ``expert_miss`` is the
-    probability that one token does not route to a given expert). A step with no tokens
-    takes 0 s. Each term adds to some of these; :meth:`RooflineCostModel.step_time_s` evaluates them.
+    Units: seconds, seconds per token (``_per_token_s``), per query-key pair, per context
+    token; ``expert_miss`` is the probability that one token does not route to a given
+    expert, ``overlap`` the fraction of the smaller of compute and memory time not hidden.
+    Each term adds to some of these (``expert_miss`` and ``overlap`` it sets);
+    :meth:`RooflineCostModel.step_time_s` evaluates them.
     """
 
     fixed_s: float = 0.0

@@ -32,6 +32,7 @@ from functools import partial
 import numpy as np
 
 from schemas.status import REJECTED, because
+from schemas.step_record import around_decode_context, step_features
 
 from .cost_model import StepCostModel
 from .decode_runs import DecodeRuns
@@ -110,6 +111,8 @@ class Engine:
         self._arrivals: list[Request] = []  # run()'s admitted requests, consumed in order
         self._next_arrival = 0
         self._next_list_arrival_s = math.inf  # arrival time of _arrivals[_next_arrival] (inf: none)
+        #: the recorded steps (``record_steps``): tuples in the order of the step record
+        #: (:data:`schemas.step_record.STEP_RECORD`; ``StepRow._make`` reads one by name)
         self.steps: list[tuple] = []
         self.step_requests: list[list[str]] = []  # request ids of each recorded step (record_step_requests)
         self.num_steps = 0
@@ -118,8 +121,6 @@ class Engine:
         self._rngs = [np.random.default_rng([engine_config.seed, rid]) for rid in range(num_replicas)]
         self.accept_drafts = self.sample_accepted_drafts
         self.spec_counts: dict[int, list[int]] = {}
-        #: decode positions of each recorded step (speculative decoding only; parallel to ``steps``)
-        self.step_decode_tokens: list[int] = []
 
     # -- events -------------------------------------------------------------------------------
     def _push(self, time: float, kind: int, payload) -> None:
@@ -299,12 +300,9 @@ class Engine:
                                        batch.prefill_context_tokens, batch.num_prefill_seqs) + swap_s
             self._batches[rid] = batch  # the replica stays busy (set by wake() or the step that ends now)
             if record:
-                self.steps.append((rid, now, duration, batch.num_prefill_tokens, batch.num_prefill_seqs,
-                                   batch.num_decode_seqs, batch.decode_context_tokens, batch.prefill_context_tokens))
+                self.steps.append((rid, now, duration) + step_features(batch))
                 if self.config.record_step_requests:
                     self.step_requests.append([r.request_id for r in batch.requests])
-                if spec:
-                    self.step_decode_tokens.append(batch.num_decode_seqs + batch.num_spec_tokens)
             self.num_steps += 1
             end = now + duration
             if not end < math.inf:  # inf or NaN: the cost model's parameters are out of any range
@@ -339,9 +337,9 @@ class Engine:
         batch.run_end_times_s = ends.tolist()
         self._busy[rid] = True
         self._batches[rid] = batch
-        if self.config.record_steps:
-            b = len(reqs)
-            self.steps.extend((rid, s, d, 0, 0, b, int(c), 0) for s, d, c in
+        if self.config.record_steps:  # the first step's features, the decode context of each
+            before, after = around_decode_context(step_features(batch))
+            self.steps.extend((rid, s, d) + before + (c,) + after for s, d, c in
                               zip([now, *batch.run_end_times_s[:-1]], durations.tolist(), ctx.tolist()))
             if self.config.record_step_requests:
                 ids = [r.request_id for r in reqs]

@@ -33,6 +33,8 @@ and the fast path then agree by construction.
 """
 from __future__ import annotations
 
+from schemas.step_record import step_features
+
 from .disagg import DisaggEngine
 from .engine import Engine, _not_finite
 from .events import STEP_END, WAKE
@@ -153,12 +155,9 @@ class PipelineMixin:
                 end = free[k] = start + duration
         self._batches[rid] = batch
         if self.config.record_steps:
-            self.steps.append((g, now, duration, batch.num_prefill_tokens, batch.num_prefill_seqs,
-                               batch.num_decode_seqs, batch.decode_context_tokens, batch.prefill_context_tokens))
+            self.steps.append((g, now, duration) + step_features(batch))
             if self.config.record_step_requests:
                 self.step_requests.append([r.request_id for r in batch.requests])
-            if self.spec_tokens:
-                self.step_decode_tokens.append(batch.num_decode_seqs + batch.num_spec_tokens)
         self.num_steps += 1
         if not end < float("inf"):
             _not_finite(g, now, end - now)

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from schemas.status import NOT_SIMULATED, OK, because
+from schemas.step_record import FEATURE_NAMES, StepRow
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -113,10 +114,42 @@ def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = Fals
 
 
 def steps_frame(engine: Engine) -> pd.DataFrame:
-    """The simulated step trace (``step_trace/1`` columns) of an engine run with ``record_steps``."""
-    cols = ["replica_id", "step_start_time_s", "step_duration_s", "num_prefill_tokens", "num_prefill_seqs",
-            "num_decode_seqs", "decode_context_tokens", "prefill_context_tokens"]
-    frame = pd.DataFrame(engine.steps, columns=cols)
-    if engine.step_decode_tokens and len(engine.step_decode_tokens) == len(frame):  # speculative decoding
-        frame["num_decode_tokens"] = np.asarray(engine.step_decode_tokens, np.int64)
-    return frame
+    """The simulated step trace of an engine run with ``record_steps``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per step, the step record's columns (:data:`schemas.step_record.STEP_RECORD`;
+        ``num_decode_tokens`` only under speculative decoding, else it equals
+        ``num_decode_seqs``), then, when the replicas' cost models have ``eval_components``,
+        one float64 column ``t_<term>_s`` per term (:meth:`RooflineCostModel.eval_components`,
+        seconds; ``t_overlap_s`` <= 0 the time hidden by overlapping compute and memory).
+        Those sum to ``step_duration_s`` (to rounding) but for the KV copy of a swap
+        preemption, which the engine adds to its step.
+    """
+    frame = pd.DataFrame(engine.steps, columns=list(StepRow._fields))
+    if not engine.spec_tokens:
+        frame = frame.drop(columns="num_decode_tokens")
+    models = _recorded_cost_models(engine)
+    if not len(frame) or not all(hasattr(cm, "eval_components") for cm in models):
+        return frame
+    replica = frame["replica_id"].to_numpy(np.int64)
+    parts: dict[str, np.ndarray] = {}
+    for rid in np.unique(replica) if len(set(map(id, models))) > 1 else [None]:
+        rows = slice(None) if rid is None else replica == rid
+        features = {name: frame[name].to_numpy(np.int64)[rows] for name in FEATURE_NAMES if name in frame}
+        for term, t in models[0 if rid is None else rid].eval_components(**features).items():
+            parts.setdefault(term, np.zeros(len(frame)))[rows] = t
+    return frame.assign(**{f"t_{term}_s": t for term, t in parts.items()})
+
+
+def _recorded_cost_models(engine: Engine) -> list:
+    """The cost model of each ``replica_id`` of :attr:`Engine.steps` (a pipelined replica's
+    steps carry its group's index, :class:`replay.pipeline.PipelineEngine`)."""
+    group_of = getattr(engine, "group_of", None)
+    if group_of is None:
+        return engine.cost_models
+    first = {}
+    for rid, g in enumerate(group_of):
+        first.setdefault(g, engine.cost_models[rid])
+    return [first[g] for g in sorted(first)]

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from .atomic import atomic_output
 from .errors import SchemaError
 from .kinds import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE, VLLM_STATS
+from .step_record import STEP_RECORD
 from .text import wrap_error
 
 SCHEMA_KEY = b"servecal.schema"
@@ -43,17 +44,10 @@ REQUEST_COLUMNS: dict[str, tuple[pa.DataType, bool]] = {
     "status": (_str, False),
 }
 
-#: Columns of a step trace (one row per forward pass of one replica).
+#: Columns of a step trace (one row per forward pass of one replica): the step record
+#: (:data:`schemas.step_record.STEP_RECORD`), seconds as float64, counts as int64.
 STEP_COLUMNS: dict[str, tuple[pa.DataType, bool]] = {
-    "replica_id": (_i64, True),
-    "step_start_time_s": (_f64, True),
-    "step_duration_s": (_f64, True),
-    "num_prefill_tokens": (_i64, True),
-    "num_prefill_seqs": (_i64, True),
-    "num_decode_seqs": (_i64, True),
-    "decode_context_tokens": (_i64, True),
-    "prefill_context_tokens": (_i64, False),
-}
+    f.name: (_f64 if f.is_time else _i64, f.required) for f in STEP_RECORD}
 
 #: Predicted columns a replay adds to the request trace.
 PREDICTED_COLUMNS: dict[str, tuple[pa.DataType, bool]] = {

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from .errors import Problem, ValidationError
 from .status import OK
+from .step_record import FEATURE_NAMES
 from .tables import COLUMNS_BY_KIND, REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE, VLLM_STATS, table_kind
 
 _MAX_ROWS = 5
@@ -31,8 +32,7 @@ _POSITIVE = {STEP_TRACE: ("step_duration_s",)}
 _NONNEG = {
     REQUEST_TRACE: ("arrival_time_s", "queue_wait_s", "ttft_s", "tpot_s", "e2e_s",
                     "num_cached_tokens", "slo_ttft_s", "slo_tpot_s", "replica_id"),
-    STEP_TRACE: ("step_start_time_s", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs",
-                 "decode_context_tokens", "prefill_context_tokens", "replica_id"),
+    STEP_TRACE: ("step_start_time_s", *FEATURE_NAMES, "replica_id"),
 }
 _NONNEG[REPLAY_RESULT] = _NONNEG[REQUEST_TRACE]
 _NONNEG[VLLM_STATS] = ("t_s", "engine", "prompt_throughput_tokens_per_s", "generation_throughput_tokens_per_s",
@@ -172,8 +172,7 @@ def validate(table: pa.Table, path: str, kind: str | None = None) -> pa.Table:
                 (bad := np.abs(np.nan_to_num(v)) >= MAX_DURATION_S).any():
             problems.append(_problem(f"is {MAX_DURATION_S:.0e} s or more", name, bad,
                                      "a duration in seconds (not milliseconds or an absolute time)"))
-    for name in ("num_prompt_tokens", "num_output_tokens", "num_cached_tokens", "num_prefill_tokens",
-                 "decode_context_tokens", "prefill_context_tokens", "num_prefill_seqs", "num_decode_seqs"):
+    for name in ("num_prompt_tokens", "num_output_tokens", "num_cached_tokens", *FEATURE_NAMES):
         v = num(name)
         if v is not None and (bad := np.nan_to_num(v) > MAX_TOKENS).any():
             problems.append(_problem(f"is above {MAX_TOKENS:.0e}", name, bad, "a plausible count of tokens"))

@@ -7,6 +7,7 @@ from schemas.calibration import Calibration, FittedParam
 from replay.request import Request
 from replay.schedulers import get_scheduler_factory
 from replay.schedulers.base import SchedulerConfig
+from schemas.step_record import StepRow
 
 
 class LinearStepCost:
@@ -20,6 +21,11 @@ class LinearStepCost:
                     num_prefill_seqs=None, num_decode_tokens=None):
         tokens = num_prefill_tokens + (num_decode_seqs if num_decode_tokens is None else num_decode_tokens)
         return self.base_s + self.per_token_s * tokens if tokens else 0.0
+
+
+def step_rows(engine) -> list[StepRow]:
+    """The engine's recorded steps, each read by name (:class:`schemas.step_record.StepRow`)."""
+    return [StepRow._make(s) for s in engine.steps]
 
 
 def run(reqs, cost, scheduler="chunked", budget=2048, max_num_seqs=256, num_gpu_blocks=10**6, block_size=16,

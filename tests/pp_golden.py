@@ -17,6 +17,7 @@ from replay.cost_model import RooflineCostModel
 from replay.simulate import replay_frame
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
+from schemas.step_record import StepRow
 from traces.synth import synth_requests
 
 PARAMS = CostParams(eta_compute=0.55, eta_mem=0.8, t_step_s=3e-4, t_seq_s=2e-5, overlap=0.3)
@@ -34,7 +35,8 @@ def _digest(result, engine) -> str:
     h = hashlib.sha256()
     for times in result["pred_token_times_s"]:
         h.update(b"|" + ",".join(float(t).hex() for t in (times if times is not None else [])).encode())
-    for row in engine.steps:
+    for row in engine.steps:  # the step record's fields then (num_decode_tokens came later; = num_decode_seqs here)
+        row = tuple(v for name, v in zip(StepRow._fields, row) if name != "num_decode_tokens")
         h.update(repr(tuple(float(v).hex() if isinstance(v, float) else v for v in row)).encode())
     return h.hexdigest()
 

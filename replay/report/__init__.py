@@ -37,6 +37,7 @@ from ..errors import ConfigError, ReplayError
 from .figures import STEP_COLUMNS, cdf_figure, png as png_bytes, scatter_figure, steps_figure, timeseries_figure
 from .provenance import provenance_blocks, with_band_columns
 from .render import ms, pct, render
+from .step_terms import term_time_cells
 from .timeseries import (NUM_TIME_WINDOWS, TIMESERIES_COLUMNS, check_timeseries_span, errors_over_time,
                          read_timeseries, simulated_counts)
 
@@ -197,8 +198,9 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
         :func:`read_timeseries`), with ``t`` on the trace's clock (seconds since its first
         arrival). Adds the simulated running/waiting counts plotted against it.
     simulated_steps : pandas.DataFrame, optional
-        The simulated step trace (:func:`replay.simulate.steps_frame`). Adds step durations
-        and tokens per step over time.
+        The simulated step trace (:func:`replay.result_columns.steps_frame`). Adds step
+        durations and tokens per step over time, and with its ``t_<term>_s`` columns where
+        the time goes (:func:`replay.report.step_terms.term_time_cells`).
     context : list of (str, str), optional
         What was run, for the header (:func:`report_context`); default: the servecal version.
     tolerances : dict, optional
@@ -342,6 +344,11 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
                    ("p", f"{d.size} steps; duration mean {ms(d.mean())} ms, p50 {ms(np.percentile(d, 50))} ms, "
                          f"p99 {ms(np.percentile(d, 99))} ms, max {ms(d.max())} ms.")]
         figure("", "simulated step durations and tokens per step", "steps.png", steps_figure(simulated_steps))
+        by_term = term_time_cells(simulated_steps)
+        if by_term is not None:
+            blocks += [("h2", "Where the time goes"),
+                       ("p", "The simulated steps' time by cost term (each term alone, compute and memory added; "
+                             "overlap: the time they hide under each other)."), ("table", *by_term)]
 
     return write_document(blocks, figures, path, "servecal replay report")
 

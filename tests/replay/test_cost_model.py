@@ -81,11 +81,11 @@ def test_br23_tp_splits_compute_and_memory_per_phase():
     tp2 = RooflineCostModel(_br23_model(), gpu, p, tp=2, terms=SEED_TERMS)
     tp1 = RooflineCostModel(_br23_model(), gpu, p, tp=1, terms=SEED_TERMS)
     # prefill FLOPs 1.6e13 on TP2: 16 ms (TP1: 32 ms), communication ignored
-    assert tp2.compute_s(1000) == pytest.approx(0.016)
-    assert tp1.compute_s(1000) == pytest.approx(0.032)
+    assert tp2.eval_components(1000, 0, 0)["dense_compute"] == pytest.approx(0.016)
+    assert tp1.eval_components(1000, 0, 0)["dense_compute"] == pytest.approx(0.032)
     # decode weights 16e9 B at 0.75 * 3e12: 7.11 ms on TP1, 3.56 ms on TP2 (KV reads ignored)
-    assert tp1.memory_s(0) == pytest.approx(16e9 / 2.25e12)
-    assert tp2.memory_s(0) == pytest.approx(16e9 / 4.5e12)
+    assert tp1.eval_components(0, 1, 0)["weight_memory"] == pytest.approx(16e9 / 2.25e12)
+    assert tp2.eval_components(0, 1, 0)["weight_memory"] == pytest.approx(16e9 / 4.5e12)
 
 
 def test_tp_adds_ring_allreduce_per_layer():
@@ -93,7 +93,7 @@ def test_tp_adds_ring_allreduce_per_layer():
     cm = RooflineCostModel(_br23_model(), gpu, CostParams(t_step_s=0.0), tp=4, tp_link=LINKS["nvlink4"])
     size = 100 * 4096 * 2
     one = 2 * 3 / 4 * size / 450e9 + 2 * 3 * 2e-6
-    assert cm.comm_time_s(100) == pytest.approx(2 * 32 * one)
+    assert cm.eval_components(0, 100, 0)["tp_comm"] == pytest.approx(2 * 32 * one)
 
 
 def test_kv_capacity_like_vllm():

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from helpers import LinearStepCost, replay_both_paths
+from helpers import LinearStepCost, replay_both_paths, step_rows
 from replay.cost_model import Link, RooflineCostModel, kv_transfer_time_s
 from replay.cost_terms import SEED_TERMS
 from schemas.cost_params import CostParams
@@ -90,7 +90,8 @@ def test_hand_worked_timeline_first_token_from_prefill():
     assert [t[k].decode_admitted_time_s - t[k].end_time_s for k in "ABC"] == pytest.approx([0.0, 0.0044, 0.0])
     assert b["itl_s"][0] == pytest.approx(0.021 + 0.0044 + 0.0052)  # transfer + decode queue + decode step
     # step trace: the prefill instance is replica 0, the decode instance replica 1, each with its own cost
-    steps = [(s[0], round(s[1], 6), round(s[2], 6), s[3], s[5]) for s in eng.steps]
+    steps = [(s.replica_id, round(s.step_start_time_s, 6), round(s.step_duration_s, 6), s.num_prefill_tokens,
+              s.num_decode_seqs) for s in step_rows(eng)]
     assert steps == [(0, 0.0, 0.020, 100, 0), (0, 0.020, 0.034, 240, 0),
                      (1, 0.031, 0.0051, 0, 1), (1, 0.0361, 0.0051, 0, 1),
                      (1, 0.059, 0.0051, 0, 1), (1, 0.0641, 0.0051, 0, 1), (1, 0.0692, 0.0051, 0, 1),
@@ -119,8 +120,9 @@ def test_hand_worked_timeline_first_token_from_decode():
     assert c["itl_s"] == pytest.approx([0.0051, 0.0051, 0.0051, 0.0052, 0.0052])
     assert c["e2e_s"] == pytest.approx(0.0798)
     # the prefill steps are charged for whole prompts; the decode instance feeds 1 token per request first
-    assert [s[3] for s in eng.steps if s[0] == 0] == [100, 240]
-    assert [(s[3], s[5]) for s in eng.steps if s[0] == 1][:2] == [(1, 0), (0, 1)]
+    assert [s.num_prefill_tokens for s in step_rows(eng) if s.replica_id == 0] == [100, 240]
+    assert [(s.num_prefill_tokens, s.num_decode_seqs) for s in step_rows(eng) if s.replica_id == 1][:2] == [(1, 0),
+                                                                                                              (0, 1)]
     assert all(s.kv.num_free_blocks == s.kv.num_gpu_blocks for s in eng.replicas)
 
 
@@ -135,7 +137,7 @@ def test_decode_instances_are_chosen_least_loaded():
     # x and y prefill together and transfer at the same instant: x -> instance 1, y -> instance 2
     out, eng = run_disagg([("x", 0.0, 100, 5), ("y", 0.0, 100, 5), ("z", 0.5, 100, 5)], decode=2)
     assert [eng.transfers[out[k].index].decode_replica_id for k in "xyz"] == [1, 2, 1]
-    assert {s[0] for s in eng.steps} == {0, 1, 2}
+    assert {s.replica_id for s in step_rows(eng)} == {0, 1, 2}
     assert out["x"].token_times_s == pytest.approx(out["y"].token_times_s)
 
 
@@ -306,9 +308,9 @@ def test_invariants_under_disagg(seed, first_token_from, kv_watch):
     assert kv_watch and min(kv_watch) >= 0
     assert all(s.kv.num_free_blocks == s.kv.num_gpu_blocks for s in eng.replicas)
     p = cfg.prefill_replicas
-    steps = pd.DataFrame(eng.steps, columns=["replica_id", "start", "dur", "pf_tok", "pf_seqs", "dec", "ctx", "pctx"])
+    steps = pd.DataFrame(step_rows(eng))
     prefill_steps = steps[steps["replica_id"] < p]
-    assert (prefill_steps["dec"] == 0).all()  # the prefill pool never decodes
+    assert (prefill_steps["num_decode_seqs"] == 0).all()  # the prefill pool never decodes
     assert set(steps["replica_id"]) <= set(range(p + cfg.decode_replicas))
     for row in res.itertuples():
         times = np.asarray(row.pred_token_times_s) + row.arrival_time_s
@@ -331,9 +333,9 @@ def test_invariants_under_disagg(seed, first_token_from, kv_watch):
         # no preemption: every prompt token is fed once on a prefill instance, every later token
         # once on a decode instance (plus the re-fed last prompt token with first-token-from decode)
         moved = len(eng.transfers) if first_token_from == "decode" else 0
-        assert prefill_steps["pf_tok"].sum() == trace["num_prompt_tokens"].sum()
+        assert prefill_steps["num_prefill_tokens"].sum() == trace["num_prompt_tokens"].sum()
         decode_steps = steps[steps["replica_id"] >= p]
-        assert (decode_steps["pf_tok"] + decode_steps["dec"]).sum() == (trace["num_output_tokens"] - 1).sum() + moved
+        assert (decode_steps["num_prefill_tokens"] + decode_steps["num_decode_seqs"]).sum() == (trace["num_output_tokens"] - 1).sum() + moved
 
 
 def cfg_link(cfg):

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from helpers import LinearStepCost, run
+from helpers import LinearStepCost, run, step_rows
 from replay.metrics import from_token_times
 
 
@@ -14,7 +14,7 @@ def test_br04a_chunked_ttft_is_at_last_chunk():
     cost = LinearStepCost(0.010, 4e-4)
     out, eng = run([("a", 0.0, 5000, 3)], cost)
     a = out["a"]
-    steps = [s[3] for s in eng.steps]
+    steps = [s.num_prefill_tokens for s in step_rows(eng)]
     assert steps[:3] == [2048, 2048, 904]
     assert a.first_token_time_s == pytest.approx(0.8292 + 0.8292 + 0.3716)
     assert times(a) == pytest.approx([2.0300, 2.0404, 2.0508])
@@ -25,7 +25,7 @@ def test_br04b_cotenant_decode_gets_a_token_every_chunk_step():
     cost = LinearStepCost(0.010, 4e-4)
     # D arrives first with a 1-token prompt and a long output, so it is decoding when P arrives.
     out, eng = run([("d", 0.0, 1, 50), ("p", 0.0105, 5000, 2)], cost)
-    chunks = [s[3] for s in eng.steps if s[3] > 1]
+    chunks = [s.num_prefill_tokens for s in step_rows(eng) if s.num_prefill_tokens > 1]
     assert chunks == [2047, 2047, 906]
     d_gaps = np.diff(times(out["d"]))
     slow = d_gaps[d_gaps > 0.1]

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from helpers import LinearStepCost, replay_both_paths
+from helpers import LinearStepCost, replay_both_paths, step_rows
 from replay.engine import Engine
 from replay.engine_config import EngineConfig
 from replay.kv_cache import KVCache
@@ -43,10 +43,10 @@ def nc05(threshold, scheduler="chunked"):
 @pytest.mark.parametrize("scheduler", ["chunked", "sjf", "edf"])
 def test_nc05_threshold_512_caps_new_and_running_prefills(scheduler):
     eng, d, a, b = nc05(512, scheduler)
-    steps = eng.steps[:3]
+    steps = step_rows(eng)[:3]
     # step 1: D 1, A 512, B 300 (813 tokens); step 2: D 1, A 512, B 1 (514); step 3: D 1, A 476, B 1 (478)
-    assert [(s[3], s[5]) for s in steps] == [(812, 1), (512, 2), (476, 2)]
-    assert [s[2] for s in steps] == pytest.approx([0.02026, 0.01428, 0.01356], abs=1e-12)
+    assert [(s.num_prefill_tokens, s.num_decode_seqs) for s in steps] == [(812, 1), (512, 2), (476, 2)]
+    assert [s.step_duration_s for s in steps] == pytest.approx([0.02026, 0.01428, 0.01356], abs=1e-12)
     assert b.first_token_time_s == pytest.approx(0.02026, abs=1e-12)
     assert a.first_token_time_s == pytest.approx(0.04810, abs=1e-12)
     assert a.first_token_time_s != pytest.approx(0.04406)  # the cap applied only at admission (wrong)
@@ -58,8 +58,9 @@ def test_nc05_threshold_512_caps_new_and_running_prefills(scheduler):
 @pytest.mark.parametrize("threshold", [0, 2048, 16_384])
 def test_nc05_threshold_zero_or_at_least_the_budget_changes_nothing(threshold):
     eng, d, a, b = nc05(threshold)
-    assert (eng.steps[0][3], eng.steps[0][5]) == (1800, 1)  # 1,801 tokens
-    assert eng.steps[0][2] == pytest.approx(0.04002, abs=1e-12)
+    first = step_rows(eng)[0]
+    assert (first.num_prefill_tokens, first.num_decode_seqs) == (1800, 1)  # 1,801 tokens
+    assert first.step_duration_s == pytest.approx(0.04002, abs=1e-12)
     assert a.first_token_time_s == b.first_token_time_s == pytest.approx(0.04002, abs=1e-12)
     assert d.token_times_s[0] == pytest.approx(0.04002, abs=1e-12)
 

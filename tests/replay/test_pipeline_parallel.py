@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from helpers import LinearStepCost, replay_both_paths, write_calibration
+from helpers import LinearStepCost, replay_both_paths, step_rows, write_calibration
 from pp_golden import fingerprint
 from replay.config import DisaggOptions, EngineOptions, RecordOptions, ReplayConfig, SchedulingOptions
 from replay.cost_model import Link, RooflineCostModel
@@ -81,7 +81,8 @@ def test_hand_worked_two_stage_timeline():
         assert r.replica_id == 0  # the replica, not its virtual engine
     assert [r.first_scheduled_time_s / MS for r in reqs] == pytest.approx([0, 20, 42])
     # step trace: each micro-batch's pass through stage 1 (start, stage time); never overlapping
-    assert [(s[0], round(s[1] / MS, 9), round(s[2] / MS, 9)) for s in eng.steps] == [
+    assert [(s.replica_id, round(s.step_start_time_s / MS, 9), round(s.step_duration_s / MS, 9))
+            for s in step_rows(eng)] == [
         (0, 0, 20), (0, 20, 15), (0, 42, 12.1), (0, 57, 10.1), (0, 69.1, 10.2)]
 
 
@@ -107,7 +108,7 @@ def test_a_full_pipeline_completes_one_micro_batch_per_stage_time_without_transf
     a, b = (r.token_times_s for r in reqs)
     assert a == pytest.approx([20 * MS, 40 * MS, 60 * MS, 80 * MS])
     assert b == pytest.approx([30 * MS, 50 * MS, 70 * MS, 90 * MS])
-    starts = [s[1] for s in eng.steps]
+    starts = [s.step_start_time_s for s in step_rows(eng)]
     assert [round((y - x) / MS, 9) for x, y in zip(starts, starts[1:])] == [10] * 7  # one per stage time
 
 

@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import LinearStepCost
+from helpers import LinearStepCost, step_rows
 from replay.cost_model import RooflineCostModel
 from replay.engine import Engine
 from replay.engine_config import EngineConfig
@@ -54,8 +54,8 @@ def test_br15_engine_hits_full_blocks_only_and_recomputes_the_last_token():
     # R1: blocks [T0-3], [T4-7] hit; [T8,T9,U10,U11] only half matches -> 8, compute 6.
     # R2: all 3 blocks resident, but the cap is floor((12 - 1) / 4) = 2 blocks -> 8, compute 4.
     assert [out[k].num_cached_tokens for k in ("R0", "R1", "R2")] == [0, 8, 8]
-    assert [s[3] for s in eng.steps] == [14, 6, 4]  # prefill tokens computed
-    assert [s[7] for s in eng.steps] == [0, 8, 8]   # the hit is attended to as context
+    assert [s.num_prefill_tokens for s in step_rows(eng)] == [14, 6, 4]  # prefill tokens computed
+    assert [s.prefill_context_tokens for s in step_rows(eng)] == [0, 8, 8]  # the hit is attended to as context
     # the shorter prefill shortens TTFT: 0.010 + 1e-4 x 6 for R1
     assert out["R1"].first_token_time_s - 1.0 == pytest.approx(0.0106)
 
@@ -124,7 +124,7 @@ def test_br14_hash_blocks_map_onto_engine_blocks():
     # row 2 shares hash blocks 0, 1: 2 x 512 = 1024 cached, 76 computed; row 4 is a full hit capped
     # at floor(1023 / 16) x 16 = 1008, 16 computed.
     assert [out[k].num_cached_tokens for k in ("row1", "row2", "row4")] == [0, 1024, 1008]
-    assert [s[3] for s in eng.steps if s[4]] == [1200, 76, 16]
+    assert [s.num_prefill_tokens for s in step_rows(eng) if s.num_prefill_seqs] == [1200, 76, 16]
     # reading the 512-token ids as 16-token blocks would find only 2 blocks (32 tokens)
     reqs = [Request(i, k, a, p, o, block_hashes=h) for i, (k, a, p, o, h) in enumerate(BR14)]
     out, _ = run(reqs, hash_block_size=16)

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from helpers import LinearStepCost, run
+from helpers import LinearStepCost, run, step_rows
 from replay.queueing import (batch_means_ci, md1_mean_wait_s, mean_residual_s, mg1_mean_wait_s, mm1_mean_wait_s,
                              service_moments, utilization)
 
@@ -133,7 +133,7 @@ def mg1_replay(dist, seed, n=100_000, rho=0.6, warmup=1_000):
     lam = rho / es
     reqs, engine = replay_poisson(prompts, lam, rng)
     # batch size 1, 1-token outputs: one step per request, lasting exactly its service time
-    assert [s[2] for s in engine.steps] == pytest.approx(prompts * PER_TOKEN_S)
+    assert [s.step_duration_s for s in step_rows(engine)] == pytest.approx(prompts * PER_TOKEN_S)
     waits = np.array([r.first_scheduled_time_s - r.arrival_time_s for r in reqs])
     return mg1_mean_wait_s(lam, es, es2), batch_means_ci(waits[warmup:], num_batches=33, confidence=0.99)
 
@@ -188,7 +188,7 @@ def test_chunked_prefill_lowers_step_variance_and_the_ttft_delay_of_short_reques
                                    max_num_seqs=10**6, per_token_s=per_token_s)
         delay = np.array([r.first_token_time_s - r.arrival_time_s for r in reqs]) - prompts * per_token_s
         qwait = np.array([r.first_scheduled_time_s - r.arrival_time_s for r in reqs])
-        steps = np.array([s[2] for s in eng.steps])
+        steps = np.array([s.step_duration_s for s in step_rows(eng)])
         return delay, qwait, steps, max(r.last_token_time_s for r in reqs)
 
     f_delay, f_qwait, f_steps, f_horizon = go("fcfs", 10**9)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import LinearStepCost
+from helpers import LinearStepCost, step_rows
 from replay.engine import Engine
 from replay.engine_config import EngineConfig
 from replay.errors import ConfigError
@@ -63,8 +63,8 @@ def test_static_batch_runs_to_its_end_and_nothing_joins():
     assert times(out["C"]) == pytest.approx([0.0752, 0.0854, 0.0955, 0.1056])
     assert times(out["B"]) == pytest.approx([0.0752, 0.0854])
     assert out["C"].first_scheduled_time_s == out["B"].first_scheduled_time_s == pytest.approx(0.0402)
-    assert [s[3] for s in eng.steps] == [100, 0, 0, 250, 0, 0, 0]
-    assert [s[5] for s in eng.steps] == [0, 1, 1, 0, 2, 1, 1]
+    assert [s.num_prefill_tokens for s in step_rows(eng)] == [100, 0, 0, 250, 0, 0, 0]
+    assert [s.num_decode_seqs for s in step_rows(eng)] == [0, 1, 1, 0, 2, 1, 1]
     # the same arrivals under continuous batching: C joins at A's first step end
     out_c, _ = run(make([("A", 0.0, 100, 3), ("C", 0.001, 50, 4), ("B", 0.002, 200, 2)]), scheduler="chunked")
     assert out_c["C"].first_scheduled_time_s == pytest.approx(0.020)
@@ -77,7 +77,7 @@ def test_static_reserves_peak_kv_so_it_never_preempts():
                    num_gpu_blocks=10)
     assert sum(r.num_preemptions for r in out.values()) == 0
     assert out["Z"].first_scheduled_time_s == pytest.approx(out["X"].last_token_time_s)
-    assert eng.steps[0][3] == 120 and eng.steps[0][4] == 2
+    assert step_rows(eng)[0].num_prefill_tokens == 120 and step_rows(eng)[0].num_prefill_seqs == 2
 
 
 def test_static_batch_size_is_max_num_seqs():
@@ -179,10 +179,10 @@ def test_swap_preemption_moves_kv_instead_of_recomputing(scheduler):
     assert times(b) == pytest.approx([0.01, 0.02, 0.03, 0.214, 0.224])
     assert a.last_token_time_s == pytest.approx(0.202)
     assert (b.num_preemptions, b.num_recomputed_tokens, b.num_cached_tokens) == (1, 0, 0)
-    durations = [s[2] for s in eng.steps]
+    durations = [s.step_duration_s for s in step_rows(eng)]
     assert durations[3] == pytest.approx(0.012) and durations[-2] == pytest.approx(0.012)
     assert sum(d > 0.0105 for d in durations) == 2
-    assert eng.steps[-2][4] == 0  # the swapped-in request decodes; nothing is prefilled again
+    assert step_rows(eng)[-2].num_prefill_seqs == 0  # the swapped-in request decodes; nothing is prefilled again
 
 
 def test_unknown_preemption_mode_is_a_config_error():
@@ -258,13 +258,13 @@ def test_invariants_on_a_random_trace_with_a_small_kv_cache(policy, preemption_m
             assert r.num_cached_tokens == 0
     for state in eng.replicas:
         assert state.kv.num_free_blocks == state.kv.num_gpu_blocks and not state.running and not state.waiting
-    starts = [s[1] for s in eng.steps]
-    ends = [s[1] + s[2] for s in eng.steps]
+    starts = [s.step_start_time_s for s in step_rows(eng)]
+    ends = [s.step_start_time_s + s.step_duration_s for s in step_rows(eng)]
     assert all(e <= s2 + 1e-12 for e, s2 in zip(ends, starts[1:]))  # one step at a time per replica
     # tokens fed = prompts - hits + decodes + recomputation; a recompute-preempted request that had
     # generated g tokens re-feeds prompt + g (its num_recomputed_tokens, BR-08), of which the last was
     # never fed before, hence the range
-    total = sum(s[3] + s[5] for s in eng.steps)
+    total = sum(s.num_prefill_tokens + s.num_decode_seqs for s in step_rows(eng))
     ok = [r for r in out.values() if r.status == "ok"]
     base = sum(r.num_prompt_tokens - r.num_cached_tokens + r.num_output_tokens - 1 for r in ok)
     recomputed, preemptions = (sum(r.num_recomputed_tokens for r in ok), sum(r.num_preemptions for r in ok))

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 
-from helpers import LinearStepCost, replay_both_paths
+from helpers import LinearStepCost, replay_both_paths, step_rows
 from replay.cost_model import RooflineCostModel
 from replay.engine import Engine
 from replay.engine_config import EngineConfig
@@ -67,7 +67,8 @@ def test_nc09_timeline_tpot_below_the_step_time(scheduler, exact):
     assert np.diff(chunks) == pytest.approx([0.030] * 4, abs=1e-12)  # ITL per chunk: 4 entries
     assert sum(t < 1.0 for t in req.token_times_s) == 11 and len(chunks) == 5  # 11 tokens in the 1 s bucket, 5 chunks
     # every verify step fed K + 1 = 4 positions
-    assert [s[5] for s in eng.steps[1:]] == [1, 1, 1, 1] and eng.step_decode_tokens[1:] == [4, 4, 4, 4]
+    steps = step_rows(eng)[1:]
+    assert [s.num_decode_seqs for s in steps] == [1, 1, 1, 1] and [s.num_decode_tokens for s in steps] == [4, 4, 4, 4]
     st_ = spec_decode_stats(eng)
     assert (st_["num_drafts"], st_["num_draft_tokens"], st_["num_accepted_tokens"]) == (4, 12, 6)
     assert st_["acceptance_rate"] == pytest.approx(0.5) and st_["acceptance_length"] == pytest.approx(2.5)
@@ -78,7 +79,7 @@ def test_nc09_progress_never_beyond_the_remaining_tokens():
     feeds only the positions it has left."""
     eng, req = nc09_engine(accepted=(3, 3, 3))
     assert req.num_generated_tokens == 11 and req.token_times_s[-1] == pytest.approx(0.190)
-    assert eng.step_decode_tokens[1:] == [4, 4, 2]  # 1 + 4 + 4 + 2 = 11
+    assert [s.num_decode_tokens for s in step_rows(eng)[1:]] == [4, 4, 2]  # 1 + 4 + 4 + 2 = 11
 
 
 def test_nc09_budget_counts_k_plus_1_per_decode():

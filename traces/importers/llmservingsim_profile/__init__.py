@@ -102,7 +102,8 @@ def import_llmservingsim_profile(
         ``step_duration_s`` (float64 s), ``num_prefill_tokens`` (= prefill_chunk),
         ``num_prefill_seqs`` (1 if prefill_chunk > 0 else 0), ``num_decode_seqs``
         (= n_decode), ``decode_context_tokens`` (= n_decode * kv_decode) and
-        ``prefill_context_tokens`` (= kv_prefill), all counts int64.
+        ``prefill_context_tokens`` (= kv_prefill), ``num_decode_tokens`` (= n_decode: no
+        speculative decoding), all counts int64.
     metadata : dict
         ``gpu``, ``model``, ``hardware``, ``variant``, ``vllm_version``,
         ``profiler_version`` (from meta.yaml, None when absent), ``num_layers``, ``tp``,
@@ -185,6 +186,7 @@ def import_llmservingsim_profile(
         "num_decode_seqs": nd.astype(np.int64),
         "decode_context_tokens": (nd * kd).astype(np.int64),
         "prefill_context_tokens": kp.astype(np.int64),
+        "num_decode_tokens": nd.astype(np.int64),  # no speculative decoding: one position per decode
     }
     steps = pd.DataFrame({c: data[c] for c in STEP_COLUMNS})
 
