@@ -230,7 +230,11 @@ def kv_blocks_from_logs(logs: list, engine, cost_model, colocated: bool) -> tupl
     """
     if engine.num_gpu_blocks is not None or not colocated or cost_model.dp != 1 or cost_model.pp != 1:
         return None, None
+    from .errors import ConfigError
     from .simulate import resolve_num_gpu_blocks
 
-    default = resolve_num_gpu_blocks(engine, cost_model.model, cost_model.gpu, cost_model.tp)
+    try:
+        default = resolve_num_gpu_blocks(engine, cost_model.model, cost_model.gpu, cost_model.tp)
+    except ConfigError:  # no block fits: the replay itself says so, naming the trace
+        return None, None
     return kv_blocks_when_not_recorded(logs, engine.block_size, engine.max_num_seqs, default)

@@ -20,7 +20,6 @@ from schemas.status import OK, REJECTED
 
 from ..config import EngineOptions
 from ..errors import ConfigError, ReplayError
-from ..kv_capacity_log import kv_blocks_from_logs
 from ..text import wrap
 from .engine_settings import (calibrated_cost_model, check_limits, engine_sources, fill_engine_options,
                               multi_scheduler_config, replay_config, taken_settings_checked)
@@ -173,6 +172,8 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
     warning = check_limits(str(trace), frame, kwargs["max_num_seqs"], cost_model.dp)
     if warning:
         click.echo(wrap(warning), err=True)
+    from ..kv_capacity_log import kv_blocks_from_logs  # numpy: not for --help
+
     blocks, kv_line = kv_blocks_from_logs(
         [(str(trace), frame)], EngineOptions(**{k: kwargs[k] for k in _KV_OPTIONS}), cost_model,
         not differences and kwargs["scheduler"] != "disagg" and kwargs["replicas"] == 1)
