@@ -85,3 +85,21 @@ def write_content(path, content, missing: str = "absent") -> None:
         path.write_bytes(content)
     else:
         path.write_text(content)
+
+
+def invoke_servecal(*args):
+    """Run ``servecal ARGS...`` in-process (click's runner); assert it ends in an exit code, not
+    an exception or a traceback; return the result."""
+    from click.testing import CliRunner
+
+    from calibrate.umbrella import main as servecal
+
+    res = CliRunner().invoke(servecal, [str(a) for a in args])
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output
+    return res
+
+
+def flat(text: str) -> str:
+    """``text`` with every run of whitespace one space (messages folded at 100 columns)."""
+    return " ".join(text.split())

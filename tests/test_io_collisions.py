@@ -7,10 +7,9 @@ from pathlib import Path
 import click
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from calibrate.umbrella import main as servecal
-from helpers import write_calibration, write_content
+from helpers import flat, invoke_servecal as invoke, write_calibration, write_content
 from replay.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
@@ -18,17 +17,6 @@ from schemas.tables import REQUEST_TRACE, to_table, write_table
 from traces.cli.support import INPUT_PARAMS, OUTPUT_PARAMS, SPEC_PARAMS
 
 DATA = Path(__file__).parent / "data"
-
-
-def invoke(*args):
-    res = CliRunner().invoke(servecal, [str(a) for a in args])
-    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    assert "Traceback" not in res.output
-    return res
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 @pytest.fixture

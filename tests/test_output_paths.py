@@ -9,24 +9,13 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 
 from calibrate.umbrella import main as servecal
+from helpers import flat, invoke_servecal as invoke
 from output_paths import KINDS, OUTPUTS, SPELLED, make_inputs, make_special, snapshot
 from schemas.atomic import atomic_output, check_writable, not_a_regular_file, write_text_atomic
 from schemas.errors import OutputError
 from traces.cli.support import OUTPUT_PARAMS
-
-
-def invoke(*args):
-    res = CliRunner().invoke(servecal, [str(a) for a in args])
-    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    assert "Traceback" not in res.output
-    return res
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 @pytest.fixture
