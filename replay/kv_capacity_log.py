@@ -81,14 +81,15 @@ def blocks_in_use(requests: pd.DataFrame, times_s: np.ndarray, block_size: int) 
     """
     arrival, first, end, prompt, out = _timeline(requests)
     blocks, running, waiting = (np.zeros(len(times_s)) for _ in range(3))
-    for lo in range(0, len(times_s), 256):  # 256 x R floats at a time
-        t = np.asarray(times_s[lo:lo + 256], dtype=float)[:, None]
+    step = max(1, 2_000_000 // len(arrival))  # times per chunk: ~2M floats per temporary, whatever R
+    for lo in range(0, len(times_s), step):
+        t = np.asarray(times_s[lo:lo + step], dtype=float)[:, None]
         run = (first <= t) & (t < end)
         frac = np.clip((t - first) / np.maximum(end - first, 1e-12), 0.0, 1.0)
         ctx = prompt + 1 + frac * np.maximum(out - 1, 0)
-        blocks[lo:lo + 256] = np.where(run, np.ceil(ctx / block_size), 0.0).sum(axis=1)
-        running[lo:lo + 256] = run.sum(axis=1)
-        waiting[lo:lo + 256] = ((arrival <= t) & (t < first)).sum(axis=1)
+        blocks[lo:lo + step] = np.where(run, np.ceil(ctx / block_size), 0.0).sum(axis=1)
+        running[lo:lo + step] = run.sum(axis=1)
+        waiting[lo:lo + step] = ((arrival <= t) & (t < first)).sum(axis=1)
     return blocks, running, waiting
 
 
@@ -129,7 +130,7 @@ def kv_capacity_from_log(requests: pd.DataFrame, block_size: int = 16, max_num_s
     plateau overcounts while such requests wait to be recomputed (and under the watermark
     of free blocks vLLM keeps for admission, 1 % in v0, it undercounts): on a synthetic log
     of a 500-block cache at 30 and 60 req/s the median reads 520-521 blocks, the peak 542-543
-    (tests/test_kv_capacity_log.py). The median is the less biased; both are said.
+    (tests/replay/test_kv_capacity_log.py). The median is the less biased; both are said.
     """
     if block_size < 1 or num_samples < 1:
         raise ValueError(f"block_size ({block_size}) and num_samples ({num_samples}) must be >= 1")
