@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from calibrate.umbrella import main as servecal
-from helpers import write_calibration
+from helpers import flat, write_calibration
 from schemas.specs import get_gpu, get_model
 from schemas.tables import REQUEST_TRACE, to_table, write_table
 from replay.cost_model import RooflineCostModel
@@ -78,14 +78,14 @@ def test_a_bad_second_output_does_not_cost_the_first(files):
     (files / "k.parquet").write_bytes(b"KEEP")
     res = invoke("replay", files / "t.parquet", "--calibration", files / "cal.json", "-o", files / "k.parquet",
                  "--report", files / "nope" / "r.md")
-    assert res.exit_code == 2 and "does not exist" in res.output
+    assert res.exit_code == 2 and "does not exist" in flat(res.output)
     assert (files / "k.parquet").read_bytes() == b"KEEP"
     assert not (files / "nope").exists()
 
 
 def test_output_folder_is_never_created_silently(files):
     res = invoke("traces", "synth", "--requests", 5, "--rate", 1, "-o", files / "no" / "where" / "s.parquet")
-    assert res.exit_code == 2 and "does not exist" in res.output and not (files / "no").exists()
+    assert res.exit_code == 2 and "does not exist" in flat(res.output) and not (files / "no").exists()
 
 
 def test_unwritable_output_is_one_message(files):
@@ -215,7 +215,7 @@ def test_a_bad_window_is_a_usage_error(files, window):
     takes beyond plain decimals and inf (1_0 = 10, a sign) is not a window."""
     res = invoke("calibrate", "fit", f"{files / 't.parquet'}{window}", "--model", "llama-3.1-8b", "--gpu",
                  "h100-80gb", "-o", files / "c.json")
-    assert res.exit_code == 2 and "expected a time window @START:END" in " ".join(res.output.split())
+    assert res.exit_code == 2 and "expected a time window @START:END" in flat(res.output)
 
 
 def test_a_file_whose_name_holds_at_or_hash_is_read_as_named(files):
@@ -298,7 +298,7 @@ def test_validate_refuses_a_table_out_suffix_before_the_fit(files):
 def test_contradictory_fix_and_free_are_usage_errors_before_the_fit(files, args, phrase):
     res = invoke("calibrate", "fit", files / "t.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", *args,
                  "-o", files / "c.json")
-    assert res.exit_code == 2 and phrase in " ".join(res.output.split()) and "fitting" not in res.output
+    assert res.exit_code == 2 and phrase in flat(res.output) and "fitting" not in res.output
 
 
 def test_free_overlap_alone_fits_the_blend(files):
@@ -317,9 +317,9 @@ def test_validate_on_a_run_whose_settings_admit_no_request_is_an_error(files):
     res = invoke("calibrate", "validate", "--fit-on", files / "t.parquet@0:0.05", "--score-on",
                  files / "t.parquet@0.05:", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--jobs", "1",
                  "--max-model-len", "150")
-    flat = " ".join(res.output.split())
+    message = flat(res.output)
     assert res.exit_code == 1, res.output
-    assert "no request can be simulated" in flat and "exceeds max_model_len" in flat
+    assert "no request can be simulated" in message and "exceeds max_model_len" in message
 
 
 def test_a_bad_spec_file_is_a_data_error_an_unknown_key_a_usage_error(files):
@@ -358,7 +358,7 @@ def test_validate_knows_the_runs_a_fix_from_calibration_was_fitted_on(files, mon
     res = invoke("calibrate", "validate", "--fit-on", "t.parquet@0.05:1", "--score-on", "t.parquet@0:0.05", *hw,
                  "--fix-from", "first.json", "--free", "t_step_s", "--table-out", "e.csv")
     assert res.exit_code == 0, res.output
-    assert "fitted on requests of" in " ".join(res.output.split())
+    assert "fitted on requests of" in flat(res.output)
     assert set(pd.read_csv(files / "e.csv")["sample"]) == {"in"}
 
 
@@ -374,7 +374,7 @@ def test_a_step_trace_fitted_at_another_tp_than_it_records_is_warned(tmp_path):
     write_trace(steps, "step_trace/1", tmp_path / "steps.parquet", {"tp": "1"})
     res = invoke("calibrate", "fit", tmp_path / "steps.parquet", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
                  "--tp", "2", "--variants", "max", "-o", tmp_path / "c.json")
-    assert "the trace says tp 1; fitting it as --tp 2" in " ".join(res.output.split()), res.output
+    assert "the trace says tp 1; fitting it as --tp 2" in flat(res.output), res.output
 
 
 def test_validate_scores_another_log_with_the_same_request_ids_out_of_sample(files, monkeypatch):

@@ -17,7 +17,6 @@ for those two targets only crashes and hangs fail the test, and other faults are
 import collections
 import json
 import os
-import time
 
 import pytest
 
@@ -49,7 +48,6 @@ def _check(results, label, report_only=REPORT_ONLY):
 
 
 def test_fuzz_quick(tmp_path, real_data_dir):
-    t0 = time.monotonic()
     results = fuzzlib.run_profile(tmp_path, real_data_dir, 20, seed=int(os.environ.get("SERVECAL_FUZZ_SEED", 0)),
                                   timeout_s=60, console_every=20, console_timeout_s=120, workers=2,
                                   console_targets={"azure", "csv", "vllm-request-stats", "replay"})
@@ -57,7 +55,6 @@ def test_fuzz_quick(tmp_path, real_data_dir):
     optional = {t.name for t in fuzzlib.importer_targets(real_data_dir) if t.optional}
     summary = _check(results, "quick fuzz profile", REPORT_ONLY | optional)
     assert all(c["inputs"] >= 21 for t, c in summary.items() if "@" not in t)
-    assert time.monotonic() - t0 < 60
 
 
 @pytest.mark.fuzz
