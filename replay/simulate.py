@@ -1,7 +1,7 @@
 """Replay a request trace through the engine: the library entry point behind ``replay``.
 
 The options are a :class:`~replay.config.ReplayConfig`; the columns of the result are built
-in :mod:`replay.result_columns`.
+in :mod:`replay.core.result_columns`.
 """
 from __future__ import annotations
 
@@ -16,25 +16,25 @@ import pandas as pd
 from schemas.specs import GpuSpec, ModelSpec
 from schemas.status import OK
 
-from .closed_loop import ClosedLoop, send_times_column
+from .core.closed_loop import ClosedLoop, send_times_column
 from .config import EngineOptions, ReplayConfig
-from .cost_model import LINKS, StepCostModel
-from .disagg import DisaggEngine, resolve_pools
-from .engine import Engine
-from .engine_config import EngineConfig
+from .cost.cost_model import LINKS, StepCostModel
+from .core.disagg import DisaggEngine, resolve_pools
+from .core.engine import Engine
+from .core.engine_config import EngineConfig
 from .errors import ConfigError
-from .kv_capacity import kv_capacity_blocks
-from .pipeline import PipelineDisaggEngine, PipelineEngine
-from .request import Request
-from .result_columns import result_frame, spec_columns
-from .routing import get_router
+from .cost.kv_capacity import kv_capacity_blocks
+from .core.pipeline import PipelineDisaggEngine, PipelineEngine
+from .core.request import Request
+from .core.result_columns import result_frame, spec_columns
+from .core.routing import get_router
 from .schedulers import get_scheduler_factory
 from .schedulers.base import SchedulerConfig
 
 
 def resolve_num_gpu_blocks(cfg: EngineOptions, model: ModelSpec, gpu: GpuSpec, tp: int, pp: int = 1) -> int:
     """KV blocks per replica: ``cfg.num_gpu_blocks`` or the cache that fits beside the weights
-    (of ``tp x pp`` GPUs: each holds ``1 / pp`` of the layers, :func:`~replay.kv_capacity.kv_capacity_blocks`).
+    (of ``tp x pp`` GPUs: each holds ``1 / pp`` of the layers, :func:`~replay.cost.kv_capacity.kv_capacity_blocks`).
 
     Raises
     ------
@@ -129,10 +129,10 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
         ``pred_num_preemptions``, ``pred_status`` and, when recorded,
         ``pred_token_times_s`` (relative to arrival); with prefix caching
         ``pred_num_cached_tokens`` (prefix-cache hit at first admission, tokens); with
-        ``disagg`` the columns of :meth:`replay.disagg.DisaggEngine.result_columns`
+        ``disagg`` the columns of :meth:`replay.core.disagg.DisaggEngine.result_columns`
         (``pred_queue_wait_s`` is then the prefill queue wait, ``pred_replica_id`` the
         prefill instance); with speculative decoding ``pred_num_draft_tokens``,
-        ``pred_num_accepted_tokens`` and ``pred_acceptance_length`` (:func:`~replay.result_columns.spec_columns`).
+        ``pred_num_accepted_tokens`` and ``pred_acceptance_length`` (:func:`~replay.core.result_columns.spec_columns`).
     engine : Engine
 
     Raises
@@ -147,13 +147,13 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
     replica of ``dp`` ranks stepping in lock step: ``max_num_seqs``,
     ``max_num_batched_tokens`` and the KV blocks (all per rank, as vLLM takes them) are
     multiplied by ``dp``, and the step is priced for the group's tokens spread evenly over
-    the ranks (:class:`replay.cost_terms.ReplicaShape`). An imbalance between the ranks
+    the ranks (:class:`replay.cost.cost_terms.ReplicaShape`). An imbalance between the ranks
     (one busy, one idle running a dummy batch) is not modelled beyond that.
 
     A cost model with ``pp > 1`` (vLLM ``--pipeline-parallel-size``; for ``disagg`` the pools'
     ``pp_prefill``/``pp_decode``) makes each replica ``pp`` virtual engines of ``max_num_seqs``
     and ``1 / pp`` of its KV blocks, with up to ``pp`` micro-batches in flight through its
-    stages (:mod:`replay.pipeline`); such a replay always takes the exact path (every step
+    stages (:mod:`replay.core.pipeline`); such a replay always takes the exact path (every step
     through the event heap), so ``exact_steps`` changes nothing there.
     """
     eng, sched, closed, rec = cfg.engine, cfg.scheduling, cfg.closed_loop, cfg.record
@@ -247,7 +247,7 @@ def frontend_delays(cost_model, df: pd.DataFrame) -> tuple[np.ndarray | None, fl
     """Per row, the time before the engine (seconds), and the time per streamed output token
     after the first (seconds), of a cost model with front-end terms
     (:meth:`RooflineCostModel.frontend_s`); ``(None, 0.0)`` when both are zero and for a cost
-    model without them. Open and closed loop alike (:class:`replay.closed_loop.ClosedLoop`).
+    model without them. Open and closed loop alike (:class:`replay.core.closed_loop.ClosedLoop`).
     """
     if not hasattr(cost_model, "frontend_s"):
         return None, 0.0

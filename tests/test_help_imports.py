@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-HEAVY = ("numpy", "pandas", "pyarrow", "scipy", "matplotlib", "lmfit", "replay.engine")
+HEAVY = ("numpy", "pandas", "pyarrow", "scipy", "matplotlib", "lmfit", "replay.core.engine")
 
 _PROBE = """
 import json, sys

@@ -48,7 +48,7 @@ def describe_load(trace: str, calibration_path: str, model: str | None) -> str:
 
     from traces.io import read_trace
 
-    from ..queueing import offered_load
+    from ..analysis.queueing import offered_load
     from ..config import EngineOptions, ReplayConfig, SchedulingOptions
     from ..simulate import replay_frame
 

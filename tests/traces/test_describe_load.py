@@ -6,10 +6,10 @@ import pytest
 from click.testing import CliRunner
 
 from calibrate.umbrella import traces_cli
-from replay.cost_model import RooflineCostModel
-from replay.cost_terms import SEED_TERMS
+from replay.cost.cost_model import RooflineCostModel
+from replay.cost.cost_terms import SEED_TERMS
 from schemas.cost_params import CostParams
-from replay.queueing import offered_load, request_service_times_s
+from replay.analysis.queueing import offered_load, request_service_times_s
 from helpers import write_calibration
 from schemas.specs import get_gpu, get_model
 from schemas.tables import REQUEST_TRACE, to_table, write_table
