@@ -214,26 +214,3 @@ def model_from_options(model: str | None, model_config: str | None):
         raise click.UsageError("give exactly one of --model and --model-config")
     return get_model(model) if model else model_from_hf_config(model_config)
 
-
-def kv_blocks_read(runs: list, cost_model) -> list:
-    """``runs`` with the KV blocks their logs show when no run records them and none was
-    given (:func:`replay.analysis.kv_capacity_log.kv_blocks_from_logs`: the plateau's blocks of the logs
-    whose cache fills); what was read, or the bound the logs give, is printed (stderr).
-
-    The runs are of one deployment (``calibrate fit``), so one size holds for all; the
-    calibration then records it among its engine settings, for ``replay`` to take.
-    """
-    from dataclasses import replace
-
-    from replay.analysis.kv_capacity_log import kv_blocks_from_logs
-
-    if not runs or any(r.config.engine.num_gpu_blocks is not None for r in runs):
-        return runs
-    cfg = runs[0].config
-    colocated = cfg.disagg is None and cfg.scheduling.replicas == 1
-    blocks, line = kv_blocks_from_logs([(r.name, r.trace) for r in runs], cfg.engine, cost_model, colocated)
-    if line:
-        click.echo(wrap(line), err=True)
-    if blocks is None:
-        return runs
-    return [replace(r, config=r.config.with_options(num_gpu_blocks=blocks)) for r in runs]

@@ -7,7 +7,8 @@ Top to bottom (each part imports only the parts below it; checked by ``lint-impo
 - ``analysis/``: what a replay's result means: measured vs predicted (``compare``, ``whatif_table``),
   latency metrics, queueing theory (Pollaczek-Khinchine), prediction bands (``bands``,
   ``band_tables``), the Chrome trace, the KV capacity read from a log.
-- ``simulate``: ``replay_frame``, the library entry point.
+- ``simulate``: the library entry points: :func:`run` (``replay.run``: a trace file or frame with a
+  calibration) and ``replay_frame`` (a frame with a cost model).
 - ``core/``: the discrete-event engine (``engine`` with ``engine_config``, ``events``,
   ``step_end``, ``decode_runs``, ``spec_decode``, ``request``, ``kv_cache``, ``routing``), its
   variants (``pipeline``, ``disagg``, ``closed_loop``) and the tables it returns
@@ -19,3 +20,13 @@ Top to bottom (each part imports only the parts below it; checked by ``lint-impo
   command installs); ``text`` (terminal output); ``parallel``, ``ray_tasks`` (local processes
   or a Ray cluster running independent tasks).
 """
+
+
+def __getattr__(name: str):
+    """``replay.run`` (:func:`replay.simulate.run`), imported at its first use: numpy and pandas
+    are not for ``replay --help``."""
+    if name == "run":
+        from .simulate import run
+
+        return run
+    raise AttributeError(f"module 'replay' has no attribute {name!r}")

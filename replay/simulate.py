@@ -1,7 +1,9 @@
-"""Replay a request trace through the engine: the library entry point behind ``replay``.
+"""Replay a request trace through the engine: the library entry points behind ``replay``.
 
-The options are a :class:`~replay.config.ReplayConfig`; the columns of the result are built
-in :mod:`replay.core.result_columns`.
+:func:`run` replays a trace file or frame with a calibration (``replay.run``);
+:func:`replay_frame` replays a validated frame with a cost model. The options are a
+:class:`~replay.config.ReplayConfig`; the columns of the result are built in
+:mod:`replay.core.result_columns`.
 """
 from __future__ import annotations
 
@@ -241,6 +243,75 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
             result["pred_num_cached_tokens"] = cached
         del reqs  # freed by reference counting before collections resume
     return result, engine
+
+
+def run(trace, calibration, config: ReplayConfig | None = None, *, model: str | ModelSpec | None = None,
+        tp: int | None = None, dp: int | None = None, pp: int | None = None, expert_parallel: bool | None = None,
+        **settings) -> pd.DataFrame:
+    """Replay a request trace with a calibration; ``replay.run``, the library call of
+    ``replay TRACE --calibration CAL [settings]`` (the result ``replay -o`` writes).
+
+    Parameters
+    ----------
+    trace : str, os.PathLike or pandas.DataFrame
+        A request trace (``request_trace/1`` Parquet, as ``traces import`` writes), or its
+        rows as a frame (seconds, tokens); either is validated first.
+    calibration : str, os.PathLike or schemas.calibration.Calibration
+        What ``calibrate fit`` wrote.
+    config : ReplayConfig, optional
+        The engine and scheduling settings; not with ``settings``.
+    model : str or ModelSpec, optional
+        Another model on the calibrated GPU (catalog key, Hugging Face id or ``config.json``).
+    tp, dp, pp, expert_parallel : optional
+        Parallelism (vLLM's ``--tensor-parallel-size``...); None: the calibration's.
+    **settings
+        The settings by ``replay``'s option names, which are vLLM's (``max_num_seqs=128``,
+        ``scheduler="chunked"``, ``seed=1``; :meth:`ReplayConfig.from_options`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The trace's rows plus the predictions (:func:`replay_frame`'s ``result``; seconds).
+
+    Raises
+    ------
+    schemas.errors.SchemaError
+        A trace or calibration that cannot be read or breaks the contract, naming it.
+    schemas.errors.SpecError
+        An unknown ``model``.
+    ReplayError
+        A trace file that is not a request trace.
+    ConfigError
+        Unknown or invalid settings, ``config`` and ``settings`` together, or a combination
+        that cannot run (a TP that does not divide the heads, a KV cache of no block).
+
+    Notes
+    -----
+    The settings are exactly those given, over vLLM's defaults: unlike the command, nothing
+    is taken from the settings a calibration, a trace or a vLLM log recorded, and the KV
+    cache is not read from the log (give ``num_gpu_blocks``).
+    """
+    from schemas.calibration import Calibration
+    from schemas.kinds import REQUEST_TRACE
+    from schemas.specs import get_model
+    from traces.io import read_trace, validated_frame
+
+    from .cost.cost_model import cost_model_from_calibration
+    from .errors import ReplayError
+
+    if config is not None and settings:
+        raise ConfigError(f"give the settings as config or by name, not both ({', '.join(settings)})")
+    cfg = config if config is not None else ReplayConfig.from_options(**settings)
+    cal = calibration if isinstance(calibration, Calibration) else Calibration.read(calibration)
+    model_spec = get_model(model) if isinstance(model, str) else model
+    cost_model = cost_model_from_calibration(cal, model_spec, tp, dp, pp, expert_parallel=expert_parallel)
+    if isinstance(trace, pd.DataFrame):
+        frame, meta = validated_frame(trace, REQUEST_TRACE, "the trace frame"), {}
+    else:
+        kind, frame, meta = read_trace(trace)
+        if kind != REQUEST_TRACE:
+            raise ReplayError(f"{trace}: is a {kind}; a replay needs a request trace ({REQUEST_TRACE})")
+    return replay_frame(frame, cost_model, cfg, meta)[0]
 
 
 def frontend_delays(cost_model, df: pd.DataFrame) -> tuple[np.ndarray | None, float]:
