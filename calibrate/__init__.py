@@ -7,7 +7,8 @@
   covariance and identifiability; the printer and the calibration file).
 - ``traces_fit``: :func:`fit_traces` (``calibrate.fit_traces``), the fit of ``calibrate fit``
   as a library call (the command prints around it).
-- ``cli``, ``demo``, ``umbrella``: ``calibrate``, ``servecal demo`` and ``servecal``.
+- ``cli``, ``demo``, ``umbrella``: ``calibrate``, ``servecal demo`` and ``servecal``;
+  ``console``: the ``servecal``, ``traces`` and ``calibrate`` console scripts.
 """
 
 

@@ -2,7 +2,8 @@
 
 Top to bottom (each part imports only the parts below it; checked by ``lint-imports``):
 
-- ``cli/``: the ``replay`` command, ``replay plan`` and their progress bars.
+- ``cli/``: the ``replay`` command, ``servecal plan`` and their progress bars; ``console``: the
+  ``replay`` console script (the command under the Ctrl-C guard of ``traces.console``).
 - ``report/``: the HTML/Markdown report; ``plan/``: the deployment planner; ``sweep/``: grids of replays.
 - ``analysis/``: what a replay's result means: measured vs predicted (``compare``, ``whatif_table``),
   latency metrics, queueing theory (Pollaczek-Khinchine), prediction bands (``bands``,
