@@ -65,7 +65,8 @@ def test_fit_traces_is_calibrate_fit_on_a_request_log(measured, tmp_path):
     """A request log as a file and as a frame: the command's parameters and engine settings."""
     log = str(measured / "requests.parquet")
     held = {n: TRUTH[n] for n in ("n_half_tokens", "eta_mem", "t_seq_s")}
-    options = ("--max-num-seqs", "16", "--max-num-batched-tokens", "2048", "--variants", "max", "--free", "eta_compute,t_step_s", "--jobs", "1",
+    options = ("--max-num-seqs", "16", "--max-num-batched-tokens", "2048", "--variants", "max",
+               "--free", "eta_compute,t_step_s", "--jobs", "1",
                *(f"--fix={n}={v!r}" for n, v in held.items()))
     res = invoke_servecal("calibrate", "fit", log, *HARDWARE, *options, "-o", tmp_path / "cli.json")
     assert res.exit_code == 0, res.output

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from helpers import LinearStepCost, run, step_rows
-from replay.analysis.queueing import (batch_means_ci, md1_mean_wait_s, mean_residual_s, mg1_mean_wait_s, mm1_mean_wait_s,
-                             service_moments, utilization)
+from replay.analysis.queueing import (batch_means_ci, md1_mean_wait_s, mean_residual_s, mg1_mean_wait_s,
+                                      mm1_mean_wait_s, service_moments, utilization)
 
 #: Seconds per prompt token of the test cost model: a 1-token-output request's service time.
 PER_TOKEN_S = 1e-3
