@@ -158,9 +158,7 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, pp,
                 click.echo(wrap(warning), err=True)
         fitting_message(loaded.runs, names)
 
-    with taken_settings_checked():
-        config = replay_config(replay_kwargs)
-    fitted = fit_traces(traces, cm, config, keep=set_here, fixed=fixed, free=free_names, variants=names, loss=loss,
+    fitted = fit_traces(traces, cm, replay_config(replay_kwargs), keep=set_here, fixed=fixed, free=free_names, variants=names, loss=loss,
                         balance_kinds=balance_kinds, ci=ci_method, ci_samples=ci_samples, seed=seed, jobs=jobs,
                         ray_address=ray_address, held_why=held_why, on_loaded=checked)
     for reason, n in fitted.dropped.items():
