@@ -1,6 +1,6 @@
 """What a prediction band costs, as a ratio to one replay measured in the same run (issue #18).
 
-A band replays the what-if at each of the calibration's band points (replay/bands.py). This
+A band replays the what-if at each of the calibration's band points (replay/analysis/bands.py). This
 script calibrates on a synthetic step log of the demo's cluster (a step fit: 2 points per
 parameter with a standard error), then times, on an N-request trace: one replay, the band
 replayed here one after the other, and the band in worker processes (what ``replay`` does
@@ -19,11 +19,11 @@ import numpy as np
 
 from calibrate.demo import TRUTH, NoisyCostModel
 from calibrate.step_fit import fit_steps, set_ci95
-from replay.bands import BandJob, predict_with_band, prediction_row
+from replay.analysis.bands import BandJob, predict_with_band, prediction_row
 from replay.config import EngineOptions, RecordOptions, ReplayConfig
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from replay.parallel import worker_pool
-from replay.result_columns import steps_frame
+from replay.core.result_columns import steps_frame
 from replay.simulate import replay_frame
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model

@@ -5,10 +5,10 @@ it is scored on out of sample, the what-if "this run under this calibration" is 
 the calibration's values and at each point of its 95 % confidence set it carries
 (``band_points``: a request fit's traced set, a step fit's covariance ellipsoid axes), with
 the run's frame, engine settings and metadata as ``calibrate.runs.score_runs`` replays it
-(``replay.bands.predict_with_band``); each statistic's band is its [min, max] over those
+(``replay.analysis.bands.predict_with_band``); each statistic's band is its [min, max] over those
 replays (the projection method). The statistics are those of FIDELITY.md, over the run's
 scored requests (a time window's, ``@15:``), on the requests completed on both sides
-(``replay.compare.compare``): p50/p90 TTFT, TPOT and E2E.
+(``replay.analysis.compare.compare``): p50/p90 TTFT, TPOT and E2E.
 
     python bench/bands.py [--data ../shared/data/real] [--out bench/BANDS.md] [--only NAME]
 """
@@ -26,17 +26,17 @@ import pandas as pd
 from calibrate.runs import score_runs
 from calibrate.step_fit import set_ci95
 from fidelity import ROOT, calibrated, cases, imported
-from replay.bands import BandJob, predict_with_band
-from replay.compare import compare
+from replay.analysis.bands import BandJob, predict_with_band
+from replay.analysis.compare import compare
 from replay.config import RecordOptions
-from replay.metrics import PERCENTILES
+from replay.analysis.metrics import PERCENTILES
 from replay.simulate import replay_frame
 
-#: The statistics of the table (FIDELITY.md's), as ``replay.bands`` names them.
+#: The statistics of the table (FIDELITY.md's), as ``replay.analysis.bands`` names them.
 STATS = tuple(f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e") for q in (50, 90))
 #: A band reaching less than this far below its point (relative) counts as one-sided in the summary.
 ONE_SIDED = 0.001
-#: Every statistic a band row carries (``replay.bands.BAND_STATS`` less the rates, which
+#: Every statistic a band row carries (``replay.analysis.bands.BAND_STATS`` less the rates, which
 #: ``compare`` does not give).
 ROW_STATS = tuple(f"{m}_p{q}_s" for m in ("queue_wait", "ttft", "tpot", "e2e") for q in PERCENTILES)
 
@@ -50,7 +50,7 @@ def stats_of(table: pd.DataFrame, side: str = "pred") -> dict:
 
 @dataclass
 class ScoredBandJob(BandJob):
-    """A :class:`replay.bands.BandJob` whose statistics are those ``score_runs`` scores: over
+    """A :class:`replay.analysis.bands.BandJob` whose statistics are those ``score_runs`` scores: over
     the run's scored rows (``Run.scored``, a time window; None: every row) completed on both
     sides, ``compare``'s percentiles."""
 
@@ -138,10 +138,10 @@ of its 95 % confidence set that the calibration carries (`band_points`: for a re
 the ends of the line searches that traced the set, also along the NOT IDENTIFIED parameters it
 held; for the kernel-profile step fit, the +- principal axes of its delta-method covariance
 ellipsoid, `calibrate.confidence.covariance_points`, as `calibrate fit` gives them). The band of
-a statistic is its [min, max] over those replays, `replay.bands.predict_with_band`: the
+a statistic is its [min, max] over those replays, `replay.analysis.bands.predict_with_band`: the
 projection of the confidence set onto the prediction, an inner approximation of it since the
 points are a finite sample of the set. Statistics are FIDELITY.md's: percentiles over the run's
-scored requests (the window's, for `@15:`), completed on both sides (`replay.compare.compare`).
+scored requests (the window's, for `@15:`), completed on both sides (`replay.analysis.compare.compare`).
 
 What the band does not hold:
 - the measured run's own sampling noise: a measured p90 is itself an estimate from a few

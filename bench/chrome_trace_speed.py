@@ -23,8 +23,8 @@ from pathlib import Path
 
 
 def _child(mode: str, requests: int, rate: float, out_dir: str, queue) -> None:
-    from replay.chrome_trace import write_chrome_trace
-    from replay.cost_model import RooflineCostModel
+    from replay.analysis.chrome_trace import write_chrome_trace
+    from replay.cost.cost_model import RooflineCostModel
     from replay.config import EngineOptions, RecordOptions, ReplayConfig
     from replay.simulate import replay_frame
     from schemas.cost_params import CostParams

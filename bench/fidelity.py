@@ -22,7 +22,7 @@ import pandas as pd
 from calibrate.request_fit import fit_requests
 from calibrate.runs import load_runs, score_runs
 from calibrate.step_fit import fit_steps
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from replay.config import DisaggOptions, EngineOptions, ReplayConfig, SchedulingOptions
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model

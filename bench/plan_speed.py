@@ -20,8 +20,8 @@ import platform
 import time
 
 from replay.config import ReplayConfig
-from replay.cost_model import cost_model_from_calibration
-from replay.cost_terms import ALL_TERMS
+from replay.cost.cost_model import cost_model_from_calibration
+from replay.cost.cost_terms import ALL_TERMS
 from replay.plan import Axes, Calibrations, parse_slo, plan_deployments
 from replay.simulate import replay_frame
 from schemas.calibration import Calibration, FittedParam

@@ -33,7 +33,7 @@ REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
 
 
 def cost_model():
-    from replay.cost_model import RooflineCostModel
+    from replay.cost.cost_model import RooflineCostModel
     from schemas.cost_params import CostParams
     from schemas.specs import get_gpu, get_model
 

@@ -21,7 +21,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from replay.cost_model import RooflineCostModel  # noqa: E402
+from replay.cost.cost_model import RooflineCostModel  # noqa: E402
 from schemas.cost_params import CostParams  # noqa: E402
 from replay.config import EngineOptions, ReplayConfig, SchedulingOptions  # noqa: E402
 from replay.simulate import replay_frame  # noqa: E402

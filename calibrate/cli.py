@@ -5,20 +5,19 @@ import textwrap
 
 import click
 
-from schemas.calibration import sha256_of
 from traces.cli.support import FoldedGroup, user_errors, version_option
 from schemas.text import wrap
 from schemas.cost_params import VARIANTS
 from schemas.errors import SpecError
-from schemas.kinds import REQUEST_TRACE, STEP_TRACE
+from schemas.kinds import REQUEST_TRACE
 from schemas.specs import catalog_key, list_gpus, list_models
 from replay.cli.engine_settings import check_limits, replay_config, taken_settings_checked
 from replay.cli.options import replay_options
 from replay.errors import ConfigError, ReplayError
 
 from .cli_options import (calibration_sources, cost_model_of, engine_options, hardware_options, held_and_free,
-                          kv_blocks_read, parse_names, warn_metadata_mismatch)
-from .errors import CalibrationError, FitError, RunSpecError
+                          parse_names, warn_metadata_mismatch)
+from .errors import CalibrationError, RunSpecError
 
 # numpy, pandas, the engine and the fits are imported in the commands: --help stays fast
 
@@ -37,19 +36,12 @@ def main():
     """
 
 
-def print_fits(fits, verbose: bool, held_why: dict | None = None) -> None:
+def print_fits(fits, verbose: bool) -> None:
     """The calibration summary first (values, 95 % intervals, identified or not, fit quality
-    in words), then every variant's score; lmfit's own report only with ``verbose``.
-    ``held_why``: name -> (why a held parameter is held, whether its source identified it),
-    said instead of "given" here and in the calibration written from ``fits``."""
+    in words), then every variant's score; lmfit's own report only with ``verbose``."""
     from .summary import summary_lines
 
     best = fits[0]
-    for fit in fits:
-        for n, (why, identified) in (held_why or {}).items():
-            p = fit.params.get(n)
-            if p is not None and not p.vary and p.bound == "given":
-                p.bound, p.identifiable = why, identified
     if verbose:
         click.echo("lmfit report of the best variant (parameters in their fit scale, e.g. t_step_s in ms):")
         click.echo(best.report)
@@ -83,17 +75,24 @@ def quality(fit) -> str:
             f"{st.get('n_requests')} requests, {st.get('n_replays')} replays")
 
 
-def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose, held_why=None):
-    """Fit the runs by simulation in the loop; print the summary; return the fits."""
-    from .request_fit import fit_requests
-
+def fitting_message(runs, variants) -> None:
+    """Say that a fit of ``runs`` by simulation in the loop starts (stderr)."""
     n = sum(len(r.trace) for r in runs)
     scored = sum(len(r.scored_rows(r.trace)) for r in runs)
     matched = f" ({scored} in the windows matched)" if scored < n else ""
     click.echo(wrap(f"fitting {len(runs)} run(s), {n} requests{matched}, by simulation in the loop (variants "
                     f"{', '.join(variants)}) ..."), err=True)
+
+
+def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose, held_why=None):
+    """Fit the runs by simulation in the loop; print the summary; return the fits."""
+    from .request_fit import fit_requests
+    from .traces_fit import mark_held
+
+    fitting_message(runs, variants)
     fits = fit_requests(runs, cm, variants=variants, free=free, fixed=fixed, jobs=jobs, ray_address=ray_address)
-    print_fits(fits, verbose, held_why)
+    mark_held(fits, held_why)
+    print_fits(fits, verbose)
     return fits
 
 
@@ -137,60 +136,35 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, pp,
       calibrate fit low.parquet high.parquet --model qwen3-14b --gpu h100-80gb \\
                     --max-num-seqs 128 --max-num-batched-tokens 2048 -o cal.json
     """
-    from traces.io import read_trace
-
-    from .request_fit import engine_settings
-    from .runs import load_runs, parse_run_spec
-    from .step_fit import StepData, bootstrap_ci95, fit_steps, set_ci95
-    from .summary import to_calibration
+    from .traces_fit import fit_traces
 
     tp, dp, expert_parallel, set_here, pp = engine_options(replay_kwargs, tp, dp, expert_parallel, traces, pp)
     with taken_settings_checked():
         cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, pp)
     fixed, free_names, variants, held_why, cm = held_and_free(fix, fix_from, free, variants, cm)
-    paths = [parse_run_spec(t)[0] for t in traces]
-    first_kind, first_frame, first_meta = read_trace(paths[0])
-    source = {"path": traces[0], "sha256": sha256_of(paths[0]), "kind": first_kind} if len(traces) == 1 else \
-        {"paths": list(traces), "sha256": [sha256_of(p) for p in paths], "kind": first_kind}
-    if first_kind == STEP_TRACE:
-        if len(traces) > 1:
-            raise click.UsageError("give one step trace (several logs at once are request logs)")
-        if ray_address is not None:
-            raise click.UsageError("--ray-address: only a request log is fitted by replays; a step trace fits here")
-        warn_metadata_mismatch(first_meta, cm.model, cm.gpu, tp)
-        names = parse_names(variants, list(VARIANTS), "--variants")
-        try:
-            fits, dropped = fit_steps(first_frame, cm, names, loss, fixed, balance_kinds)
-        except FitError as exc:
-            raise FitError(f"{traces[0]}: {exc}") from None
-        for reason, n in dropped.items():
-            click.echo(wrap(f"dropped {n} row(s): {reason}"))
-        boot = None
-        if ci_method == "bootstrap":
-            boot = bootstrap_ci95(StepData(first_frame, balance_kinds), cm, fits[0], loss, ci_samples, seed)
-        set_ci95(fits[0], ci_method, boot)
-        print_fits(fits, verbose, held_why)
-        cal = to_calibration(fits[0], cm, "lmfit least_squares of step durations, relative residuals", source,
-                             variants=fits)
-    else:
-        if ci_method == "bootstrap":
-            raise click.BadParameter("a bootstrap of a simulation-in-the-loop fit would take hundreds of fits; "
-                                     "use --ci stderr for request logs", param_hint="--ci")
-        if ray_address is not None:
-            from replay.ray_tasks import check_ray
+    names = parse_names(variants, list(VARIANTS), "--variants")
 
-            check_ray()
-        runs = kv_blocks_read(load_runs(traces, replay_config(replay_kwargs), read_trace, keep=set_here), cm)
-        for r in runs:
+    def checked(loaded):
+        """What the command says of the traces before the fit starts."""
+        if loaded.kind != REQUEST_TRACE:
+            warn_metadata_mismatch(loaded.metadata, cm.model, cm.gpu, tp)
+            return
+        for line in loaded.notes:
+            click.echo(wrap(line), err=True)
+        for r in loaded.runs:
             warn_metadata_mismatch(r.metadata, cm.model, cm.gpu, tp)
             warning = check_limits(r.name, r.trace, r.config.engine.max_num_seqs, dp)
             if warning:
                 click.echo(wrap(warning), err=True)
-        names = parse_names(variants, list(VARIANTS), "--variants")
-        fits = fit_request_runs(runs, cm, names, free_names, fixed, jobs, ray_address, verbose, held_why)
-        set_ci95(fits[0], ci_method)
-        cal = to_calibration(fits[0], cm, "simulation in the loop: lmfit least_squares on relative quantile errors",
-                             source, engine=engine_settings(runs[0].config), variants=fits)
+        fitting_message(loaded.runs, names)
+
+    fitted = fit_traces(traces, cm, replay_config(replay_kwargs), keep=set_here, fixed=fixed, free=free_names, variants=names, loss=loss,
+                        balance_kinds=balance_kinds, ci=ci_method, ci_samples=ci_samples, seed=seed, jobs=jobs,
+                        ray_address=ray_address, held_why=held_why, on_loaded=checked)
+    for reason, n in fitted.dropped.items():
+        click.echo(wrap(f"dropped {n} row(s): {reason}"))
+    print_fits(fitted.fits, verbose)
+    cal = fitted.calibration
     cal.write(output)
     click.echo(f"wrote {output}")
 

@@ -11,7 +11,7 @@ from schemas.specs import get_gpu, get_model, gpu_from_json, model_from_hf_confi
 from schemas.text import wrap, wrap_error
 from replay.cli.engine_settings import engine_sources, fill_engine_options
 from replay.cli.options import HARDWARE_SETTINGS, hardware_options as parallelism_options
-from replay.cost_terms import ALL_TERMS, TERMS
+from replay.cost.cost_terms import ALL_TERMS, TERMS
 from traces.cli.support import DataError
 
 
@@ -120,7 +120,7 @@ def hardware_options(fn):
                      help="A JSON with name, peak_flops, mem_bandwidth_bytes_per_s, mem_bytes instead of --gpu."),
         parallelism,
         click.option("--terms", default=",".join(ALL_TERMS), show_default=True,
-                     help="Cost terms of the step time (replay/cost_terms.py)."),
+                     help="Cost terms of the step time (replay/cost/cost_terms.py)."),
         click.option("--fix", multiple=True, metavar="NAME=VALUE", help="Hold a parameter fixed (repeatable)."),
         click.option("--fix-from", type=click.Path(dir_okay=False), default=None, metavar="CAL",
                      help="Hold every parameter at this calibration's value (same GPU, any model) but those "
@@ -140,7 +140,7 @@ def hardware_options(fn):
 
 def cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, pp=1):
     """The cost model (declared default values) of the hardware options."""
-    from replay.cost_model import RooflineCostModel
+    from replay.cost.cost_model import RooflineCostModel
 
     model_spec = model_from_options(model, model_config)
     if (gpu is None) == (gpu_spec is None):
@@ -214,26 +214,3 @@ def model_from_options(model: str | None, model_config: str | None):
         raise click.UsageError("give exactly one of --model and --model-config")
     return get_model(model) if model else model_from_hf_config(model_config)
 
-
-def kv_blocks_read(runs: list, cost_model) -> list:
-    """``runs`` with the KV blocks their logs show when no run records them and none was
-    given (:func:`replay.kv_capacity_log.kv_blocks_from_logs`: the plateau's blocks of the logs
-    whose cache fills); what was read, or the bound the logs give, is printed (stderr).
-
-    The runs are of one deployment (``calibrate fit``), so one size holds for all; the
-    calibration then records it among its engine settings, for ``replay`` to take.
-    """
-    from dataclasses import replace
-
-    from replay.kv_capacity_log import kv_blocks_from_logs
-
-    if not runs or any(r.config.engine.num_gpu_blocks is not None for r in runs):
-        return runs
-    cfg = runs[0].config
-    colocated = cfg.disagg is None and cfg.scheduling.replicas == 1
-    blocks, line = kv_blocks_from_logs([(r.name, r.trace) for r in runs], cfg.engine, cost_model, colocated)
-    if line:
-        click.echo(wrap(line), err=True)
-    if blocks is None:
-        return runs
-    return [replace(r, config=r.config.with_options(num_gpu_blocks=blocks)) for r in runs]

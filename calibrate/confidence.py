@@ -76,7 +76,7 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
     stats : ``{"threshold", "g_optimum", "dof", "rule", "n_evals", "points"}``; ``points`` is a
         list of dicts name -> value (natural units) of the traced parameters: the farthest
         point of the set each line search reached, the points a prediction band is replayed at
-        (:func:`replay.bands.band_cost_models`).
+        (:func:`replay.analysis.bands.band_cost_models`).
 
     Notes
     -----
@@ -277,7 +277,7 @@ def covariance_points(params: dict, correlations: dict, level: float = 0.95) -> 
     The ellipsoid ``(theta - theta0)^T C^-1 (theta - theta0) <= chi2_k(level)`` is the
     large-sample confidence set of a least-squares fit (Seber & Wild, Nonlinear Regression,
     1989, section 5.2); its principal axes are the eigenvectors of ``C``. The replayed
-    prediction at these points (:func:`replay.bands.band_cost_models`) is the sigma-point
+    prediction at these points (:func:`replay.analysis.bands.band_cost_models`) is the sigma-point
     propagation of the unscented transform (Julier & Uhlmann, Proc. IEEE 92(3), 2004).
     """
     from scipy.stats import chi2

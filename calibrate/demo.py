@@ -13,11 +13,11 @@ from pathlib import Path
 import click
 import numpy as np
 
-from replay.compare import compare, format_table
+from replay.analysis.compare import compare, format_table
 from replay.text import wrap
-from replay.cost_model import RooflineCostModel, cost_model_from_calibration
+from replay.cost.cost_model import RooflineCostModel, cost_model_from_calibration
 from replay.config import EngineOptions, RecordOptions, ReplayConfig, SchedulingOptions
-from replay.result_columns import steps_frame
+from replay.core.result_columns import steps_frame
 from replay.simulate import replay_frame
 from schemas.atomic import check_writable
 from schemas.calibration import FittedParam, sha256_of
@@ -134,9 +134,9 @@ WHAT_IF_RATE_SCALE = 1.5
 
 def _what_if(trace, truth, cal, cfg) -> None:
     """Step 4: a what-if the fit never saw (the load x :data:`WHAT_IF_RATE_SCALE`), predicted
-    with its 95 % band (:mod:`replay.bands`) and checked against the synthetic cluster."""
-    from replay.band_tables import format_prediction
-    from replay.bands import BandJob, predict_with_band, prediction_row
+    with its 95 % band (:mod:`replay.analysis.bands`) and checked against the synthetic cluster."""
+    from replay.analysis.band_tables import format_prediction
+    from replay.analysis.bands import BandJob, predict_with_band, prediction_row
 
     faster = trace.assign(arrival_time_s=trace["arrival_time_s"] / WHAT_IF_RATE_SCALE)
     band = predict_with_band(BandJob(faster, {}, cost_model_from_calibration(cal), cfg, cal.band_points))

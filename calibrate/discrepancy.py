@@ -5,7 +5,7 @@ errors of a request-log fit are the measured quantiles' sampling error: their me
 the mean of their sampling variances. A mean square above that is the part of the misfit no
 parameter value removes, the model's discrepancy (Kennedy & O'Hagan, "Bayesian calibration of
 computer models", JRSS B 63(3), 2001): a what-if predicted by that model is off by about as
-much, whatever its parameters, so a prediction band (:mod:`replay.bands`) adds it to the
+much, whatever its parameters, so a prediction band (:mod:`replay.analysis.bands`) adds it to the
 parameters' uncertainty.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ def model_error(runs, cost_model, quantiles) -> dict:
     ----------
     runs : list of calibrate.request_fit.Run
         The fitted runs (prepared: rejected requests left out).
-    cost_model : replay.cost_model.RooflineCostModel
+    cost_model : replay.cost.cost_model.RooflineCostModel
         At the fit's values.
     quantiles : percentiles compared.
 

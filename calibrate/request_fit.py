@@ -16,7 +16,7 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from replay.config import RecordOptions, ReplayConfig
 from replay.errors import ConfigError
 from replay.simulate import replay_frame

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from replay.compare import compare
+from replay.analysis.compare import compare
 from replay.config import ReplayConfig, RecordOptions
 from replay.simulate import replay_frame
 from schemas.tables import REQUEST_TRACE
@@ -164,7 +164,7 @@ def _with_engine_metadata(cfg: ReplayConfig, meta: dict, path, keep=frozenset())
 def score_runs(runs: list[Run], cost_model) -> pd.DataFrame:
     """Measured vs predicted on every run: one row per run and metric with the p50/p90
     relative errors (``err_p50``, ``err_p90``) and the absolute ones in ms where the
-    measured value is below 1 ms (``replay.compare.compare``'s table, stacked).
+    measured value is below 1 ms (``replay.analysis.compare.compare``'s table, stacked).
 
     Raises
     ------

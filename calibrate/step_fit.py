@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from replay.cost_model import FRONTEND_PARAMS, RooflineCostModel
+from replay.cost.cost_model import FRONTEND_PARAMS, RooflineCostModel
 from schemas.cost_params import PARAMS, CostParams
 from schemas.metrics import step_kind
 from schemas.step_record import feature_arrays

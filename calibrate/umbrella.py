@@ -4,10 +4,22 @@ from __future__ import annotations
 import click
 
 from replay.cli import main as replay_main
-from replay.cli.describe_load import add_load_to_describe
+from replay.cli.describe_load import with_load
 from replay.cli.plan import plan
 from traces.cli.support import FoldedGroup, version_option
 from traces.cli import main as traces_main
+
+
+def _calibrate_command() -> click.Command:
+    from .cli import main as command
+
+    return command
+
+
+def _demo_command() -> click.Command:
+    from .demo import demo
+
+    return demo
 
 
 class _LazyGroup(FoldedGroup):
@@ -16,10 +28,10 @@ class _LazyGroup(FoldedGroup):
     ``servecal --help`` does not need. The one-line help of each is given here (a test checks
     it against the command's own)."""
 
-    #: name -> ("module:attribute", one-line help shown by the group's --help)
+    #: name -> (function importing the command of this package, one-line help shown by the group's --help)
     lazy = {
-        "calibrate": ("calibrate.cli:main", "Fit the simulator's cost model to measured traces."),
-        "demo": ("calibrate.demo:demo", "Run import -> fit -> replay -> compare on a SYNTHETIC cluster and workload."),
+        "calibrate": (_calibrate_command, "Fit the simulator's cost model to measured traces."),
+        "demo": (_demo_command, "Run import -> fit -> replay -> compare on a SYNTHETIC cluster and workload."),
     }
 
     def list_commands(self, ctx):
@@ -27,10 +39,7 @@ class _LazyGroup(FoldedGroup):
 
     def get_command(self, ctx, cmd_name):
         if cmd_name in self.lazy and cmd_name not in self.commands:
-            import importlib
-
-            module, _, attr = self.lazy[cmd_name][0].partition(":")
-            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+            self.add_command(self.lazy[cmd_name][0](), cmd_name)
         return super().get_command(ctx, cmd_name)
 
     def format_commands(self, ctx, formatter):
@@ -65,9 +74,13 @@ def main():
     """
 
 
-#: ``traces`` with the replay-aware ``describe --calibration`` (the ``traces`` console script).
-traces_cli = traces_main
-add_load_to_describe(traces_cli.commands["describe"])
+#: ``traces`` with the replay-aware ``describe --calibration`` (the ``traces`` console script): a
+#: group of its own, so ``traces.cli.main`` and its ``describe`` stay as the traces package made them.
+traces_cli = FoldedGroup(traces_main.name, commands={**traces_main.commands,
+                                                     "describe": with_load(traces_main.commands["describe"])},
+                         callback=traces_main.callback, params=traces_main.params, help=traces_main.help,
+                         context_settings=traces_main.context_settings, epilog=traces_main.epilog,
+                         short_help=traces_main.short_help)
 
 main.add_command(traces_cli, "traces")
 main.add_command(replay_main, "replay")

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from schemas.engine_settings import SETTINGS, canonical, problem
 
-from .engine_config import check_setting
+from .core.engine_config import check_setting
 from .errors import ConfigError
 
 
@@ -73,7 +73,7 @@ class EngineOptions:
     preemption_mode : str
         ``recompute`` or ``swap`` (KV to host memory over ``swap_link`` and back).
     swap_link : str
-        Host link of swap preemption, a catalog link (:data:`replay.cost_model.LINKS`).
+        Host link of swap preemption, a catalog link (:data:`replay.cost.cost_model.LINKS`).
     num_speculative_tokens : int
         Speculative decoding: draft tokens ``K`` per decode and step (vLLM's name; the
         command line's ``--speculative-tokens``); 0: off. Each decode verifies ``K + 1`` positions (token
@@ -120,12 +120,12 @@ class SchedulingOptions:
     ----------
     scheduler : str
         Built-in name (``chunked``, ``fcfs``, ...), ``disagg`` (prefill/decode pools, see
-        :class:`replay.disagg.DisaggEngine` and :class:`DisaggOptions`) or
+        :class:`replay.core.disagg.DisaggEngine` and :class:`DisaggOptions`) or
         ``package.module:ClassName``; loaded (and so checked) when the replay starts.
     replicas : int
         Replicas of a colocated scheduler (``disagg``: :class:`DisaggOptions`).
     router : str
-        ``round_robin``, ``least_loaded`` or ``prefix_affinity`` (see :mod:`replay.routing`).
+        ``round_robin``, ``least_loaded`` or ``prefix_affinity`` (see :mod:`replay.core.routing`).
     slo_ttft_s, slo_tpot_s : float | None
         Latency objectives of requests whose trace row has none (``edf`` deadlines,
         goodput), seconds, > 0.
@@ -152,7 +152,7 @@ def check_link_options(name: str | None, bandwidth_bytes_per_s: float | None, la
 
 @dataclass(frozen=True)
 class DisaggOptions:
-    """The pools of ``--scheduler disagg`` (:class:`replay.disagg.DisaggEngine`).
+    """The pools of ``--scheduler disagg`` (:class:`replay.core.disagg.DisaggEngine`).
 
     Attributes
     ----------
@@ -162,9 +162,9 @@ class DisaggOptions:
         Tensor-parallel degree of each pool; None: the cost model's ``tp``.
     pp_prefill, pp_decode : int | None
         Pipeline-parallel stages of an instance of each pool (DistServe's ``pp_prefill``/
-        ``pp_decode``; :mod:`replay.pipeline`); None: the cost model's ``pp``.
+        ``pp_decode``; :mod:`replay.core.pipeline`); None: the cost model's ``pp``.
     link : str | None
-        Prefill-to-decode KV link, a catalog link (:data:`replay.cost_model.LINKS`);
+        Prefill-to-decode KV link, a catalog link (:data:`replay.cost.cost_model.LINKS`);
         None: the GPUs' own ``tp_link`` (both pools in one node, as DistServe places them).
     link_bandwidth_bytes_per_s, link_latency_s : float | None
         Explicit link bandwidth (bytes/s) and one-way latency (seconds), overriding the preset's.
@@ -191,7 +191,7 @@ class DisaggOptions:
 
 @dataclass(frozen=True)
 class ClosedLoopOptions:
-    """Closed loop (:class:`replay.closed_loop.ClosedLoop`), or the open loop of the trace.
+    """Closed loop (:class:`replay.core.closed_loop.ClosedLoop`), or the open loop of the trace.
 
     Attributes
     ----------

@@ -1,7 +1,9 @@
-"""Replay a request trace through the engine: the library entry point behind ``replay``.
+"""Replay a request trace through the engine: the library entry points behind ``replay``.
 
-The options are a :class:`~replay.config.ReplayConfig`; the columns of the result are built
-in :mod:`replay.result_columns`.
+:func:`run` replays a trace file or frame with a calibration (``replay.run``);
+:func:`replay_frame` replays a validated frame with a cost model. The options are a
+:class:`~replay.config.ReplayConfig`; the columns of the result are built in
+:mod:`replay.core.result_columns`.
 """
 from __future__ import annotations
 
@@ -16,25 +18,25 @@ import pandas as pd
 from schemas.specs import GpuSpec, ModelSpec
 from schemas.status import OK
 
-from .closed_loop import ClosedLoop, send_times_column
+from .core.closed_loop import ClosedLoop, send_times_column
 from .config import EngineOptions, ReplayConfig
-from .cost_model import LINKS, StepCostModel
-from .disagg import DisaggEngine, resolve_pools
-from .engine import Engine
-from .engine_config import EngineConfig
+from .cost.cost_model import LINKS, StepCostModel
+from .core.disagg import DisaggEngine, resolve_pools
+from .core.engine import Engine
+from .core.engine_config import EngineConfig
 from .errors import ConfigError
-from .kv_capacity import kv_capacity_blocks
-from .pipeline import PipelineDisaggEngine, PipelineEngine
-from .request import Request
-from .result_columns import result_frame, spec_columns
-from .routing import get_router
+from .cost.kv_capacity import kv_capacity_blocks
+from .core.pipeline import PipelineDisaggEngine, PipelineEngine
+from .core.request import Request
+from .core.result_columns import result_frame, spec_columns
+from .core.routing import get_router
 from .schedulers import get_scheduler_factory
 from .schedulers.base import SchedulerConfig
 
 
 def resolve_num_gpu_blocks(cfg: EngineOptions, model: ModelSpec, gpu: GpuSpec, tp: int, pp: int = 1) -> int:
     """KV blocks per replica: ``cfg.num_gpu_blocks`` or the cache that fits beside the weights
-    (of ``tp x pp`` GPUs: each holds ``1 / pp`` of the layers, :func:`~replay.kv_capacity.kv_capacity_blocks`).
+    (of ``tp x pp`` GPUs: each holds ``1 / pp`` of the layers, :func:`~replay.cost.kv_capacity.kv_capacity_blocks`).
 
     Raises
     ------
@@ -129,10 +131,10 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
         ``pred_num_preemptions``, ``pred_status`` and, when recorded,
         ``pred_token_times_s`` (relative to arrival); with prefix caching
         ``pred_num_cached_tokens`` (prefix-cache hit at first admission, tokens); with
-        ``disagg`` the columns of :meth:`replay.disagg.DisaggEngine.result_columns`
+        ``disagg`` the columns of :meth:`replay.core.disagg.DisaggEngine.result_columns`
         (``pred_queue_wait_s`` is then the prefill queue wait, ``pred_replica_id`` the
         prefill instance); with speculative decoding ``pred_num_draft_tokens``,
-        ``pred_num_accepted_tokens`` and ``pred_acceptance_length`` (:func:`~replay.result_columns.spec_columns`).
+        ``pred_num_accepted_tokens`` and ``pred_acceptance_length`` (:func:`~replay.core.result_columns.spec_columns`).
     engine : Engine
 
     Raises
@@ -147,13 +149,13 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
     replica of ``dp`` ranks stepping in lock step: ``max_num_seqs``,
     ``max_num_batched_tokens`` and the KV blocks (all per rank, as vLLM takes them) are
     multiplied by ``dp``, and the step is priced for the group's tokens spread evenly over
-    the ranks (:class:`replay.cost_terms.ReplicaShape`). An imbalance between the ranks
+    the ranks (:class:`replay.cost.cost_terms.ReplicaShape`). An imbalance between the ranks
     (one busy, one idle running a dummy batch) is not modelled beyond that.
 
     A cost model with ``pp > 1`` (vLLM ``--pipeline-parallel-size``; for ``disagg`` the pools'
     ``pp_prefill``/``pp_decode``) makes each replica ``pp`` virtual engines of ``max_num_seqs``
     and ``1 / pp`` of its KV blocks, with up to ``pp`` micro-batches in flight through its
-    stages (:mod:`replay.pipeline`); such a replay always takes the exact path (every step
+    stages (:mod:`replay.core.pipeline`); such a replay always takes the exact path (every step
     through the event heap), so ``exact_steps`` changes nothing there.
     """
     eng, sched, closed, rec = cfg.engine, cfg.scheduling, cfg.closed_loop, cfg.record
@@ -243,11 +245,80 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
     return result, engine
 
 
+def run(trace, calibration, config: ReplayConfig | None = None, *, model: str | ModelSpec | None = None,
+        tp: int | None = None, dp: int | None = None, pp: int | None = None, expert_parallel: bool | None = None,
+        **settings) -> pd.DataFrame:
+    """Replay a request trace with a calibration; ``replay.run``, the library call of
+    ``replay TRACE --calibration CAL [settings]`` (the result ``replay -o`` writes).
+
+    Parameters
+    ----------
+    trace : str, os.PathLike or pandas.DataFrame
+        A request trace (``request_trace/1`` Parquet, as ``traces import`` writes), or its
+        rows as a frame (seconds, tokens); either is validated first.
+    calibration : str, os.PathLike or schemas.calibration.Calibration
+        What ``calibrate fit`` wrote.
+    config : ReplayConfig, optional
+        The engine and scheduling settings; not with ``settings``.
+    model : str or ModelSpec, optional
+        Another model on the calibrated GPU (catalog key, Hugging Face id or ``config.json``).
+    tp, dp, pp, expert_parallel : optional
+        Parallelism (vLLM's ``--tensor-parallel-size``...); None: the calibration's.
+    **settings
+        The settings by ``replay``'s option names, which are vLLM's (``max_num_seqs=128``,
+        ``scheduler="chunked"``, ``seed=1``; :meth:`ReplayConfig.from_options`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The trace's rows plus the predictions (:func:`replay_frame`'s ``result``; seconds).
+
+    Raises
+    ------
+    schemas.errors.SchemaError
+        A trace or calibration that cannot be read or breaks the contract, naming it.
+    schemas.errors.SpecError
+        An unknown ``model``.
+    ReplayError
+        A trace file that is not a request trace.
+    ConfigError
+        Unknown or invalid settings, ``config`` and ``settings`` together, or a combination
+        that cannot run (a TP that does not divide the heads, a KV cache of no block).
+
+    Notes
+    -----
+    The settings are exactly those given, over vLLM's defaults: unlike the command, nothing
+    is taken from the settings a calibration, a trace or a vLLM log recorded, and the KV
+    cache is not read from the log (give ``num_gpu_blocks``).
+    """
+    from schemas.calibration import Calibration
+    from schemas.kinds import REQUEST_TRACE
+    from schemas.specs import get_model
+    from traces.io import read_trace, validated_frame
+
+    from .cost.cost_model import cost_model_from_calibration
+    from .errors import ReplayError
+
+    if config is not None and settings:
+        raise ConfigError(f"give the settings as config or by name, not both ({', '.join(settings)})")
+    cfg = config if config is not None else ReplayConfig.from_options(**settings)
+    cal = calibration if isinstance(calibration, Calibration) else Calibration.read(calibration)
+    model_spec = get_model(model) if isinstance(model, str) else model
+    cost_model = cost_model_from_calibration(cal, model_spec, tp, dp, pp, expert_parallel=expert_parallel)
+    if isinstance(trace, pd.DataFrame):
+        frame, meta = validated_frame(trace, REQUEST_TRACE, "the trace frame"), {}
+    else:
+        kind, frame, meta = read_trace(trace)
+        if kind != REQUEST_TRACE:
+            raise ReplayError(f"{trace}: is a {kind}; a replay needs a request trace ({REQUEST_TRACE})")
+    return replay_frame(frame, cost_model, cfg, meta)[0]
+
+
 def frontend_delays(cost_model, df: pd.DataFrame) -> tuple[np.ndarray | None, float]:
     """Per row, the time before the engine (seconds), and the time per streamed output token
     after the first (seconds), of a cost model with front-end terms
     (:meth:`RooflineCostModel.frontend_s`); ``(None, 0.0)`` when both are zero and for a cost
-    model without them. Open and closed loop alike (:class:`replay.closed_loop.ClosedLoop`).
+    model without them. Open and closed loop alike (:class:`replay.core.closed_loop.ClosedLoop`).
     """
     if not hasattr(cost_model, "frontend_s"):
         return None, 0.0

@@ -11,5 +11,5 @@
 - ``spec_types``, ``hf_config``, ``dtypes``, ``spec_catalog`` (re-exported by ``specs``):
   model, GPU and link specs, Hugging Face configs, the built-in catalog (``catalog/``).
 - ``errors``: the error types (the command-line error mapping is
-  :mod:`traces.cli.support`; the console-script entry :mod:`traces.console`).
+  :mod:`traces.cli.support`; the console scripts' Ctrl-C guard :mod:`traces.console`).
 """

@@ -62,7 +62,7 @@ class Calibration:
     params : dict[str, FittedParam]
         Keyed by names of :data:`schemas.cost_params.PARAMS`; absent ones take their default.
     terms : list[str]
-        Names of the cost terms the parameters were fitted with (``replay.cost_terms``).
+        Names of the cost terms the parameters were fitted with (``replay.cost.cost_terms``).
     dp : int
         Data-parallel ranks stepping as one replica (vLLM ``--data-parallel-size``).
     expert_parallel : bool
@@ -83,7 +83,7 @@ class Calibration:
     band_points : list[dict]
         Points of the parameters' 95 % confidence set (name -> value, natural units; the
         others at ``params``): where the data allow the parameters to be. ``replay`` replays
-        at each to put a band on every prediction (:mod:`replay.bands`); empty in files
+        at each to put a band on every prediction (:mod:`replay.analysis.bands`); empty in files
         written before bands (then a prediction has no band).
     model_error : dict[str, float]
         Per measured metric (``ttft_s``, ``tpot_s``, ``e2e_s``), the relative misfit of the fit

@@ -2,7 +2,7 @@
 
 Every parameter of the step-time model and of the front-end terms is declared here, with
 its unit, physical range, default and meaning. The engine's cost model
-(:mod:`replay.cost_model`, :mod:`replay.cost_terms`), both fits (``calibrate``) and the
+(:mod:`replay.cost.cost_model`, :mod:`replay.cost.cost_terms`), both fits (``calibrate``) and the
 calibration file (:mod:`schemas.calibration`) read this one table: a bound or a default
 changes here and nowhere else. It lives in ``schemas`` because the calibration file's
 contract holds these names and ranges.
@@ -68,7 +68,7 @@ PARAMS: MappingProxyType = MappingProxyType({p.name: p for p in (
        "fraction of the datasheet memory bandwidth reached reading weights and KV (seed section 1)"),
     _p("eta_prefill_kv", "", 0.01, 1.0, 0.5, 1.0,
        "fraction of the memory bandwidth reached by chunked-prefill attention re-reading the KV "
-       "history once per query head (replay.cost_terms.PrefillAttentionKV); default from "
+       "history once per query head (replay.cost.cost_terms.PrefillAttentionKV); default from "
        "LLMServingSim's attention profiles of Llama-3.1-8B on RTX PRO 6000 and RTX 4090"),
     _p("overlap", "", 0.0, 1.0, 0.0, 1.0,
        "how much of the smaller of compute and memory time is NOT hidden under the larger: "

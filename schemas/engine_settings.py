@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 #: The parts of a replay's configuration (:mod:`replay.config`), and ``hardware``: the
-#: parallelism of the cost model (:class:`replay.cost_model.RooflineCostModel`).
+#: parallelism of the cost model (:class:`replay.cost.cost_model.RooflineCostModel`).
 PARTS = ("engine", "scheduling", "disagg", "closed_loop", "hardware")
 
 
@@ -168,10 +168,10 @@ _S = (
                 source="vLLM v0 EngineArgs preemption_mode (v1 recomputes)"),
     SettingSpec("replicas", "scheduling", int, 1, "", ("--replicas",),
                 "Replicas of a colocated scheduler (disagg: --prefill-replicas, --decode-replicas).", low=1,
-                recorded=True, source="servecal (replay.routing): replicas behind a router"),
+                recorded=True, source="servecal (replay.core.routing): replicas behind a router"),
     SettingSpec("router", "scheduling", str, "round_robin", "", ("--router",),
                 "How arrivals are spread over replicas.", choices=("round_robin", "least_loaded", "prefix_affinity"),
-                recorded=True, source="servecal (replay.routing)"),
+                recorded=True, source="servecal (replay.core.routing)"),
     SettingSpec("long_prefill_token_threshold", "engine", int, 0, "tokens", ("--long-prefill-token-threshold",),
                 "vLLM's per-request cap on the prompt tokens of one step, applied before the token budget to new "
                 "and partially prefilled requests alike (chunked, sjf, edf, disagg prefill; fcfs and static admit "

@@ -9,7 +9,7 @@ A request's ``status`` (``request_trace/1``) and ``pred_status`` (``replay_resul
 - ``rejected: ...``: the replay could not admit it (longer than the model or the KV cache);
 - ``not simulated: ...`` (``pred_status`` only): a request the replay left out.
 
-While a replay runs, a request's state (``replay.request.Request.status``) is :data:`WAITING`,
+While a replay runs, a request's state (``replay.core.request.Request.status``) is :data:`WAITING`,
 :data:`RUNNING`, :data:`SWAPPED` or :data:`TRANSFERRING`, then :data:`OK` or a rejection.
 """
 OK = "ok"

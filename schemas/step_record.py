@@ -7,10 +7,10 @@ loop); the step trace's columns (:data:`schemas.tables.STEP_COLUMNS`), the fits'
 cost model's arguments and every reader that wants a field by name (:class:`StepRow`,
 :data:`FIELD_INDEX`) come from this one declaration. A feature's name is also the attribute
 of the engine's batch (:class:`replay.schedulers.base.Batch`) that holds it and the keyword
-of :meth:`replay.cost_model.RooflineCostModel.step_time_s`.
+of :meth:`replay.cost.cost_model.RooflineCostModel.step_time_s`.
 
 Adding a feature: one :class:`StepField` in :data:`STEP_FEATURES` (the batch keeps its
-aggregate), then a cost term that reads it (:mod:`replay.cost_terms`).
+aggregate), then a cost term that reads it (:mod:`replay.cost.cost_terms`).
 """
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """Test helpers shared by several test modules (not fixtures)."""
 from __future__ import annotations
 
-from replay.engine import Engine
-from replay.engine_config import EngineConfig
+from replay.core.engine import Engine
+from replay.core.engine_config import EngineConfig
 from schemas.calibration import Calibration, FittedParam
-from replay.request import Request
+from replay.core.request import Request
 from replay.schedulers import get_scheduler_factory
 from replay.schedulers.base import SchedulerConfig
 from schemas.step_record import StepRow

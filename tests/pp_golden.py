@@ -13,7 +13,7 @@ import json
 import sys
 
 from replay.config import DisaggOptions, EngineOptions, RecordOptions, ReplayConfig, SchedulingOptions
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from replay.simulate import replay_frame
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model

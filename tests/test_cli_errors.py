@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from calibrate.umbrella import main as servecal
 from schemas.tables import STEP_TRACE, to_table, write_table
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 
 GOOD = {"request_id": "r0", "input_toks": 10, "output_toks": 5, "arrival_time": 1.0e9, "queued_ts": 5.0,

@@ -86,7 +86,7 @@ def test_vllm_spellings_parse_to_the_same_values():
 
 
 def test_the_table_defaults_are_the_configuration_defaults():
-    from replay.cost_model import RooflineCostModel
+    from replay.cost.cost_model import RooflineCostModel
     from schemas.calibration import Calibration
 
     for part, cls in {"engine": EngineOptions, "scheduling": SchedulingOptions, "disagg": DisaggOptions,
@@ -107,7 +107,7 @@ def test_the_table_defaults_are_the_configuration_defaults():
 
 
 def test_the_names_the_engine_accepts_are_the_table_choices():
-    from replay.routing import ROUTERS
+    from replay.core.routing import ROUTERS
     from replay.schedulers.disagg import FIRST_TOKEN_FROM
     from schemas.specs import link_presets
 
@@ -156,7 +156,7 @@ def test_the_older_name_of_the_draft_tokens_is_still_read():
 
 def _calibration_recording(tmp_path, engine: dict):
     from helpers import write_calibration
-    from replay.cost_model import RooflineCostModel
+    from replay.cost.cost_model import RooflineCostModel
     from schemas.specs import get_gpu, get_model
     from schemas.tables import REQUEST_TRACE
     from traces.io import write_trace

@@ -10,7 +10,7 @@ import pytest
 
 from calibrate.umbrella import main as servecal
 from helpers import flat, invoke_servecal as invoke, write_calibration, write_content
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
 from schemas.tables import REQUEST_TRACE, to_table, write_table

@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from replay.cli import progress
-from replay.compare import REL_ERR_FLOOR_S, broken_tolerances, compare, err_cell, format_table
-from replay.cost_model import RooflineCostModel
+from replay.analysis.compare import REL_ERR_FLOOR_S, broken_tolerances, compare, err_cell, format_table
+from replay.cost.cost_model import RooflineCostModel
 from replay.config import EngineOptions, ReplayConfig
 from replay.simulate import replay_frame
 from replay.text import WIDTH, render_table, wrap

@@ -9,7 +9,7 @@ from replay.cli import main as replay_main
 from helpers import write_calibration
 from schemas.specs import get_gpu, get_model
 from schemas.tables import REQUEST_TRACE, to_table, write_table
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 
 README = Path(__file__).parents[1] / "README.md"

@@ -64,7 +64,7 @@ def test_replay_within_15_percent_of_measured(run_dir):
     assert res.exit_code == 0, res.output
     pred = pd.read_parquet(run_dir / "pred.parquet")
     assert (pred["pred_status"] == "ok").all()
-    from replay.compare import compare
+    from replay.analysis.compare import compare
 
     table = compare(pred).set_index("metric")
     for m in ("ttft", "tpot", "e2e"):

@@ -6,5 +6,5 @@
 - ``synth``, ``transform``, ``describe``: synthetic workloads, windows and rate scaling,
   a trace's statistics.
 - ``cli/``: the ``traces`` command, and (``cli/support``) the error mapping and ``--version``
-  every servecal command shares; ``console``: the process entry of every console script.
+  every servecal command shares; ``console``: the Ctrl-C guard every console script's entry runs its command under.
 """

@@ -1,11 +1,13 @@
-"""The process entry of the console scripts (``traces``, ``replay``, ``calibrate``, ``servecal``).
+"""The Ctrl-C guard of the console scripts (``traces``, ``replay``, ``calibrate``, ``servecal``).
 
 A console script runs ``from <module> import <func>; sys.exit(<func>())``. Pointing it at the
 click groups directly leaves two gaps: a Ctrl-C during the second or so of start-up imports
 (numpy, pandas, pyarrow, scipy, lmfit) prints a ``KeyboardInterrupt`` traceback, and click
-maps a Ctrl-C to "Aborted!" with exit code 1, the code of invalid data. This module imports
-nothing heavy itself; :func:`run` starts catching interrupts before the command's package is
-imported (by name, so the one-way layering of the packages stays as it is) and maps:
+maps a Ctrl-C to "Aborted!" with exit code 1, the code of invalid data. Each layer's entry
+(``replay.console.main``; ``calibrate.console.servecal``, ``traces`` and ``calibrate``) imports
+this module first, which imports nothing heavy and holds a Ctrl-C from its first line, and
+passes :func:`run` a function that imports its own command when called (a direct reference,
+resolved inside the layer that owns the command). :func:`run` maps:
 
 * Ctrl-C at any moment -> one line on stderr, exit code 130 (128 + SIGINT), no traceback;
   an output not yet renamed into place is never left behind (:func:`schemas.atomic.atomic_output`);
@@ -21,14 +23,19 @@ imported (by name, so the one-way layering of the packages stays as it is) and m
 It sits in ``traces`` (the lowest package with a CLI) beside ``cli/``, not in it: importing
 ``traces.cli`` runs the ``traces`` group's imports (click and the commands), which would come
 before the first line here and widen the start-up window in which a Ctrl-C is a traceback.
+Not in ``schemas``: it maps click's exceptions, and the data layer imports no click.
 """
 from __future__ import annotations
 
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING, Callable
 
 from schemas.quiet import quiet_warnings
+
+if TYPE_CHECKING:
+    import click
 
 #: Exit code of a command interrupted by Ctrl-C (the shell's 128 + SIGINT).
 EXIT_INTERRUPTED = 130
@@ -61,12 +68,9 @@ def _interrupted() -> int:
     return EXIT_INTERRUPTED
 
 
-def _invoke(spec: str) -> int:
-    import importlib
-
+def _invoke(load: Callable[[], "click.Command"]) -> int:
     quiet_warnings()
-    module, _, attr = spec.partition(":")
-    cmd = getattr(importlib.import_module(module), attr)
+    cmd = load()
     import click
 
     prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else None
@@ -86,14 +90,17 @@ def _invoke(spec: str) -> int:
     return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
 
 
-def run(spec: str) -> "None":
-    """Run the click command ``module:attr`` as a process and exit with its code."""
+def run(load: Callable[[], "click.Command"]) -> "None":
+    """Run the click command ``load()`` returns as the process and exit with its code.
+
+    ``load`` imports the command when called (after the guard took over), so a Ctrl-C during
+    those imports is exit 130 too."""
     try:
         if signal.getsignal(signal.SIGINT) is _defer:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         if _pending:
             raise KeyboardInterrupt
-        code = _invoke(spec)
+        code = _invoke(load)
     except SystemExit as exc:  # a command's own exit code (e.g. replay's 3 for a broken tolerance)
         code = exc.code
     except KeyboardInterrupt:
@@ -107,22 +114,3 @@ def run(spec: str) -> "None":
         pass
     sys.exit(code)
 
-
-def servecal():
-    """``servecal``: every command, nested."""
-    run("calibrate.umbrella:main")
-
-
-def traces():
-    """``traces``."""
-    run("calibrate.umbrella:traces_cli")
-
-
-def replay():
-    """``replay``."""
-    run("replay.cli:main")
-
-
-def calibrate():
-    """``calibrate``."""
-    run("calibrate.cli:main")

@@ -112,3 +112,17 @@ def recorded_engine_settings(metadata: dict, path) -> dict | None:
                                    "for gpu_memory_utilization, a built-in scheduler's name for scheduler)")
         out[key] = value
     return out or None
+
+
+def validated_frame(frame: pd.DataFrame, kind: str, name: str) -> pd.DataFrame:
+    """``frame`` checked as a ``kind`` table by the rules :func:`read_trace` checks a file by,
+    returned with the contract's dtypes (float64 seconds, int64 tokens); ``name`` is what the
+    messages call it (there is no file).
+
+    Raises
+    ------
+    schemas.errors.SchemaError
+        A column that cannot be cast to its type, or every rule the frame breaks
+        (ValidationError), naming ``name``.
+    """
+    return validate(to_table(kind, frame), name, kind).to_pandas()

@@ -31,7 +31,7 @@ from .runners import (TableReport, check_sweep_options, compare_schedulers_run, 
 
 # an unknown --model is a bad option (exit 2), as in 'calibrate fit'; a bad spec inside a
 # calibration file is reported as that file's fault (SchemaError, exit 1) by Calibration.read
-#: The engine options the KV cache's size depends on (:func:`replay.kv_capacity_log.kv_blocks_from_logs`).
+#: The engine options the KV cache's size depends on (:func:`replay.analysis.kv_capacity_log.kv_blocks_from_logs`).
 _KV_OPTIONS = ("num_gpu_blocks", "gpu_memory_utilization", "block_size", "max_num_seqs")
 _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, SpecError), output_folders=report_folders)
 
@@ -107,15 +107,15 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
     """
     from traces.io import read_trace
 
-    from ..closed_loop import on_send_times
-    from ..compare import METRICS, broken_tolerances, compare, format_table
-    from ..disagg import DisaggEngine, describe_config
+    from ..core.closed_loop import on_send_times
+    from ..analysis.compare import METRICS, broken_tolerances, compare, format_table
+    from ..core.disagg import DisaggEngine, describe_config
     from ..schedulers import get_scheduler_factory
     from ..config import RecordOptions
-    from ..result_columns import steps_frame
+    from ..core.result_columns import steps_frame
     from ..simulate import replay_frame
-    from ..band_tables import band_coverage, format_prediction
-    from ..whatif_table import format_whatif_table
+    from ..analysis.band_tables import band_coverage, format_prediction
+    from ..analysis.whatif_table import format_whatif_table
     from .band_run import main_band, measured_goodput, slo_words
 
     show_progress(quiet)
@@ -172,7 +172,7 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
     warning = check_limits(str(trace), frame, kwargs["max_num_seqs"], cost_model.dp)
     if warning:
         click.echo(wrap(warning), err=True)
-    from ..kv_capacity_log import kv_blocks_from_logs  # numpy: not for --help
+    from ..analysis.kv_capacity_log import kv_blocks_from_logs  # numpy: not for --help
 
     blocks, kv_line = kv_blocks_from_logs(
         [(str(trace), frame)], EngineOptions(**{k: kwargs[k] for k in _KV_OPTIONS}), cost_model,
@@ -244,7 +244,7 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
     if skipped.all() or n_ok == 0:
         click.echo("warning: no request completed in the simulation; nothing to compare", err=True)
     if eng.num_speculative_tokens:
-        from ..result_columns import spec_decode_stats
+        from ..core.result_columns import spec_decode_stats
 
         st = spec_decode_stats(engine)
         click.echo(wrap(f"speculative decoding: {st['num_accepted_tokens']} of {st['num_draft_tokens']} draft tokens "
@@ -267,7 +267,7 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
         write_trace(steps_frame(engine), STEP_TRACE, steps_out, {"source": "servecal replay"})
         click.echo(f"wrote {steps_out}")
     if chrome_trace:
-        from ..chrome_trace import write_chrome_trace
+        from ..analysis.chrome_trace import write_chrome_trace
 
         # closed loop: the simulated sends
         written = write_chrome_trace(chrome_trace, engine, on_send_times(result), trace_window,

@@ -12,7 +12,7 @@ SERIAL_BELOW_S = 3.0
 
 @contextlib.contextmanager
 def band_mapper(replays: int, seconds_each: float, jobs: int | None = None):
-    """A ``mapper(fn, items) -> list`` for :func:`replay.bands.predict_with_band`, or None (run
+    """A ``mapper(fn, items) -> list`` for :func:`replay.analysis.bands.predict_with_band`, or None (run
     here) when ``replays`` replays of ``seconds_each`` seconds take less than
     :data:`SERIAL_BELOW_S` or one process is all there is (``jobs``, default the CPU count)."""
     workers = min(jobs or os.cpu_count() or 1, replays)
@@ -27,7 +27,7 @@ def band_mapper(replays: int, seconds_each: float, jobs: int | None = None):
 
 def band_of_replay(frame, meta, cost_model, cfg, points: list, point_row: dict, seconds_each: float,
                    model_error: dict | None = None):
-    """The band of one replay already run (``point_row``: its :func:`replay.bands.prediction_row`,
+    """The band of one replay already run (``point_row``: its :func:`replay.analysis.bands.prediction_row`,
     which took ``seconds_each`` seconds), from its calibration's ``points`` (None: no band, not
     even the seed spread of a replay that draws random numbers).
 
@@ -37,7 +37,7 @@ def band_of_replay(frame, meta, cost_model, cfg, points: list, point_row: dict, 
     """
     from dataclasses import replace
 
-    from ..bands import BandJob, band_of_rows, predict_with_band
+    from ..analysis.bands import BandJob, band_of_rows, predict_with_band
     from ..config import RecordOptions
 
     if points is None:  # --no-band
@@ -52,9 +52,9 @@ def main_band(frame, meta, cost_model, cfg, points: list, result, seconds_each: 
               model_error: dict | None = None):
     """The band of ``replay``'s own replay (``result``, which took ``seconds_each`` seconds):
     :func:`band_of_replay` at the calibration's ``points``; a band of the point alone
-    (:meth:`replay.bands.Band.has_band` False) when ``points`` is None (``--no-band``) or
+    (:meth:`replay.analysis.bands.Band.has_band` False) when ``points`` is None (``--no-band``) or
     empty and the replay draws nothing."""
-    from ..bands import band_of_rows, prediction_row
+    from ..analysis.bands import band_of_rows, prediction_row
 
     s = cfg.scheduling
     row = prediction_row(result, s.slo_ttft_s, s.slo_tpot_s)
@@ -76,6 +76,6 @@ def measured_goodput(result, scheduling) -> float | None:
     """The measured run's goodput under the SLOs (requests/s), when it has latencies and an SLO is given."""
     if slo_words(scheduling) is None or not {"ttft_s", "tpot_s", "e2e_s"} <= set(result.columns):
         return None
-    from ..metrics import goodput_rps
+    from ..analysis.metrics import goodput_rps
 
     return goodput_rps(result, scheduling.slo_ttft_s, scheduling.slo_tpot_s, prefix="")

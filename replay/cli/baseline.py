@@ -113,8 +113,8 @@ def rederive_kv_blocks(kwargs: dict, sources: list, cal: Calibration, cost_model
     weights and the cache: ``other = mem * util - weights / t0 - B0 * block_bytes(t0)``
     (clipped at 0), kept at the new TP ``t``:
     ``floor((mem * util - weights / t - other) / block_bytes(t))``
-    (:func:`replay.kv_capacity.kv_capacity_blocks`; bytes per GPU, ``block_bytes`` of
-    :func:`replay.kv_capacity.kv_block_bytes_per_rank`). A typed ``--num-gpu-blocks`` wins;
+    (:func:`replay.cost.kv_capacity.kv_capacity_blocks`; bytes per GPU, ``block_bytes`` of
+    :func:`replay.cost.kv_capacity.kv_block_bytes_per_rank`). A typed ``--num-gpu-blocks`` wins;
     a count recorded at the same TP is kept. Another DP degree keeps the per-rank count
     (each rank has its own cache and GPU).
 
@@ -128,7 +128,7 @@ def rederive_kv_blocks(kwargs: dict, sources: list, cal: Calibration, cost_model
     ConfigError
         The weights do not fit at the new TP.
     """
-    from ..kv_capacity import kv_block_bytes_per_rank, kv_capacity_blocks
+    from ..cost.kv_capacity import kv_block_bytes_per_rank, kv_capacity_blocks
 
     old = kwargs.get("num_gpu_blocks")
     if old is None or _typed("num_gpu_blocks"):

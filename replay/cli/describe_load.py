@@ -16,30 +16,34 @@ from .engine_settings import calibrated_cost_model
 _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError,))
 
 
-def add_load_to_describe(describe: click.Command) -> click.Command:
-    """Give ``traces describe`` the ``--calibration``/``--model`` options (offered load, P-K).
+def with_load(describe: click.Command) -> click.Command:
+    """A new ``describe`` command: ``traces describe`` (left as it is) plus the
+    ``--calibration``/``--model`` options that add the offered load (M/G/1).
 
     ``traces`` sits below ``replay`` and cannot import it, so the top-level command line
-    (calibrate/umbrella.py) extends the command in place.
+    (calibrate/umbrella.py) composes the two parts into the ``describe`` it runs.
     """
-    describe.params += [
+    load_options = [
         click.Option(["--calibration", "calibration_path"], type=click.Path(dir_okay=False), default=None,
                      help="Show the offered load rho, E[S], E[S^2] and the Pollaczek-Khinchine wait of a "
                           "request-at-a-time server with this calibration, next to the replayed wait."),
         click.Option(["--model"], default=None, help="With --calibration: another model on the calibrated GPU."),
     ]
-    base = describe.callback
 
     @_errors
     def callback(calibration_path=None, model=None, **kwargs):
-        base(**kwargs)
+        describe.callback(**kwargs)
         if calibration_path:
             click.echo(describe_load(kwargs["file"], calibration_path, model))
 
-    describe.callback = callback
-    describe.help += ("\n\n    With --calibration, the M/G/1 view (seed section 3): each request served alone "
-                      "on the roofline,\n    rho = lambda E[S], and the P-K mean wait next to a batch-size-1 FCFS replay.")
-    return describe
+    help_text = describe.help + ("\n\n    With --calibration, the M/G/1 view (seed section 3): each request served "
+                                 "alone on the roofline,\n    rho = lambda E[S], and the P-K mean wait next to a "
+                                 "batch-size-1 FCFS replay.")
+    return type(describe)(describe.name, context_settings=describe.context_settings, callback=callback,
+                          params=[*describe.params, *load_options], help=help_text, epilog=describe.epilog,
+                          short_help=describe.short_help, options_metavar=describe.options_metavar,
+                          add_help_option=describe.add_help_option, no_args_is_help=describe.no_args_is_help,
+                          hidden=describe.hidden, deprecated=describe.deprecated)
 
 
 def describe_load(trace: str, calibration_path: str, model: str | None) -> str:
@@ -48,7 +52,7 @@ def describe_load(trace: str, calibration_path: str, model: str | None) -> str:
 
     from traces.io import read_trace
 
-    from ..queueing import offered_load
+    from ..analysis.queueing import offered_load
     from ..config import EngineOptions, ReplayConfig, SchedulingOptions
     from ..simulate import replay_frame
 

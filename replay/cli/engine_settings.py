@@ -241,7 +241,7 @@ def calibrated_cost_model(path, cal: Calibration, model_spec=None, tp: int | Non
         When ``--model``, ``--tp``, ``--pp`` or ``--enable-expert-parallel`` makes the combination
         impossible.
     """
-    from ..cost_model import cost_model_from_calibration
+    from ..cost.cost_model import cost_model_from_calibration
 
     try:
         return cost_model_from_calibration(cal, model_spec, tp, dp, pp, expert_parallel=expert_parallel)

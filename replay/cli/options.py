@@ -128,7 +128,7 @@ def report_folders(kwargs: dict) -> dict:
 
 def parse_tolerances(text: str | None) -> dict[str, float]:
     """``"ttft_p50=0.1,tpot_p50=0.1"`` -> ``{"ttft_p50": 0.1, "tpot_p50": 0.1}``."""
-    from ..compare import METRIC_LABELS
+    from ..analysis.compare import METRIC_LABELS
 
     known = set(METRIC_LABELS)
     out = {}
@@ -159,7 +159,7 @@ def chrome_trace_options(chrome_trace, window: str | None, max_requests: int):
         ``--chrome-trace-window`` or a non-default ``--chrome-trace-max-requests`` without
         ``--chrome-trace``; a bad window.
     """
-    from ..chrome_trace import parse_window
+    from ..analysis.chrome_trace import parse_window
 
     ctx = click.get_current_context()
     given = [opt for opt, name in (("--chrome-trace-window", "chrome_trace_window"),

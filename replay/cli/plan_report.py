@@ -15,7 +15,7 @@ def _echo(line: str = "") -> None:
 def header_lines(plan, cals, slo, trace) -> list[str]:
     """What was planned for: the workload and target, the objectives, the calibrations and
     their bands, the shared engine settings, the KV cache sizing, the extrapolations."""
-    from ..kv_capacity import kv_capacity_blocks
+    from ..cost.kv_capacity import kv_capacity_blocks
 
     ref_path, ref = cals.items[0]
     res = plan.result

@@ -54,10 +54,10 @@ def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: D
 
     import pandas as pd
 
-    from ..band_tables import band_columns, band_legend
-    from ..bands import prediction_row
-    from ..compare import format_scheduler_table
-    from ..disagg import describe_config
+    from ..analysis.band_tables import band_columns, band_legend
+    from ..analysis.bands import prediction_row
+    from ..analysis.compare import format_scheduler_table
+    from ..core.disagg import describe_config
     from ..simulate import replay_frame
     from .band_run import band_of_replay
 
@@ -94,7 +94,7 @@ def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: D
 
 def no_band(points: list | None) -> str:
     """Why a table has no band: ``--no-band`` given (``points`` None), or a calibration without band points."""
-    from ..band_tables import NO_BAND_POINTS
+    from ..analysis.band_tables import NO_BAND_POINTS
 
     return "no band (--no-band)" if points is None else NO_BAND_POINTS
 
@@ -112,9 +112,9 @@ def hardware(cost_model, replicas: int) -> str:
 
 def num_gpus(cost_model, replicas: int, disagg=None) -> int:
     """GPUs a run uses: ``replicas`` x TP x DP x PP colocated, or the prefill and decode pools'
-    (:func:`replay.disagg.pool_gpus`) of ``disagg`` (:class:`~replay.config.DisaggOptions`)."""
+    (:func:`replay.core.disagg.pool_gpus`) of ``disagg`` (:class:`~replay.config.DisaggOptions`)."""
     if disagg is not None:
-        from ..disagg import pool_gpus
+        from ..core.disagg import pool_gpus
 
         return pool_gpus(cost_model, disagg)
     return replicas * cost_model.tp * getattr(cost_model, "dp", 1) * getattr(cost_model, "pp", 1)
@@ -181,7 +181,7 @@ def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: in
     import os
     import time
 
-    from ..band_tables import band_legend, row_band
+    from ..analysis.band_tables import band_legend, row_band
     from ..sweep import SweepContext, format_sweep_table, run_sweep, sweep_points, write_sweep_table
 
     from traces.transform import rescaled_arrival_problem

@@ -3,7 +3,7 @@
 The workload is a request trace at a target rate; the candidates a grid of GPU types, TP
 degrees, replicas, engine limits and schedulers (:mod:`.grid`); each is replayed with its
 calibrated (or carried) cost model, and the search (:mod:`.search`) prunes by the point
-prediction before it computes bands (:mod:`replay.bands`) and max rates. :mod:`.slo` parses
+prediction before it computes bands (:mod:`replay.analysis.bands`) and max rates. :mod:`.slo` parses
 and checks the objectives, :mod:`.advice` says which parameters to measure when the band
 changes the answer, :mod:`.table` prints and writes the result, :mod:`.runner` runs the
 replays here, in local processes or on Ray.

@@ -9,8 +9,8 @@ are given, else the GPU count.
 
 Each candidate gets the cost model of the calibration of its GPU type, or the first
 calibration's carried to its GPU's datasheet FLOP/s and bandwidth
-(:func:`replay.cost_model.cost_model_from_calibration`; an extrapolation), and a KV cache
-sized from its GPU's memory at its TP (:func:`replay.kv_capacity.kv_capacity_blocks`), never
+(:func:`replay.cost.cost_model.cost_model_from_calibration`; an extrapolation), and a KV cache
+sized from its GPU's memory at its TP (:func:`replay.cost.kv_capacity.kv_capacity_blocks`), never
 the block count the calibrated run recorded. A candidate that cannot run (the model does not
 fit, the TP does not divide the attention heads, the KV cache cannot hold the longest
 request) is kept with the reason and skipped.
@@ -25,8 +25,8 @@ from schemas.calibration import Calibration
 from schemas.spec_catalog import catalog_key, get_gpu
 
 from ..config import EngineOptions, ReplayConfig
-from ..cost_model import RooflineCostModel, cost_model_from_calibration
-from ..disagg import pool_cost_models
+from ..cost.cost_model import RooflineCostModel, cost_model_from_calibration
+from ..core.disagg import pool_cost_models
 from ..errors import ConfigError
 from ..simulate import resolve_num_gpu_blocks
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..bands import prediction_row
+from ..analysis.bands import prediction_row
 from ..errors import ConfigError
 from ..simulate import replay_frame
 from .slo import attainment
@@ -55,7 +55,7 @@ class Task:
 
 
 def run_task(work: Workload, task: Task) -> dict:
-    """Replay ``task``; its :func:`replay.bands.prediction_row` plus ``attainment`` (fraction of
+    """Replay ``task``; its :func:`replay.analysis.bands.prediction_row` plus ``attainment`` (fraction of
     the requests meeting the per-request SLOs of ``task.cfg``), or ``{"error": message}`` when
     the options cannot be replayed (an impossible combination only the replay finds)."""
     cfg = task.cfg
@@ -141,7 +141,7 @@ class Runner:
 
     def map(self, fn, items: list) -> list:
         """``[fn(x) for x in items]`` where the replays run (``fn`` picklable): the ``mapper`` of
-        :func:`replay.bands.predict_with_band`."""
+        :func:`replay.analysis.bands.predict_with_band`."""
         items = list(items)
         self.replays += len(items)
         if self.ray_address is not None and items:

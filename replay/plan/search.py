@@ -6,7 +6,7 @@
    dominated by another no dearer and at least as good on every objective (ties: the first
    in grid order is kept).
 2. **Band**: each survivor, cheapest first (ties: the lower first objective), is replayed at
-   the points of its calibration's 95 % confidence set (:func:`replay.bands.predict_with_band`).
+   the points of its calibration's 95 % confidence set (:func:`replay.analysis.bands.predict_with_band`).
    Once ``top_k`` meet every objective at their band's worst end (``confidence="band"``) or
    at their point (``"point"``), and one meets it with its band, no costlier candidate can
    change the answer or the top of the table: the rest are not replayed ("not evaluated";
@@ -25,7 +25,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from ..bands import Band, BandJob, predict_with_band
+from ..analysis.bands import Band, BandJob, predict_with_band
 from ..progress import optional_bar
 from .grid import Prepared
 from .runner import Runner, Task, Workload
@@ -252,7 +252,7 @@ class Search:
         target rate, for every candidate at once; then the other points of those still
         passing, in one batch. A replay that draws random numbers (speculative decoding) gets
         its full band (:meth:`band_of`) instead, whose seed spread no single point shows."""
-        from ..bands import band_cost_models
+        from ..analysis.bands import band_cost_models
 
         ok = [True] * len(evs)
         key = f"{self.slo.primary}_s"

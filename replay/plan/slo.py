@@ -11,14 +11,14 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ..bands import Band
-from ..compare import SCHEDULER_TABLE_METRICS
+from ..analysis.bands import Band
+from ..analysis.compare import SCHEDULER_TABLE_METRICS
 from ..errors import ConfigError
-from ..metrics import PERCENTILES
+from ..analysis.metrics import PERCENTILES
 
 #: Units of a latency objective, in seconds.
 UNITS = {"s": 1.0, "ms": 1e-3}
-#: The latency keys: ``{metric}_p{q}`` (metric of :data:`replay.compare.SCHEDULER_TABLE_METRICS`).
+#: The latency keys: ``{metric}_p{q}`` (metric of :data:`replay.analysis.compare.SCHEDULER_TABLE_METRICS`).
 LATENCY_KEYS = tuple(f"{m}_p{q}" for m in SCHEDULER_TABLE_METRICS for q in PERCENTILES)
 #: The key of the goodput objective: the least fraction of requests meeting their latency SLOs.
 GOODPUT = "goodput"
@@ -71,7 +71,7 @@ class Slo:
         return ", ".join(parts)
 
     def violations(self, stats: dict, attainment: float) -> list[str]:
-        """What ``stats`` (``{key}_s`` seconds, :func:`replay.bands.prediction_row` names) and
+        """What ``stats`` (``{key}_s`` seconds, :func:`replay.analysis.bands.prediction_row` names) and
         ``attainment`` (fraction of the requests meeting the per-request objectives) break,
         e.g. ``["ttft_p90 2.41 s > 2 s"]``; empty when every objective holds. A NaN statistic
         (no completed request) breaks its objective."""
@@ -152,7 +152,7 @@ def parse_slo(texts) -> Slo:
 
 def attainment(row: dict, num_requests: int) -> float:
     """Fraction of ``num_requests`` that completed meeting the per-request objectives, from a
-    :func:`replay.bands.prediction_row`: ``goodput_rps / throughput_rps * n_ok / num_requests``
+    :func:`replay.analysis.bands.prediction_row`: ``goodput_rps / throughput_rps * n_ok / num_requests``
     (both rates share the row's span, so this counts requests exactly)."""
     if not num_requests or not row.get("throughput_rps"):
         return 0.0

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..bands import BAND_STATS
+from ..analysis.bands import BAND_STATS
 from ..errors import ConfigError
 from ..text import WIDTH, render_table
 from .search import DOMINATED, FAILS, MEETS, NOT_EVALUATED, POINT_ONLY, SKIPPED, SURVIVES, Evaluation, PlanResult

@@ -9,7 +9,7 @@ reports of other names never overwrite each other's figures.
 
 The report opens with what was run (trace, model, GPU, TP, engine settings, calibration,
 servecal version: :func:`report_context`), then the verdict against the tolerances when
-some were given, then the comparison table of :func:`replay.compare.compare`; nothing in
+some were given, then the comparison table of :func:`replay.analysis.compare.compare`; nothing in
 it is computed twice. Wide tables scroll sideways in HTML instead of being cut.
 
 Every file is written atomically (temporary file in the same folder, then rename), so no
@@ -31,7 +31,7 @@ import pandas as pd
 
 from schemas.atomic import atomic_output, write_text_atomic
 
-from ..compare import (MAPE_MIN_MEAS_S, REL_ERR_FLOOR_S, broken_tolerances, compare, compared_rows, err_cell,
+from ..analysis.compare import (MAPE_MIN_MEAS_S, REL_ERR_FLOOR_S, broken_tolerances, compare, compared_rows, err_cell,
                        ms_cell, table_cells)
 from ..errors import ConfigError, ReplayError
 from .figures import STEP_COLUMNS, cdf_figure, png as png_bytes, scatter_figure, steps_figure, timeseries_figure
@@ -100,11 +100,11 @@ def report_context(trace=None, calibration=None, cost_model=None, cfg=None, engi
     ----------
     trace, calibration : path, optional
         The replayed request trace and the calibration file.
-    cost_model : replay.cost_model.RooflineCostModel, optional
+    cost_model : replay.cost.cost_model.RooflineCostModel, optional
         Gives the model, the GPU and the TP degree.
     cfg : replay.config.ReplayConfig, optional
         Gives the scheduler and the engine settings.
-    engine : replay.engine.Engine, optional
+    engine : replay.core.engine.Engine, optional
         The engine that ran: the KV blocks actually used (``--num-gpu-blocks`` or sized
         from GPU memory).
     extra : dict, optional
@@ -129,7 +129,7 @@ def report_context(trace=None, calibration=None, cost_model=None, cfg=None, engi
         eng, scheduling, closed = cfg.engine, cfg.scheduling, cfg.closed_loop
         sched = scheduling.scheduler
         if cfg.disagg is not None and cost_model is not None:
-            from ..disagg import describe_config
+            from ..core.disagg import describe_config
 
             sched += f": {describe_config(cost_model, cfg.disagg)}"
         elif scheduling.replicas != 1:
@@ -156,7 +156,7 @@ def report_context(trace=None, calibration=None, cost_model=None, cfg=None, engi
 def tolerance_verdict(table: pd.DataFrame, tolerances: dict[str, float] | None):
     """The report's verdict: ``(kind, line, rows)`` with ``kind`` ``"pass"``, ``"fail"`` or
     ``"none"`` (no tolerance given), one line saying so, and a row per tolerance
-    (check, bound, error, result) as :func:`replay.compare.broken_tolerances` judges it."""
+    (check, bound, error, result) as :func:`replay.analysis.compare.broken_tolerances` judges it."""
     if not tolerances:
         return "none", "No --tolerance given: no pass/fail verdict.", []
     rows, failed = [], []
@@ -198,7 +198,7 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
         :func:`read_timeseries`), with ``t`` on the trace's clock (seconds since its first
         arrival). Adds the simulated running/waiting counts plotted against it.
     simulated_steps : pandas.DataFrame, optional
-        The simulated step trace (:func:`replay.result_columns.steps_frame`). Adds step
+        The simulated step trace (:func:`replay.core.result_columns.steps_frame`). Adds step
         durations and tokens per step over time, and with its ``t_<term>_s`` columns where
         the time goes (:func:`replay.report.step_terms.term_time_cells`).
     context : list of (str, str), optional
@@ -206,7 +206,7 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
     tolerances : dict, optional
         ``{"ttft_p50": 0.1, ...}`` (``replay --tolerance``): adds the PASS/FAIL line and a
         table of every check.
-    band : replay.bands.Band, optional
+    band : replay.analysis.bands.Band, optional
         The prediction's 95 % band: a table of the predicted percentiles with their bands
         (also the only latency table of a trace without measured latencies) and a
         ``band_pXX`` column beside each error of the comparison.
@@ -233,8 +233,8 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
 
     Notes
     -----
-    The key table is :func:`replay.compare.compare`'s, formatted by
-    :func:`replay.compare.table_cells` (milliseconds, signed percent errors, or ms where
+    The key table is :func:`replay.analysis.compare.compare`'s, formatted by
+    :func:`replay.analysis.compare.table_cells` (milliseconds, signed percent errors, or ms where
     the measured value is below 1 ms). Figures are drawn on matplotlib's Agg canvas. PNGs
     are saved to temporary files first and renamed, then the text is written with
     :func:`schemas.atomic.write_text_atomic`.
@@ -262,7 +262,7 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
                                [] if calibration is None else [(str(calibration), calibration)], trace)
     blocks.insert(1, ("verdict", kind, line))
     if band is not None:
-        from ..band_tables import band_legend, prediction_cells
+        from ..analysis.band_tables import band_legend, prediction_cells
 
         blocks += [("h2", "Prediction"), ("table", *prediction_cells(band)),
                    ("p", f"Times in ms over the {band.point.get('n_ok', 0)} completed requests; throughput "
@@ -273,7 +273,7 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
     counts = (f"Requests: {len(result_df)} in the result, {n_compared} compared (completed on both sides), "
               f"{len(result_df) - n_compared} excluded (failed in the measured run or not completed by the simulator).")
     if differences:
-        from ..whatif_table import whatif_cells
+        from ..analysis.whatif_table import whatif_cells
 
         blocks += [("h2", "Baseline (measured) vs what-if"),
                    ("p", f"A what-if, not a validation: {'; '.join(differences)}. change_pXX = (what-if - "
@@ -317,7 +317,7 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
                  err_cell(r.meas_p50, r.pred_p50)] for i, r in enumerate(win.itertuples())]
         head = ["window", "arrivals (s)", "n", "meas_p50_ms", "pred_p50_ms", "err_p50"]
         if differences:
-            from ..whatif_table import whatif_head
+            from ..analysis.whatif_table import whatif_head
 
             head = whatif_head(head)
         blocks += [("h2", "Changes over time" if differences else "Errors over time"),
@@ -360,7 +360,7 @@ BENCHMARK_PERCENTILES = (50, 90)
 
 def benchmark_cells(result_df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """The per-benchmark table of a replay result with a ``benchmark`` column (a GuideLLM
-    sweep): a row per benchmark (in order of first appearance), :func:`replay.compare.compare`
+    sweep): a row per benchmark (in order of first appearance), :func:`replay.analysis.compare.compare`
     on its rows, measured, predicted and error of p50 and p90 of TTFT, TPOT and E2E (ms)."""
     head = ["benchmark", "n"] + [f"{m}_{side}_p{q}" for m in BENCHMARK_METRICS for q in BENCHMARK_PERCENTILES
                                  for side in ("meas", "pred", "err")]

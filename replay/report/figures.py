@@ -6,7 +6,7 @@ import io
 import numpy as np
 import pandas as pd
 
-from ..compare import metric_values
+from ..analysis.compare import metric_values
 
 #: At most this many points per scatter panel (a seeded random subset beyond it).
 MAX_SCATTER_POINTS = 20_000

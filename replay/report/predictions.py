@@ -46,14 +46,14 @@ def write_sweep_report(path: str | os.PathLike, table: pd.DataFrame, swept: list
         The swept options (``rate-scale``, ``max-num-seqs``, ...), in column order.
     calibration : (label, schemas.calibration.Calibration)
     legend, note : str
-        What the brackets are (:func:`replay.band_tables.band_legend`) and what the numbers are.
+        What the brackets are (:func:`replay.analysis.band_tables.band_legend`) and what the numbers are.
 
     Returns
     -------
     list of pathlib.Path
         The report, then the PNG written (none for HTML).
     """
-    from ..band_tables import band_table_cells
+    from ..analysis.band_tables import band_table_cells
     from ..sweep.grid import column
 
     cols = [column(n) for n in swept]
@@ -70,7 +70,7 @@ def write_scheduler_report(path: str | os.PathLike, table: pd.DataFrame, context
     """The report of ``replay --compare-schedulers``: a row per scheduler with its GPUs and every
     statistic with its band, and a bar per scheduler of TTFT and TPOT p90 with band whiskers.
     Parameters and return as :func:`write_sweep_report`."""
-    from ..band_tables import band_table_cells
+    from ..analysis.band_tables import band_table_cells
 
     head, rows = band_table_cells(table, ["scheduler", "gpus"])
     body = [("h2", f"Schedulers: {len(rows)}"), ("table", head, rows),

@@ -85,10 +85,10 @@ def provenance_blocks(context: list[tuple[str, str]], calibrations=(), trace=Non
 
 
 def with_band_columns(head: list[str], rows: list[list[str]], band) -> tuple[list[str], list[list[str]]]:
-    """A measured-vs-predicted table (:func:`replay.compare.table_cells`) with a ``band_pXX``
+    """A measured-vs-predicted table (:func:`replay.analysis.compare.table_cells`) with a ``band_pXX``
     column after each ``err_pXX`` (or ``change_pXX``): the 95 % band ``[low, high]`` (ms) of the
     prediction, ``-`` for a metric without one (``itl``)."""
-    from ..compare import ms_cell
+    from ..analysis.compare import ms_cell
 
     if band is None or not band.has_band:
         return head, rows

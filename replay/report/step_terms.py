@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 #: Prefix and suffix of a term's column in the simulated step trace (``t_<term>_s``,
-#: :func:`replay.result_columns.steps_frame`).
+#: :func:`replay.core.result_columns.steps_frame`).
 TERM_PREFIX, TERM_SUFFIX = "t_", "_s"
 
 

@@ -9,7 +9,7 @@ from schemas.errors import text_reason
 from schemas.text import wrap_error
 from schemas.status import OK
 
-from ..compare import compare
+from ..analysis.compare import compare
 from ..errors import TimeseriesError
 
 #: Equal windows of arrival time in the errors-over-time table.
@@ -172,7 +172,7 @@ def errors_over_time(result: pd.DataFrame, num_windows: int = NUM_TIME_WINDOWS) 
     pandas.DataFrame
         One row per window: ``start_s``, ``end_s`` (arrival-time bounds, the last window
         closed), ``n``, ``meas_p50``, ``pred_p50`` (seconds) and ``rel_err_p50`` (signed),
-        each from :func:`replay.compare.compare` on the window's requests (NaN when none).
+        each from :func:`replay.analysis.compare.compare` on the window's requests (NaN when none).
     """
     arrival = result["arrival_time_s"].to_numpy(float)
     edges = np.linspace(arrival.min(), arrival.max(), num_windows + 1) if arrival.size else np.zeros(num_windows + 1)

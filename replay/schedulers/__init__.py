@@ -6,7 +6,7 @@
 
 ``disagg`` (``--scheduler disagg``) is not one replica's policy but two pools of instances,
 each with its own policy (:mod:`.disagg`); :func:`replay.simulate.replay_frame` builds it
-(:class:`replay.disagg.DisaggEngine`).
+(:class:`replay.core.disagg.DisaggEngine`).
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def get_scheduler_factory(name: str):
         return BUILTIN[name]
     if name == "disagg":
         raise ConfigError("--scheduler disagg is a prefill pool and a decode pool, not one replica's policy: "
-                          "replay it with replay.simulate.replay_frame (or replay.disagg.DisaggEngine)")
+                          "replay it with replay.simulate.replay_frame (or replay.core.disagg.DisaggEngine)")
     if ":" in name:
         mod, _, attr = name.partition(":")
         if os.getcwd() not in sys.path:  # a module beside the user's trace, as uvicorn does

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from schemas.status import RUNNING, SWAPPED, WAITING
 
-from ..kv_cache import KVCache
-from ..request import Request
+from ..core.kv_cache import KVCache
+from ..core.request import Request
 
 if TYPE_CHECKING:
     from .implicit_decoders import LazyDecodes
@@ -223,7 +223,7 @@ class Scheduler(Protocol):
         When :meth:`schedule` returns a batch in which every running request decodes (no
         prefill), it would return the same batch again until a request arrives, one
         completes or the KV cache runs out; the engine may then advance such a run of steps
-        in closed form (:mod:`replay.decode_runs`). Read at every such step, so it may be a
+        in closed form (:mod:`replay.core.decode_runs`). Read at every such step, so it may be a
         property whose value changes (``disagg``'s decode instances).
     ``implicit_decoders``
         :meth:`schedule` reads the running requests only through

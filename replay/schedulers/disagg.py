@@ -1,6 +1,6 @@
 """The two per-instance policies of ``disagg``: chunked prefill-only steps, continuous-batching decode.
 
-:class:`replay.disagg.DisaggEngine` gives each prefill instance a :class:`PrefillScheduler`
+:class:`replay.core.disagg.DisaggEngine` gives each prefill instance a :class:`PrefillScheduler`
 and each decode instance a :class:`DecodeScheduler`; both are ``chunked`` (decode-first
 token-budget batching) over the requests their instance holds, so no batching loop is
 written twice. What makes them phase-specific is which requests reach them: a prefill
@@ -10,7 +10,7 @@ KV came over the link.
 """
 from __future__ import annotations
 
-from ..request import Request
+from ..core.request import Request
 from .base import Batch, ReplicaState
 from .chunked import ChunkedScheduler
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from ..request import Request
+from ..core.request import Request
 from .base import Batch, ReplicaState
 from .chunked import ChunkedScheduler
 from .keyed_queue import schedule_in_key_order

@@ -2,7 +2,7 @@
 
 What a policy's ``implicit_decoders`` flag allows (:class:`~.base.Scheduler`): :class:`LazyDecodes`
 holds the group and :func:`lazy_decodes_for` decides, when a run starts, whether a replica
-gets one. The group owns the ``lazy_*`` fields of :class:`~replay.request.Request`: a
+gets one. The group owns the ``lazy_*`` fields of :class:`~replay.core.request.Request`: a
 member's progress is implicit in the group's step counter and written back into its fields
 (:meth:`LazyDecodes.materialize`) before anything else reads them.
 """
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from schemas.status import OK
 
-from ..kv_cache import KVCache
-from ..request import Request
+from ..core.kv_cache import KVCache
+from ..core.request import Request
 from .base import capability
 
 if TYPE_CHECKING:

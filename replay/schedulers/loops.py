@@ -6,7 +6,7 @@
 """
 from __future__ import annotations
 
-from ..kv_cache import KVCache
+from ..core.kv_cache import KVCache
 from .base import Batch, ReplicaState
 
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..band_tables import band_columns
-from ..bands import BandJob, band_of_rows, predict_with_band, prediction_row
+from ..analysis.band_tables import band_columns
+from ..analysis.bands import BandJob, band_of_rows, predict_with_band, prediction_row
 from ..config import DisaggOptions, ReplayConfig
 from ..errors import ConfigError
 from ..progress import optional_bar
@@ -69,7 +69,7 @@ class SweepContext:
         The request trace.
     metadata : dict
         The trace's ``servecal.*`` metadata (see :func:`replay.simulate.replay_frame`).
-    cost_model : replay.cost_model.RooflineCostModel
+    cost_model : replay.cost.cost_model.RooflineCostModel
     cfg : ReplayConfig
         The options of every point but the swept ones.
     disagg : DisaggOptions, optional
@@ -102,11 +102,11 @@ def evaluate_point(ctx: SweepContext, point: dict) -> dict:
     -------
     dict
         The swept values (columns of :func:`column`), ``n_ok``, ``{metric}_p{q}_s`` of
-        :data:`replay.compare.SCHEDULER_TABLE_METRICS` (seconds), ``goodput_rps`` and
-        ``throughput_rps`` (requests/s, :func:`replay.metrics.goodput_rps` with and without
+        :data:`replay.analysis.compare.SCHEDULER_TABLE_METRICS` (seconds), ``goodput_rps`` and
+        ``throughput_rps`` (requests/s, :func:`replay.analysis.metrics.goodput_rps` with and without
         the SLOs of ``ctx.cfg``), and their bands: ``{stat}_low``, ``{stat}_high`` for every
-        stat of :data:`replay.bands.BAND_STATS`, ``band_points`` and ``band_seeds``
-        (:func:`replay.band_tables.band_columns`).
+        stat of :data:`replay.analysis.bands.BAND_STATS`, ``band_points`` and ``band_seeds``
+        (:func:`replay.analysis.band_tables.band_columns`).
     """
     cfg, scale = point_config(ctx.cfg, point, ctx.disagg)
     frame = ctx.frame

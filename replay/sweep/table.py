@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import ConfigError
-from ..metrics import PERCENTILES
+from ..analysis.metrics import PERCENTILES
 from .grid import column
 
 #: Metrics of the printed table (the file also has ``queue_wait``).
@@ -33,11 +33,11 @@ def format_sweep_table(table: pd.DataFrame, swept: list[str], percentiles=PERCEN
         E2E p90, n_ok, E2E p50, TPOT p90 and TTFT p90 are left out, in that order, until
         the table fits).
 
-    A table with bands (``{stat}_low``/``{stat}_high``, :func:`replay.band_tables.band_columns`)
+    A table with bands (``{stat}_low``/``{stat}_high``, :func:`replay.analysis.band_tables.band_columns`)
     shows each p90 cell as ``"point [low, high]"``; ``wide``: every time and rate cell.
     """
-    from ..band_tables import row_band
-    from ..compare import NARROW_PERCENTILES, ms_cell
+    from ..analysis.band_tables import row_band
+    from ..analysis.compare import NARROW_PERCENTILES, ms_cell
     from ..text import WIDTH, render_table
 
     if table.empty:

@@ -8,9 +8,9 @@ import pytest
 from scipy.stats import chi2
 
 from calibrate.confidence import covariance_points
-from replay.bands import BAND_STATS, BandJob, band_of_rows, predict_with_band, prediction_row
+from replay.analysis.bands import BAND_STATS, BandJob, band_of_rows, predict_with_band, prediction_row
 from replay.config import EngineOptions, ReplayConfig
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from replay.simulate import replay_frame
 from schemas.calibration import Calibration, FittedParam
 from schemas.cost_params import CostParams
@@ -100,7 +100,7 @@ def test_a_step_fit_that_pins_every_term_gives_a_narrow_band():
     from calibrate.demo import TRUTH, NoisyCostModel
     from calibrate.step_fit import fit_steps, set_ci95
     from replay.config import RecordOptions
-    from replay.result_columns import steps_frame
+    from replay.core.result_columns import steps_frame
 
     cfg = ReplayConfig(EngineOptions(max_num_seqs=128, max_num_batched_tokens=2048), record=RecordOptions(steps=True))
     trace = synth_requests(800, 8.0, "lognormal:mean=1024,sigma=0.8", "lognormal:mean=256,sigma=0.7", seed=0)

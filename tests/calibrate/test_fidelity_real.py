@@ -6,7 +6,7 @@ with the engine settings read from the server's own log, the throughput benchmar
 E2E, p50 TPOT; they measure 0-3 %, bench/FIDELITY.md). At 1.09 req/s the prefill pipeline
 runs at a utilization near 1, where TTFT is queueing and amplifies a step-time error about
 twentyfold; it was -11 % before the chunked-prefill attention term
-(replay.cost_terms.PrefillAttentionKV), and its declared efficiency's range from the two
+(replay.cost.cost_terms.PrefillAttentionKV), and its declared efficiency's range from the two
 profiles (0.47-0.61) moves it between +10 % and -12 %.
 Qwen3-30B-A3B (MoE, DP 2 + expert parallelism) fitted on its own log: every p50/p90 TTFT,
 TPOT and E2E within 5 %.
@@ -62,7 +62,7 @@ def test_calibration_carries_its_engine_settings_to_replay(real_data_dir, sweep,
     res = _ok(["replay", sweep / "sync.parquet", "--calibration", sweep / "cal.json", "-o", sweep / "p.parquet"])
     assert "max_num_seqs=32" in res.stderr and "max_num_batched_tokens=64" in res.stderr
     assert "max_num_seqs=32, max_num_batched_tokens=64" in res.stdout.replace("\n", " ")
-    from replay.compare import compare
+    from replay.analysis.compare import compare
 
     table = compare(pd.read_parquet(sweep / "p.parquet")).set_index("metric")
     for m in ("ttft", "tpot", "e2e"):
@@ -78,7 +78,7 @@ def test_moe_dp2_expert_parallel_fitted_on_its_own_log(real_data_dir, tmp_path):
          "--data-parallel-size", "2", "--enable-expert-parallel", "--max-num-seqs", "128",
          "--max-num-batched-tokens", "2048", "-o", tmp_path / "cal.json"])
     _ok(["replay", tmp_path / "moe.parquet", "--calibration", tmp_path / "cal.json", "-o", tmp_path / "p.parquet"])
-    from replay.compare import compare
+    from replay.analysis.compare import compare
 
     table = compare(pd.read_parquet(tmp_path / "p.parquet")).set_index("metric")
     for m in ("ttft", "tpot", "e2e"):

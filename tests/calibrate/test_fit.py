@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from calibrate.step_fit import StepData, bootstrap_ci95, fit_steps
-from replay.cost_model import RooflineCostModel
-from replay.cost_terms import SEED_TERMS
+from replay.cost.cost_model import RooflineCostModel
+from replay.cost.cost_terms import SEED_TERMS
 from schemas.cost_params import CostParams
 from schemas.specs import GpuSpec, get_gpu, get_model
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from calibrate.cli import main as calibrate_main
 from calibrate.demo import NoisyCostModel
 from replay.config import EngineOptions, ReplayConfig
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from replay.simulate import replay_frame
 from schemas.calibration import Calibration, FittedParam
 from schemas.cost_params import CostParams

@@ -7,7 +7,7 @@ import pytest
 from calibrate.demo import NoisyCostModel
 from calibrate.request_fit import Run, fit_requests
 from replay.config import EngineOptions, ReplayConfig
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from replay.simulate import replay_frame
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
@@ -89,7 +89,7 @@ BAND_CHECKED = tuple(f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e") for q in (50
 def what_if_bands(fits):
     """Per seed and what-if: the true statistics (the noisy true cluster on a new workload)
     and the band replayed from the seed's calibration."""
-    from replay.bands import BandJob, predict_with_band, prediction_row
+    from replay.analysis.bands import BandJob, predict_with_band, prediction_row
 
     out = []
     for seed, fit in zip(SEEDS, fits):

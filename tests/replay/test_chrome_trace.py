@@ -1,4 +1,4 @@
-"""Chrome/Perfetto traces that scale (replay.chrome_trace): a window, a request cap with a
+"""Chrome/Perfetto traces that scale (replay.analysis.chrome_trace): a window, a request cap with a
 warning, .json.gz, prefill/decode processes and KV-transfer slices of a disaggregated run."""
 import gzip
 import json
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from replay.chrome_trace import DEFAULT_MAX_REQUESTS, chrome_trace_events, parse_window, write_chrome_trace
-from replay.cost_model import RooflineCostModel
+from replay.analysis.chrome_trace import DEFAULT_MAX_REQUESTS, chrome_trace_events, parse_window, write_chrome_trace
+from replay.cost.cost_model import RooflineCostModel
 from replay.errors import ConfigError
 from replay.config import RecordOptions, ReplayConfig
 from replay.simulate import replay_frame
@@ -76,7 +76,7 @@ def test_window_keeps_what_overlaps_it():
 def test_cap_keeps_the_first_requests_and_ends_the_window_there():
     result, engine = replay()
     summary = {}
-    from replay.chrome_trace import iter_chrome_trace
+    from replay.analysis.chrome_trace import iter_chrome_trace
 
     events = [json.loads(e) for e in iter_chrome_trace(engine, result, max_requests=50, summary=summary)]
     reqs = [e for e in request_slices(events) if "num_prompt_tokens" in e["args"]]

@@ -6,14 +6,14 @@ from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 
 from helpers import LinearStepCost, replay_both_paths
-from replay.closed_loop import ClosedLoop, on_send_times
-from replay.cost_model import RooflineCostModel
+from replay.core.closed_loop import ClosedLoop, on_send_times
+from replay.cost.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
-from replay.engine import Engine
-from replay.engine_config import EngineConfig
+from replay.core.engine import Engine
+from replay.core.engine_config import EngineConfig
 from replay.errors import ConfigError
-from replay.metrics import goodput_rps
-from replay.request import Request
+from replay.analysis.metrics import goodput_rps
+from replay.core.request import Request
 from replay.schedulers import BUILTIN, get_scheduler_factory
 from replay.schedulers.base import SchedulerConfig
 from replay.config import ClosedLoopOptions, ReplayConfig, SchedulingOptions

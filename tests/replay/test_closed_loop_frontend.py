@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from helpers import LinearStepCost, replay_both_paths
-from replay.closed_loop import ClosedLoop
+from replay.core.closed_loop import ClosedLoop
 from replay.config import ClosedLoopOptions, RecordOptions, ReplayConfig
-from replay.cost_model import RooflineCostModel
-from replay.engine import Engine
-from replay.engine_config import EngineConfig
-from replay.request import Request
+from replay.cost.cost_model import RooflineCostModel
+from replay.core.engine import Engine
+from replay.core.engine_config import EngineConfig
+from replay.core.request import Request
 from replay.schedulers import get_scheduler_factory
 from replay.schedulers.base import SchedulerConfig
 from replay.simulate import replay_frame

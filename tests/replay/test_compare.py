@@ -1,11 +1,11 @@
-"""Measured vs predicted (replay.compare) on the cases of shared/cases: BR-01, BR-03, BR-07, BR-17, BR-22."""
+"""Measured vs predicted (replay.analysis.compare) on the cases of shared/cases: BR-01, BR-03, BR-07, BR-17, BR-22."""
 import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from replay.compare import MAPE_MIN_MEAS_S, broken_tolerances, compare, format_table, metric_values
-from replay.metrics import from_token_times, mean_tpot_and_itl, percentile
+from replay.analysis.compare import MAPE_MIN_MEAS_S, broken_tolerances, compare, format_table, metric_values
+from replay.analysis.metrics import from_token_times, mean_tpot_and_itl, percentile
 from schemas.metrics import tpot_s
 
 
@@ -184,7 +184,7 @@ def make_cli_inputs(tmp_path, error=0.05, n=12):
     Returns (trace path, calibration path, replay options); the replay under those options
     predicts every measured value with relative error ``-error`` (pred = meas * (1 - error)).
     """
-    from replay.cost_model import cost_model_from_calibration
+    from replay.cost.cost_model import cost_model_from_calibration
     from replay.config import EngineOptions, ReplayConfig, SchedulingOptions
     from replay.simulate import replay_frame
     from schemas.calibration import Calibration, FittedParam

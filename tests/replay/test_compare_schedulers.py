@@ -1,15 +1,15 @@
-"""``replay --compare-schedulers``: one trace, several policies, one table (replay.compare.scheduler_table)."""
+"""``replay --compare-schedulers``: one trace, several policies, one table (replay.analysis.compare.scheduler_table)."""
 import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from replay.compare import SCHEDULER_TABLE_METRICS, format_scheduler_table, scheduler_table
-from replay.cost_model import cost_model_from_calibration
-from replay.metrics import goodput_rps
+from replay.analysis.compare import SCHEDULER_TABLE_METRICS, format_scheduler_table, scheduler_table
+from replay.cost.cost_model import cost_model_from_calibration
+from replay.analysis.metrics import goodput_rps
 from replay.config import EngineOptions, ReplayConfig, SchedulingOptions
 from replay.simulate import replay_frame
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 
 ALL = ["fcfs", "chunked", "static", "sjf", "edf", "disagg"]

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from replay.cost_model import LINKS, RooflineCostModel, kv_transfer_time_s
-from replay.kv_capacity import kv_capacity_blocks
-from replay.cost_terms import SEED_TERMS
+from replay.cost.cost_model import LINKS, RooflineCostModel, kv_transfer_time_s
+from replay.cost.kv_capacity import kv_capacity_blocks
+from replay.cost.cost_terms import SEED_TERMS
 from schemas.cost_params import CostParams
 from schemas.specs import GpuSpec, ModelSpec, get_gpu, get_model
 

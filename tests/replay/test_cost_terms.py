@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.cost_model import RooflineCostModel
-from replay.cost_terms import ALL_TERMS, TERMS
+from replay.cost.cost_model import RooflineCostModel
+from replay.cost.cost_terms import ALL_TERMS, TERMS
 from schemas.cost_params import PARAMS, CostParams
 from schemas.specs import GpuSpec, Link, ModelSpec, get_gpu, get_model
 
@@ -153,7 +153,7 @@ def test_dp_chunks_are_capped_at_one_rank_budget():
     """A 5,000-token prompt on DP 2 ranks of 2,048 tokens each: the replica's merged budget is
     4,096, but the prompt runs on one rank, so no step prefills more than 2,048 of it."""
     from replay.config import EngineOptions, RecordOptions, ReplayConfig
-    from replay.result_columns import steps_frame
+    from replay.core.result_columns import steps_frame
     from replay.simulate import replay_frame
 
     cm = RooflineCostModel(get_model("qwen3-30b-a3b"), GPU, CostParams(), dp=2, expert_parallel=True)

@@ -1,4 +1,4 @@
-"""Prefill/decode disaggregation (replay.disagg): a hand-worked timeline, BR-23, invariants, options.
+"""Prefill/decode disaggregation (replay.core.disagg): a hand-worked timeline, BR-23, invariants, options.
 
 Hand-worked costs (LinearStepCost, step time = base + per_token * tokens in the step):
 prefill pool 10 ms + 0.1 ms/token, decode pool 5 ms + 0.1 ms/token. The KV link moves
@@ -13,15 +13,15 @@ import pytest
 from click.testing import CliRunner
 
 from helpers import LinearStepCost, replay_both_paths, step_rows
-from replay.cost_model import Link, RooflineCostModel, kv_transfer_time_s
-from replay.cost_terms import SEED_TERMS
+from replay.cost.cost_model import Link, RooflineCostModel, kv_transfer_time_s
+from replay.cost.cost_terms import SEED_TERMS
 from schemas.cost_params import CostParams
-from replay.disagg import DisaggEngine, pool_cost_models, resolve_link
-from replay.engine_config import EngineConfig
+from replay.core.disagg import DisaggEngine, pool_cost_models, resolve_link
+from replay.core.engine_config import EngineConfig
 from replay.errors import ConfigError
-from replay.kv_cache import KVCache
-from replay.metrics import from_token_times
-from replay.request import Request
+from replay.core.kv_cache import KVCache
+from replay.analysis.metrics import from_token_times
+from replay.core.request import Request
 from replay.schedulers import get_scheduler_factory
 from replay.schedulers.base import SchedulerConfig
 from replay.config import DisaggOptions, EngineOptions, RecordOptions, ReplayConfig, SchedulingOptions

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from helpers import LinearStepCost, run, step_rows
-from replay.metrics import from_token_times
+from replay.analysis.metrics import from_token_times
 
 
 def times(r):

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 from replay.schedulers import BUILTIN
 from replay.config import EngineOptions, RecordOptions, ReplayConfig, SchedulingOptions

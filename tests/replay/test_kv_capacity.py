@@ -1,10 +1,10 @@
-"""KV-cache capacity as vLLM sizes it (replay/kv_capacity.py): cases NC-04 and NC-01."""
+"""KV-cache capacity as vLLM sizes it (replay/cost/kv_capacity.py): cases NC-04 and NC-01."""
 from __future__ import annotations
 
 import pytest
 
 from replay.errors import ConfigError
-from replay.kv_capacity import kv_block_bytes_per_rank, kv_capacity_blocks
+from replay.cost.kv_capacity import kv_block_bytes_per_rank, kv_capacity_blocks
 from schemas.specs import GpuSpec, ModelSpec
 
 GiB = 2**30

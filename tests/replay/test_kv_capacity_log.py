@@ -1,12 +1,12 @@
-"""KV capacity read from a request log (replay/kv_capacity_log.py, issue #21 item 6): a
+"""KV capacity read from a request log (replay/analysis/kv_capacity_log.py, issue #21 item 6): a
 synthetic log of a known cache (the engine's own replay at 500 blocks) is read back."""
 import numpy as np
 import pandas as pd
 import pytest
 
 from replay.config import ReplayConfig
-from replay.cost_model import RooflineCostModel
-from replay.kv_capacity_log import blocks_in_use, kv_capacity_from_log
+from replay.cost.cost_model import RooflineCostModel
+from replay.analysis.kv_capacity_log import blocks_in_use, kv_capacity_from_log
 from replay.simulate import replay_frame
 from schemas.specs import get_gpu, get_model
 

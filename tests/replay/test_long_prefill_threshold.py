@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from helpers import LinearStepCost, replay_both_paths, step_rows
-from replay.engine import Engine
-from replay.engine_config import EngineConfig
-from replay.kv_cache import KVCache
-from replay.request import Request
+from replay.core.engine import Engine
+from replay.core.engine_config import EngineConfig
+from replay.core.kv_cache import KVCache
+from replay.core.request import Request
 from replay.schedulers import BUILTIN, get_scheduler_factory
 from replay.schedulers.base import ReplicaState, SchedulerConfig
 from replay.schedulers.disagg import PrefillScheduler
@@ -106,7 +106,7 @@ def test_whole_prompt_policies_ignore_the_threshold(scheduler):
        threshold=st.sampled_from([0, 1, 64, 700]), budget=st.sampled_from([256, 2048]),
        blocks=st.sampled_from([300, 100000]))
 def test_fast_path_equals_step_by_step_with_a_threshold(n, seed, scheduler, threshold, budget, blocks):
-    from replay.cost_model import RooflineCostModel
+    from replay.cost.cost_model import RooflineCostModel
     from schemas.cost_params import CostParams
     from schemas.specs import get_gpu, get_model
 

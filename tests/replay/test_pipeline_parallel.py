@@ -1,4 +1,4 @@
-"""Pipeline parallelism (replay/pipeline.py, ``replay --pp K``): hand-worked pipeline timelines,
+"""Pipeline parallelism (replay/core/pipeline.py, ``replay --pp K``): hand-worked pipeline timelines,
 the stage cost, the activation transfer and the KV capacity by hand, PP 1 unchanged, options.
 
 Hand-worked costs: a stage of a micro-batch of N tokens takes 10 ms + 0.1 ms/token
@@ -19,12 +19,12 @@ from click.testing import CliRunner
 from helpers import LinearStepCost, replay_both_paths, step_rows, write_calibration
 from pp_golden import fingerprint
 from replay.config import DisaggOptions, EngineOptions, RecordOptions, ReplayConfig, SchedulingOptions
-from replay.cost_model import Link, RooflineCostModel
-from replay.engine_config import EngineConfig
+from replay.cost.cost_model import Link, RooflineCostModel
+from replay.core.engine_config import EngineConfig
 from replay.errors import ConfigError
-from replay.kv_capacity import kv_block_bytes_per_rank, kv_capacity_blocks
-from replay.pipeline import PipelineDisaggEngine, PipelineEngine
-from replay.request import Request
+from replay.cost.kv_capacity import kv_block_bytes_per_rank, kv_capacity_blocks
+from replay.core.pipeline import PipelineDisaggEngine, PipelineEngine
+from replay.core.request import Request
 from replay.schedulers import get_scheduler_factory
 from replay.schedulers.base import SchedulerConfig
 from replay.simulate import replay_frame
@@ -240,7 +240,7 @@ def test_cli_disagg_pp_decode(tmp_path):
 
 def test_calibrate_fit_records_pp_and_old_files_read_pp1(tmp_path):
     from calibrate.cli import main as calibrate_main
-    from replay.result_columns import steps_frame
+    from replay.core.result_columns import steps_frame
     from schemas.tables import STEP_TRACE
     from traces.io import read_trace, write_trace
 
@@ -268,7 +268,7 @@ def test_calibrate_fit_records_pp_and_old_files_read_pp1(tmp_path):
 
 
 def test_chrome_trace_names_replicas_not_virtual_engines():
-    from replay.chrome_trace import chrome_trace_events
+    from replay.analysis.chrome_trace import chrome_trace_events
     from traces.synth import synth_requests
 
     trace = synth_requests(80, 10.0, "uniform:50,400", "uniform:5,40", seed=3)
@@ -287,7 +287,7 @@ def test_chrome_trace_names_replicas_not_virtual_engines():
 @pytest.mark.parametrize("scheduler", ["chunked", "sjf"])
 def test_least_loaded_router_sees_each_replicas_virtual_engines(scheduler):
     # sjf replaces state.waiting with its own queue: the router's view must follow it
-    from replay.pipeline import ReplicaGroupView
+    from replay.core.pipeline import ReplicaGroupView
 
     reqs = _requests([(f"r{i}", i * MS, 5000, 3) for i in range(6)])  # r4 waits: r5 must see it
     eng = PipelineEngine(StageCost(), get_scheduler_factory(scheduler), SchedulerConfig(1, 64),

@@ -12,11 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 from calibrate.umbrella import main as servecal
-from replay.bands import prediction_row
+from replay.analysis.bands import prediction_row
 from replay.config import ReplayConfig
-from replay.cost_model import RooflineCostModel, cost_model_from_calibration
-from replay.cost_terms import ALL_TERMS
-from replay.kv_capacity import kv_capacity_blocks
+from replay.cost.cost_model import RooflineCostModel, cost_model_from_calibration
+from replay.cost.cost_terms import ALL_TERMS
+from replay.cost.kv_capacity import kv_capacity_blocks
 from replay.plan import Axes, Calibrations, base_options, parse_slo, plan_deployments
 from replay.plan.advice import deciding_parameters, not_identified
 from replay.plan.grid import Candidate, parse_int_list, prepare

@@ -4,11 +4,11 @@ import pandas as pd
 import pytest
 
 from helpers import LinearStepCost, step_rows
-from replay.cost_model import RooflineCostModel
-from replay.engine import Engine
-from replay.engine_config import EngineConfig
-from replay.kv_cache import KVCache, PrefixCachingKVCache, make_kv_cache, prompt_block_keys
-from replay.request import Request
+from replay.cost.cost_model import RooflineCostModel
+from replay.core.engine import Engine
+from replay.core.engine_config import EngineConfig
+from replay.core.kv_cache import KVCache, PrefixCachingKVCache, make_kv_cache, prompt_block_keys
+from replay.core.request import Request
 from replay.schedulers import get_scheduler_factory
 from replay.schedulers.base import ReplicaState, SchedulerConfig
 from replay.config import EngineOptions, ReplayConfig

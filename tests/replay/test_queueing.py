@@ -1,12 +1,12 @@
-"""M/G/1 theory (replay.queueing) and the engine replayed against it (seed, theory.md section 3)."""
+"""M/G/1 theory (replay.analysis.queueing) and the engine replayed against it (seed, theory.md section 3)."""
 import math
 
 import numpy as np
 import pytest
 
 from helpers import LinearStepCost, run, step_rows
-from replay.queueing import (batch_means_ci, md1_mean_wait_s, mean_residual_s, mg1_mean_wait_s, mm1_mean_wait_s,
-                             service_moments, utilization)
+from replay.analysis.queueing import (batch_means_ci, md1_mean_wait_s, mean_residual_s, mg1_mean_wait_s,
+                                      mm1_mean_wait_s, service_moments, utilization)
 
 #: Seconds per prompt token of the test cost model: a 1-token-output request's service time.
 PER_TOKEN_S = 1e-3
@@ -98,8 +98,8 @@ def replay_poisson(prompts, arrival_rate_per_s, rng, scheduler="fcfs", budget=10
 
     Returns
     -------
-    reqs : list of replay.request.Request, in arrival order
-    engine : replay.engine.Engine (steps recorded)
+    reqs : list of replay.core.request.Request, in arrival order
+    engine : replay.core.engine.Engine (steps recorded)
     """
     arrivals = np.cumsum(rng.exponential(1.0 / arrival_rate_per_s, len(prompts)))
     rows = [(str(i), float(a), int(p), 1) for i, (a, p) in enumerate(zip(arrivals, prompts))]

@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from replay.band_tables import NO_BAND_POINTS
-from replay.bands import BAND_STATS
-from replay.compare import ms_cell
+from replay.analysis.band_tables import NO_BAND_POINTS
+from replay.analysis.bands import BAND_STATS
+from replay.analysis.compare import ms_cell
 from replay.config import EngineOptions, ReplayConfig
-from replay.cost_model import RooflineCostModel
-from replay.kv_capacity import kv_block_bytes_per_rank
+from replay.cost.cost_model import RooflineCostModel
+from replay.cost.kv_capacity import kv_block_bytes_per_rank
 from replay.simulate import replay_frame
 from replay.text import WIDTH
 from schemas.calibration import Calibration, FittedParam, sha256_of
@@ -241,7 +241,7 @@ def _report_checks(path, cell, figure):
 
 @pytest.mark.parametrize("name", ["s.html", "s.md"])
 def test_sweep_report_has_the_table_with_bands_and_the_figure(spaced, name):
-    from replay.band_tables import band_cell, row_band
+    from replay.analysis.band_tables import band_cell, row_band
 
     trace, cal = spaced
     res = invoke(trace, "--calibration", cal, "--sweep", "max-num-seqs=1,2", "--sweep-out", "s.csv", "--jobs", 1,
@@ -316,7 +316,7 @@ def test_report_in_sample_and_band_columns(measured):
 
 
 def test_band_cell_contains_the_point():
-    from replay.bands import band_of_rows
+    from replay.analysis.bands import band_of_rows
 
     band = band_of_rows({s: 1.0 for s in BAND_STATS}, [{s: 0.9 for s in BAND_STATS}, {s: 1.2 for s in BAND_STATS}])
     assert band.cell("ttft_p50_s", fmt=ms_cell) == "1000 [900.0, 1200]"

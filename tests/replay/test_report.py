@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from replay.compare import compare, table_cells
+from replay.analysis.compare import compare, table_cells
 from replay.errors import ConfigError, TimeseriesError
 from replay.report import (NUM_TIME_WINDOWS, check_timeseries_span, errors_over_time, read_timeseries,
                            simulated_counts, write_report)
@@ -63,7 +63,7 @@ def test_markdown_report_opens_with_the_context_then_the_compare_table(tmp_path)
     assert "| **trace** | t.parquet |" in lines and "| **model** | llama-3.1-8b |" in lines
     assert "No --tolerance given" in text
     head, rows = table_cells(compare(res))
-    # the first table after the header is the key table, cell for cell the formatting of replay.compare.compare
+    # the first table after the header is the key table, cell for cell the formatting of replay.analysis.compare.compare
     i = lines.index("## Measured vs predicted")
     assert lines[i + 2] == "| " + " | ".join(head) + " |"
     assert lines[i + 4:i + 4 + len(rows)] == ["| " + " | ".join(r) + " |" for r in rows]
@@ -328,7 +328,7 @@ def test_simulated_counts_are_on_the_engine_clock_with_a_front_end():
 def test_simulated_running_never_exceeds_max_num_seqs_with_a_front_end():
     # before, the requests in their front-end time were counted running: 129 of 128 on a real run
     from replay.config import EngineOptions, ReplayConfig
-    from replay.cost_model import RooflineCostModel
+    from replay.cost.cost_model import RooflineCostModel
     from replay.simulate import replay_frame
     from schemas.cost_params import CostParams
     from schemas.specs import get_gpu, get_model

@@ -6,15 +6,15 @@ import pytest
 from click.testing import CliRunner
 
 from helpers import LinearStepCost
-from replay.engine import Engine
-from replay.engine_config import EngineConfig
+from replay.core.engine import Engine
+from replay.core.engine_config import EngineConfig
 from replay.errors import ConfigError
-from replay.kv_cache import make_kv_cache
-from replay.request import Request
-from replay.routing import ROUTERS, RoundRobinRouter, get_router, least_loaded, prefix_affinity
+from replay.core.kv_cache import make_kv_cache
+from replay.core.request import Request
+from replay.core.routing import ROUTERS, RoundRobinRouter, get_router, least_loaded, prefix_affinity
 from replay.schedulers import get_scheduler_factory
 from replay.schedulers.base import ReplicaState, SchedulerConfig
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 
 COST = LinearStepCost(0.010, 1e-4)
@@ -158,7 +158,7 @@ def test_replay_cli_with_router_prefix_caching_slos_and_chrome_trace(tmp_path, t
 
 
 def test_chrome_trace_needs_recorded_step_requests():
-    from replay.chrome_trace import chrome_trace_events
+    from replay.analysis.chrome_trace import chrome_trace_events
 
     eng = Engine(COST, get_scheduler_factory("chunked"), SchedulerConfig(), EngineConfig(100, 16, record_steps=True))
     eng.run([Request(0, "a", 0.0, 10, 2)])

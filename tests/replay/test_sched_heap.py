@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 from replay.schedulers.chunked import ChunkedScheduler
 from replay.schedulers.edf import next_token_deadline_s

@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 
 from helpers import LinearStepCost, step_rows
-from replay.engine import Engine
-from replay.engine_config import EngineConfig
+from replay.core.engine import Engine
+from replay.core.engine_config import EngineConfig
 from replay.errors import ConfigError
-from replay.kv_cache import PrefixCachingKVCache
-from replay.metrics import goodput_rps
-from replay.request import Request
+from replay.core.kv_cache import PrefixCachingKVCache
+from replay.analysis.metrics import goodput_rps
+from replay.core.request import Request
 from replay.schedulers import BUILTIN, get_scheduler_factory
 from replay.schedulers.base import SchedulerConfig
 from replay.schedulers.edf import next_token_deadline_s

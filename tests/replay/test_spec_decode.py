@@ -8,18 +8,18 @@ from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 
 from helpers import LinearStepCost, replay_both_paths, step_rows
-from replay.cost_model import RooflineCostModel
-from replay.engine import Engine
-from replay.engine_config import EngineConfig
+from replay.cost.cost_model import RooflineCostModel
+from replay.core.engine import Engine
+from replay.core.engine_config import EngineConfig
 from replay.errors import ConfigError
-from replay.kv_cache import KVCache
+from replay.core.kv_cache import KVCache
 from schemas.metrics import tpot_s
-from replay.request import Request
+from replay.core.request import Request
 from replay.schedulers import BUILTIN, get_scheduler_factory
 from replay.schedulers.base import Batch, ReplicaState, SchedulerConfig
 from replay.schedulers.loops import schedule_running
 from replay.config import ClosedLoopOptions, EngineOptions, RecordOptions, ReplayConfig
-from replay.result_columns import spec_decode_stats, steps_frame
+from replay.core.result_columns import spec_decode_stats, steps_frame
 from replay.simulate import replay_frame
 from schemas.cost_params import CostParams
 from schemas.specs import GpuSpec, ModelSpec, get_gpu, get_model
@@ -152,7 +152,7 @@ def test_cost_model_prices_k_plus_1_positions_per_decode():
         full.step_time_s(0, 4, 400, num_decode_tokens=3)
 
 
-from replay.cost_terms import ALL_TERMS as TERMS_ALL  # noqa: E402
+from replay.cost.cost_terms import ALL_TERMS as TERMS_ALL  # noqa: E402
 
 
 def test_cost_model_without_drafts_is_bit_equal():

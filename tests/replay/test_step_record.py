@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 
 from replay.config import EngineOptions, RecordOptions, ReplayConfig
-from replay.cost_model import RooflineCostModel
-from replay.cost_terms import TERMS
+from replay.cost.cost_model import RooflineCostModel
+from replay.cost.cost_terms import TERMS
 from replay.report.step_terms import term_time_cells
-from replay.result_columns import steps_frame
+from replay.core.result_columns import steps_frame
 from replay.simulate import replay_frame
-from replay.step_time import FORMULA
+from replay.cost.step_time import FORMULA
 from schemas.cost_params import CostParams
 from schemas.specs import GpuSpec, Link, ModelSpec, get_model
 from schemas.step_record import FEATURE_NAMES, STEP_RECORD, StepRow, feature_arrays

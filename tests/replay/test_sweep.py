@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from replay.compare import scheduler_table
-from replay.cost_model import RooflineCostModel
+from replay.analysis.compare import scheduler_table
+from replay.cost.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 from replay.errors import ConfigError
 from replay.config import ClosedLoopOptions, EngineOptions, ReplayConfig, SchedulingOptions

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from calibrate.umbrella import main as servecal
 from helpers import write_calibration
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 from schemas.errors import SpecError
 from schemas.hf_identity import SpecNote

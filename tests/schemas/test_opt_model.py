@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from calibrate.umbrella import main as servecal
-from replay.cost_model import RooflineCostModel
+from replay.cost.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 from schemas.hf_config import count_params
 from schemas.specs import get_gpu, get_model, model_from_hf_config

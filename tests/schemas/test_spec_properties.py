@@ -326,7 +326,7 @@ def test_link_presets_from_the_catalog():
     assert get_link("100GbE") == Link("100gbe", 12.5e9, 1e-5)
     presets = link_presets()
     assert list(presets) == ["pcie4", "pcie5", "nvlink3", "nvlink4", "100gbe", "200gbe", "400gbe"]
-    from replay.cost_model import LINKS
+    from replay.cost.cost_model import LINKS
     assert LINKS == presets
     for row in list_links():
         assert len(row["bandwidth_bytes_per_s_source"]) > 20 and len(row["latency_s_source"]) > 20

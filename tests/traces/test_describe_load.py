@@ -6,10 +6,10 @@ import pytest
 from click.testing import CliRunner
 
 from calibrate.umbrella import traces_cli
-from replay.cost_model import RooflineCostModel
-from replay.cost_terms import SEED_TERMS
+from replay.cost.cost_model import RooflineCostModel
+from replay.cost.cost_terms import SEED_TERMS
 from schemas.cost_params import CostParams
-from replay.queueing import offered_load, request_service_times_s
+from replay.analysis.queueing import offered_load, request_service_times_s
 from helpers import write_calibration
 from schemas.specs import get_gpu, get_model
 from schemas.tables import REQUEST_TRACE, to_table, write_table
@@ -42,3 +42,20 @@ def test_describe_with_calibration_prints_rho_and_pk(tmp_path):
     # deterministic service (SCV ~ 0): the replayed wait of 400 Poisson arrivals is near P-K
     assert replayed == pytest.approx(load["pk_mean_wait_s"] * 1e3, rel=0.5)
     assert np.isfinite(load["second_moment_s2"])
+
+
+def test_the_load_view_is_composed_not_patched_in():
+    """``servecal traces describe`` has the replay's ``--calibration``; the traces package's own
+    ``describe`` (``traces.cli.main``) is left as that package made it, after the top-level
+    command line was imported."""
+    import calibrate.umbrella as umbrella
+    from traces.cli import main as traces_main
+
+    def options(cmd):
+        return {p.name for p in cmd.params}
+
+    own, composed = traces_main.commands["describe"], umbrella.traces_cli.commands["describe"]
+    assert options(composed) == options(own) | {"calibration_path", "model"}
+    assert "calibration_path" not in options(own) and "--calibration" not in own.help
+    assert umbrella.main.commands["traces"] is umbrella.traces_cli
+    assert set(umbrella.traces_cli.commands) == set(traces_main.commands)

@@ -2,7 +2,7 @@
 
 For sources that record prompts as text but no token ids (GuideLLM): chained hashes of
 fixed-size token blocks, placed at a constant number of characters per token, so the
-replay's prefix cache (``replay/kv_cache.py``) can tell shared prefixes apart.
+replay's prefix cache (``replay/core/kv_cache.py``) can tell shared prefixes apart.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import hashlib
 import numpy as np
 
 #: Tokens per block of the derived ``block_hashes``: vLLM's default KV block size, so the
-#: replay's prefix cache (``replay/kv_cache.py``) uses one hash per engine block.
+#: replay's prefix cache (``replay/core/kv_cache.py``) uses one hash per engine block.
 HASH_BLOCK_TOKENS = 16
 
 

@@ -3,7 +3,7 @@
 When a policy that declares ``decode_runs`` (:class:`~replay.schedulers.base.Scheduler`)
 returns every running request as a decode, the same batch repeats, one token per request and
 step, until the next arrival, the first completion or the KV cache running out. The engine
-(:meth:`~replay.engine.Engine._start_decode_run`) asks :meth:`DecodeRuns.plan` how many such
+(:meth:`~replay.core.engine.Engine._start_decode_run`) asks :meth:`DecodeRuns.plan` how many such
 steps to take at once and when they end, then applies them in one go; the steps' durations
 are computed together and their end times accumulated in the same order as the step-by-step
 path, so both give the same timestamps.

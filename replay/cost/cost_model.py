@@ -16,7 +16,7 @@ from schemas.cost_params import PARAMS, CostParams
 from schemas.specs import GpuSpec, Link, ModelSpec, link_presets
 
 from .cost_terms import ALL_TERMS, TERMS, Coefficients, ReplicaShape
-from .errors import ConfigError
+from ..errors import ConfigError
 from .step_time import feature_arrays, step_time_function, unfolded
 
 
@@ -56,7 +56,7 @@ LINKS: dict[str, Link] = link_presets()
 
 @dataclass(frozen=True)
 class RooflineCostModel:
-    """Step time of one replica as a sum of mechanisms (:mod:`replay.cost_terms`).
+    """Step time of one replica as a sum of mechanisms (:mod:`replay.cost.cost_terms`).
 
     Parameters
     ----------
@@ -70,17 +70,17 @@ class RooflineCostModel:
         Link of the all-reduces and all-to-alls (default: the GPU's ``tp_link`` preset).
     dp : int
         Data-parallel ranks stepping in lock step as this one replica (vLLM
-        ``--data-parallel-size``; see :class:`replay.cost_terms.ReplicaShape`).
+        ``--data-parallel-size``; see :class:`replay.cost.cost_terms.ReplicaShape`).
     expert_parallel : bool
         vLLM ``--enable-expert-parallel``: routed experts split over the ``tp * dp`` GPUs.
     terms : tuple of str
-        Names of :data:`replay.cost_terms.TERMS` in the model (default: all);
-        :data:`~replay.cost_terms.SEED_TERMS` is the seed's roofline.
+        Names of :data:`replay.cost.cost_terms.TERMS` in the model (default: all);
+        :data:`~replay.cost.cost_terms.SEED_TERMS` is the seed's roofline.
     pp : int
         Pipeline-parallel stages (vLLM ``--pipeline-parallel-size``): :meth:`step_time_s` is
         then the time of **one stage** (``1 / pp`` of the layers,
-        :class:`~replay.cost_terms.ReplicaShape`), and :meth:`pp_transfer_s` the activation
-        transfer between two stages; the engine runs the pipeline (:mod:`replay.pipeline`).
+        :class:`~replay.cost.cost_terms.ReplicaShape`), and :meth:`pp_transfer_s` the activation
+        transfer between two stages; the engine runs the pipeline (:mod:`replay.core.pipeline`).
     pp_link : Link, optional
         Link between two pipeline stages (default: ``tp_link``, the GPU's own interconnect).
 
@@ -88,7 +88,7 @@ class RooflineCostModel:
     ----------
     step_time_s : callable
         The duration of a step with these features, seconds (:meth:`StepCostModel.step_time_s`,
-        numbers or arrays): :func:`replay.step_time.step_time_function` of the folded terms.
+        numbers or arrays): :func:`replay.cost.step_time.step_time_function` of the folded terms.
     coefficients : Coefficients
         The folded terms.
 
@@ -100,8 +100,8 @@ class RooflineCostModel:
 
     Notes
     -----
-    The terms are folded once into :class:`~replay.cost_terms.Coefficients`; the step
-    time is then :data:`replay.step_time.FORMULA` of the step's features
+    The terms are folded once into :class:`~replay.cost.cost_terms.Coefficients`; the step
+    time is then :data:`replay.cost.step_time.FORMULA` of the step's features
     (:data:`schemas.step_record.STEP_FEATURES`), evaluated by one function on Python numbers
     (the engine's, per step) and on arrays (closed-form decode runs, fits, components): the
     two agree bit for bit. Under speculative decoding the ``D`` decodes feed ``Q =
@@ -216,7 +216,7 @@ class RooflineCostModel:
             that term alone with compute and memory time added (its own share); then
             ``"overlap"``: the step time minus that sum with the model's own fold, i.e.
             ``-(1 - overlap) min(c, m)``, the time hidden by running compute and memory at
-            once (:data:`replay.step_time.FORMULA`; present without the ``overlap`` term too:
+            once (:data:`replay.cost.step_time.FORMULA`; present without the ``overlap`` term too:
             the seed's ``max`` hides all of the smaller). They sum to :meth:`step_time_s` to
             rounding; all 0 for a step with no tokens.
 
@@ -249,7 +249,7 @@ class RooflineCostModel:
 
 
 def _folded(terms: tuple, shape: ReplicaShape, params: CostParams) -> Coefficients:
-    """The coefficients of ``terms`` (names of :data:`~replay.cost_terms.TERMS`) folded for ``shape``."""
+    """The coefficients of ``terms`` (names of :data:`~replay.cost.cost_terms.TERMS`) folded for ``shape``."""
     coef = Coefficients()
     for name in terms:
         TERMS[name].fold(shape, params, coef)

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .closed_loop import on_send_times
+from ..core.closed_loop import on_send_times
 from .compare import SCHEDULER_TABLE_METRICS, scheduler_table
 from .metrics import PERCENTILES, goodput_rps
-from .simulate import replay_frame
+from ..simulate import replay_frame
 
 #: Other seeds the optimum is replayed at when the replay draws random numbers.
 SEED_REPLAYS = 4
@@ -36,7 +36,7 @@ def band_cost_models(cost_model, points: list[dict]) -> list:
 
     Parameters
     ----------
-    cost_model : replay.cost_model.RooflineCostModel
+    cost_model : replay.cost.cost_model.RooflineCostModel
         The calibration's model (any model, TP or GPU it was carried to).
     points : list of dict
         :attr:`schemas.calibration.Calibration.band_points`.
@@ -51,10 +51,10 @@ def prediction_row(result: pd.DataFrame, slo_ttft_s: float | None = None, slo_tp
     -------
     dict
         ``n_ok`` (completed requests), ``{metric}_p{q}_s`` for the metrics of
-        :data:`replay.compare.SCHEDULER_TABLE_METRICS` and the percentiles of
-        :data:`replay.metrics.PERCENTILES` (seconds), ``throughput_rps`` (completed
+        :data:`replay.analysis.compare.SCHEDULER_TABLE_METRICS` and the percentiles of
+        :data:`replay.analysis.metrics.PERCENTILES` (seconds), ``throughput_rps`` (completed
         requests/s) and ``goodput_rps`` (those meeting the SLOs given; requests/s,
-        :func:`replay.metrics.goodput_rps`), on the simulated sends of a closed loop.
+        :func:`replay.analysis.metrics.goodput_rps`), on the simulated sends of a closed loop.
     """
     result = on_send_times(result)
     row = scheduler_table({"": result}, slo_ttft_s, slo_tpot_s).iloc[0].to_dict()
@@ -98,7 +98,7 @@ class Band:
         """``"412.3 [398.0, 430.1]"``: the point and the band of ``stat``, times ``scale``;
         the point alone without a band, ``"-"`` when it is not finite. ``fmt(value)``, when
         given, formats each of the three numbers in ``stat``'s own units instead (e.g.
-        :func:`replay.compare.ms_cell`: seconds as milliseconds)."""
+        :func:`replay.analysis.compare.ms_cell`: seconds as milliseconds)."""
         if fmt is None:
             def fmt(x):
                 return f"{x * scale:.{digits}f}"
@@ -165,7 +165,7 @@ class BandJob:
         The request trace (arrival times already scaled for a what-if at another rate).
     metadata : dict
         Its ``servecal.*`` metadata.
-    cost_model : replay.cost_model.RooflineCostModel
+    cost_model : replay.cost.cost_model.RooflineCostModel
         At the calibration's values.
     cfg : replay.config.ReplayConfig
     points : list of dict

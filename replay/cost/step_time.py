@@ -1,7 +1,7 @@
 """The step-time expression, written once for Python numbers and numpy arrays.
 
-:class:`replay.cost_model.RooflineCostModel` folds its terms (:mod:`replay.cost_terms`) into
-:class:`~replay.cost_terms.Coefficients` and evaluates them with the function
+:class:`replay.cost.cost_model.RooflineCostModel` folds its terms (:mod:`replay.cost.cost_terms`) into
+:class:`~replay.cost.cost_terms.Coefficients` and evaluates them with the function
 :func:`step_time_function` returns: on Python numbers in the engine's hot path, on arrays
 in the closed-form decode runs, the fits and the per-term components. Both go through the
 same lines; only two operations are spelled apart (the fold's ``max``/``min``, which return
@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 #: The folded step time, seconds, for a step of ``N > 0`` tokens (a step with none takes
-#: 0 s), in Python syntax: the coefficients (:class:`~replay.cost_terms.Coefficients`, names
+#: 0 s), in Python syntax: the coefficients (:class:`~replay.cost.cost_terms.Coefficients`, names
 #: without their ``_s`` unit) times the step's features ``P`` prefill tokens in ``S`` chunks,
 #: ``D`` decodes feeding ``Q`` positions (``Q = D`` without speculative decoding), ``C_d``
 #: the decodes' context and ``C_p`` the chunks' KV history. The README quotes it and a test
@@ -61,14 +61,14 @@ def step_time_function(coef):
 
     Parameters
     ----------
-    coef : replay.cost_terms.Coefficients
+    coef : replay.cost.cost_terms.Coefficients
 
     Returns
     -------
     callable
         ``(num_prefill_tokens, num_decode_seqs, decode_context_tokens, prefill_context_tokens=0,
         num_prefill_seqs=None, num_decode_tokens=None) -> seconds``: the signature of
-        :meth:`replay.cost_model.StepCostModel.step_time_s`, on Python numbers (a float; the
+        :meth:`replay.cost.cost_model.StepCostModel.step_time_s`, on Python numbers (a float; the
         engine's, per step) or numpy arrays of one shape (a float64 array). :data:`FORMULA` of
         the features; ``num_prefill_seqs`` None counts one chunk with prefill tokens,
         ``num_decode_tokens`` None one position per decode; a step with no tokens takes 0 s.

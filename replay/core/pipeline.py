@@ -12,9 +12,9 @@ same pipeline with ``num_pipeline_stages`` and its replica stage scheduler, Dist
 al., OSDI'24) with ``pp_prefill``/``pp_decode`` per pool.
 
 The timeline of a micro-batch of ``N`` tokens whose stage time is ``t`` (the cost model's
-:meth:`~replay.cost_model.RooflineCostModel.step_time_s` of ``1 / pp`` of the layers) and whose
+:meth:`~replay.cost.cost_model.RooflineCostModel.step_time_s` of ``1 / pp`` of the layers) and whose
 activation transfer between two stages is ``x = latency + N h b / bandwidth``
-(:meth:`~replay.cost_model.RooflineCostModel.pp_transfer_s`)::
+(:meth:`~replay.cost.cost_model.RooflineCostModel.pp_transfer_s`)::
 
     enter stage 1 at s_1 = when its virtual engine schedules it and stage 1 is free
     e_k = s_k + t,   s_k = max(e_(k-1) + x, when stage k is free)        k = 2 .. pp
@@ -79,7 +79,7 @@ class ReplicaGroupView:
 
 
 class PipelineMixin:
-    """The pipeline over an :class:`~replay.engine.Engine`'s replicas (module docstring).
+    """The pipeline over an :class:`~replay.core.engine.Engine`'s replicas (module docstring).
 
     The engine's replicas are the virtual engines; consecutive ones form a pipelined replica
     (a *group*). Set up by :meth:`_setup_pipeline`; overrides where a step starts and ends
@@ -165,7 +165,7 @@ class PipelineMixin:
 
 
 class PipelineEngine(PipelineMixin, Engine):
-    """:class:`~replay.engine.Engine` with ``num_replicas`` pipelined replicas of ``pp`` stages.
+    """:class:`~replay.core.engine.Engine` with ``num_replicas`` pipelined replicas of ``pp`` stages.
 
     ``engine_config.num_gpu_blocks`` is one virtual engine's cache (the replica's blocks
     ``// pp``) and ``engine_config.exact_steps`` must be set (module docstring); ``router``
@@ -180,7 +180,7 @@ class PipelineEngine(PipelineMixin, Engine):
 
 
 class PipelineDisaggEngine(PipelineMixin, DisaggEngine):
-    """:class:`~replay.disagg.DisaggEngine` whose prefill and/or decode instances are pipelined
+    """:class:`~replay.core.disagg.DisaggEngine` whose prefill and/or decode instances are pipelined
     (``pp_prefill``, ``pp_decode`` stages; DistServe's per-pool pipeline parallelism).
 
     ``prefill_replicas`` and ``decode_replicas`` count instances; each has ``pp`` virtual engines

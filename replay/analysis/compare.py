@@ -230,7 +230,7 @@ def format_table(table: pd.DataFrame, percentiles=PERCENTILES, wide: bool = Fals
     :data:`REL_ERR_FLOOR_S` (1 ms), else the absolute error in ms (a measured queue wait of
     0 is not an infinite relative error).
     """
-    from .text import WIDTH, render_table, wrap
+    from ..text import WIDTH, render_table, wrap
 
     if table.empty:
         return "(no measured latencies to compare)"
@@ -318,7 +318,7 @@ def scheduler_table(results: dict, slo_ttft_s: float | None = None, slo_tpot_s: 
         One row per scheduler: ``scheduler``, ``n_ok`` (completed requests),
         ``{metric}_p{q}_s`` for the metrics of :data:`SCHEDULER_TABLE_METRICS` (seconds, over
         the completed requests; TPOT over those with >= 2 output tokens, BR-03) and
-        ``goodput_rps`` (:func:`replay.metrics.goodput_rps`, requests/s).
+        ``goodput_rps`` (:func:`replay.analysis.metrics.goodput_rps`, requests/s).
     """
     from .metrics import goodput_rps
 
@@ -343,11 +343,11 @@ def format_scheduler_table(table: pd.DataFrame, percentiles=PERCENTILES, wide: b
     :data:`replay.text.WIDTH` (100) characters (the p90 columns go first when the scheduler
     names are long); ``wide=True`` prints every column, ``_ms`` in the names. A ``gpus``
     column is printed when the table has one; rows with bands
-    (:func:`replay.band_tables.band_columns`) show each p90 cell (``wide``: every cell) as
+    (:func:`replay.analysis.band_tables.band_columns`) show each p90 cell (``wide``: every cell) as
     ``"point [low, high]"``.
     """
     from .band_tables import row_band
-    from .text import WIDTH, render_table
+    from ..text import WIDTH, render_table
 
     if table.empty:
         return "(no schedulers)"

@@ -1,13 +1,13 @@
 """The settings of the engine's replicas (:class:`EngineConfig`) and their checks against the
 declared engine settings (:func:`check_setting`; :func:`check_settings`, called by
-:class:`~replay.engine.Engine`)."""
+:class:`~replay.core.engine.Engine`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from schemas.engine_settings import SETTINGS, problem
 
-from .errors import ConfigError, OptionError
+from ..errors import ConfigError, OptionError
 
 
 @dataclass

@@ -240,7 +240,7 @@ def request_service_times_s(num_prompt_tokens, num_output_tokens, cost_model) ->
     Parameters
     ----------
     num_prompt_tokens, num_output_tokens : array_like of int, shape (n,)
-    cost_model : replay.cost_model.RooflineCostModel (vectorised ``step_time_s``)
+    cost_model : replay.cost.cost_model.RooflineCostModel (vectorised ``step_time_s``)
 
     Returns
     -------

@@ -2,15 +2,15 @@
 
 A term turns the replica's shape (model, GPU, tensor/data/expert parallelism, link) and
 the parameter values into contributions to a few *coefficients* (:class:`Coefficients`);
-:class:`replay.cost_model.RooflineCostModel` folds the terms once and evaluates the step
+:class:`replay.cost.cost_model.RooflineCostModel` folds the terms once and evaluates the step
 time from the coefficients with one function for scalars (the engine's hot path) and arrays
-(the fits): :data:`replay.step_time.FORMULA`. A new mechanism is a new term class and its
+(the fits): :data:`replay.cost.step_time.FORMULA`. A new mechanism is a new term class and its
 tests; the engine never knows which terms exist.
 
 The step's features are the step record's (:data:`schemas.step_record.STEP_FEATURES`):
 ``P`` prefill tokens in ``S`` prefill chunks, ``D`` decoding sequences feeding ``Q``
 positions, ``C_d`` their context tokens (the seed's L_total), ``C_p`` the KV history the
-prefill chunks attend to. Derived (:data:`~replay.step_time.FORMULA`): ``N`` tokens,
+prefill chunks attend to. Derived (:data:`~replay.cost.step_time.FORMULA`): ``N`` tokens,
 ``S + D`` sequences, ``A`` attention query-key pairs, ``C`` context tokens read.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ class ReplicaShape:
         CPU overheads). The embedding and LM head are spread with the rest, and a layer count
         ``pp`` does not divide is split fractionally (vLLM gives the remainder to some stages).
         The pipeline itself (stages in flight, activation transfers) is the engine's
-        (:mod:`replay.pipeline`).
+        (:mod:`replay.core.pipeline`).
     """
 
     model: ModelSpec
@@ -70,7 +70,7 @@ class ReplicaShape:
 
 @dataclass
 class Coefficients:
-    """The folded step-time model: the coefficients of :data:`replay.step_time.FORMULA`.
+    """The folded step-time model: the coefficients of :data:`replay.cost.step_time.FORMULA`.
 
     Units: seconds, seconds per token (``_per_token_s``), per query-key pair, per context
     token; ``expert_miss`` is the probability that one token does not route to a given

@@ -227,12 +227,12 @@ def kv_blocks_from_logs(logs: list, engine, cost_model, colocated: bool) -> tupl
     Returns
     -------
     (blocks, line)
-        As :func:`replay.kv_capacity_log.kv_blocks_when_not_recorded`.
+        As :func:`replay.analysis.kv_capacity_log.kv_blocks_when_not_recorded`.
     """
     if engine.num_gpu_blocks is not None or not colocated or cost_model.dp != 1 or cost_model.pp != 1:
         return None, None
-    from .errors import ConfigError
-    from .simulate import resolve_num_gpu_blocks
+    from ..errors import ConfigError
+    from ..simulate import resolve_num_gpu_blocks
 
     try:
         default = resolve_num_gpu_blocks(engine, cost_model.model, cost_model.gpu, cost_model.tp)

@@ -1,9 +1,9 @@
 """The discrete-event engine: arrivals, steps of each replica, completions.
 
 A heap of ``(time, priority, seq, event)`` drives the simulation; equal times resolve
-deterministically (``seq`` a per-engine counter; :mod:`replay.events`): arrivals
+deterministically (``seq`` a per-engine counter; :mod:`replay.core.events`): arrivals
 and callbacks (:meth:`Engine.call_at`, e.g. a KV transfer done), then step ends, then callbacks
-scheduled with ``after_step_ends=True`` (closed-loop sends, :mod:`replay.closed_loop`), then
+scheduled with ``after_step_ends=True`` (closed-loop sends, :mod:`replay.core.closed_loop`), then
 the wake-up of an idle replica (so it sees every request that arrived at that instant).
 At each step end the replica's scheduler picks the next batch, the cost model prices it,
 and at its end tokens are emitted and requests completed.
@@ -15,11 +15,11 @@ tests check the fast path against it):
   (:mod:`replay.schedulers.implicit_decoders`), so a decode step costs O(1) for all of
   them, and a step of those alone repeats in place while nothing else can happen;
 * for policies that declare ``decode_runs``, runs of identical decode steps are priced in one
-  vectorised call (:mod:`replay.decode_runs`); a step ending at the next event skips the heap.
+  vectorised call (:mod:`replay.core.decode_runs`); a step ending at the next event skips the heap.
 
 Speculative decoding (``SchedulerConfig.num_speculative_tokens`` K > 0): a decode verifies up
 to ``K + 1`` positions and emits ``1 +`` the accepted drafts (:attr:`Engine.accept_drafts`,
-:mod:`replay.spec_decode`), all at the step's end. The implicit decoders and the closed-form
+:mod:`replay.core.spec_decode`), all at the step's end. The implicit decoders and the closed-form
 decode runs assume one token per decode and step, so both are off then (every step goes
 through the policy, as with ``--exact-steps``); the in-place step ends stay.
 """
@@ -34,17 +34,17 @@ import numpy as np
 from schemas.status import REJECTED, because
 from schemas.step_record import around_decode_context, step_features
 
-from .cost_model import StepCostModel
+from ..cost.cost_model import StepCostModel
 from .decode_runs import DecodeRuns
 from .engine_config import EngineConfig, check_settings
-from .errors import ReplayError
+from ..errors import ReplayError
 from .events import CALL, LATE_CALL, STEP_END, WAKE, completion_bound_s
 from .kv_cache import make_kv_cache
-from .progress import bar as progress_bar
-from .progress import counting_calls, counting_items
+from ..progress import bar as progress_bar
+from ..progress import counting_calls, counting_items
 from .request import Request
-from .schedulers.base import Batch, ReplicaState, Scheduler, SchedulerConfig, capability
-from .schedulers.implicit_decoders import lazy_decodes_for
+from ..schedulers.base import Batch, ReplicaState, Scheduler, SchedulerConfig, capability
+from ..schedulers.implicit_decoders import lazy_decodes_for
 from .spec_decode import check_cost_models, end_spec_step, sample_accepted_drafts
 from .step_end import end_decode_run, end_step
 
@@ -67,7 +67,7 @@ class Engine:
     ----------
     cost_models : list[StepCostModel]
         The cost model of each replica (all ``cost_model`` here; a subclass such as
-        :class:`replay.disagg.DisaggEngine` gives each pool its own).
+        :class:`replay.core.disagg.DisaggEngine` gives each pool its own).
     on_step_end : callable (rid, now) -> None, or None
         Hook called after a step's tokens are emitted, before the replica schedules again.
     on_request_done : callable (Request, now) -> None, or None
@@ -146,7 +146,7 @@ class Engine:
         """Put ``req`` in replica ``rid``'s waiting queue and wake the replica if it is idle.
 
         The wake-up runs after every event of the instant ``now`` (so the replica sees all of
-        them). Arrivals come through here; :mod:`replay.disagg` hands transferred requests over too.
+        them). Arrivals come through here; :mod:`replay.core.disagg` hands transferred requests over too.
         """
         self.replicas[rid].waiting.append(req)
         self.wake(rid, now)
@@ -324,7 +324,7 @@ class Engine:
 
     def _start_decode_run(self, rid: int, state: ReplicaState, batch: Batch, now: float) -> bool:
         """Advance ``k > 1`` identical decode steps of the decode-only ``batch`` at once, as
-        :meth:`replay.decode_runs.DecodeRuns.plan` allows; False (nothing done) when it does not."""
+        :meth:`replay.core.decode_runs.DecodeRuns.plan` allows; False (nothing done) when it does not."""
         run = self._decode_runs[rid].plan(batch, state.kv, now, self._next_arrival_time_s)
         if run is None:
             return False
@@ -356,7 +356,7 @@ class Engine:
 
     def completion_bound_s(self, min_step_s: float = 0.0) -> float:
         """A time before which no request can complete on another replica, seconds (``inf``: none),
-        from the pending events (:func:`replay.events.completion_bound_s`; ``min_step_s``: a
+        from the pending events (:func:`replay.core.events.completion_bound_s`; ``min_step_s``: a
         lower bound on any step's duration, seconds)."""
         return completion_bound_s(self._heap, self.replicas, self._batches, self.spec_tokens, min_step_s)
 
@@ -388,7 +388,7 @@ class Engine:
 
     def sample_accepted_drafts(self, rid: int, drafts: list) -> list:
         """Accepted draft tokens of the decodes of one step of replica ``rid``
-        (:func:`replay.spec_decode.sample_accepted_drafts` with the replica's seeded generator)."""
+        (:func:`replay.core.spec_decode.sample_accepted_drafts` with the replica's seeded generator)."""
         return sample_accepted_drafts(self._rngs[rid], self.config.spec_acceptance_rate, drafts)
 
 

@@ -14,7 +14,7 @@ import math
 
 from schemas.specs import GpuSpec, ModelSpec
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def kv_block_bytes_per_rank(model: ModelSpec, tp: int, block_size: int, pp: int = 1) -> float:

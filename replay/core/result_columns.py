@@ -145,7 +145,7 @@ def steps_frame(engine: Engine) -> pd.DataFrame:
 
 def _recorded_cost_models(engine: Engine) -> list:
     """The cost model of each ``replica_id`` of :attr:`Engine.steps` (a pipelined replica's
-    steps carry its group's index, :class:`replay.pipeline.PipelineEngine`)."""
+    steps carry its group's index, :class:`replay.core.pipeline.PipelineEngine`)."""
     group_of = getattr(engine, "group_of", None)
     if group_of is None:
         return engine.cost_models

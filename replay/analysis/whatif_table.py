@@ -1,8 +1,8 @@
 """A what-if against the measured run: the comparison table read as baseline (measured) vs
 what-if, its difference a change, not an error.
 
-The cells are :mod:`replay.compare`'s (:func:`~replay.compare.narrow_cells`,
-:func:`~replay.compare.table_cells`) under other names; the error-only columns (bias, KS,
+The cells are :mod:`replay.analysis.compare`'s (:func:`~replay.analysis.compare.narrow_cells`,
+:func:`~replay.analysis.compare.table_cells`) under other names; the error-only columns (bias, KS,
 MAPE, Wasserstein: how far a prediction is from the truth) are left out.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ def whatif_head(head: list[str]) -> list[str]:
 
 
 def whatif_cells(table: pd.DataFrame, wide: bool = False) -> tuple[list[str], list[list[str]]]:
-    """Header and cells of a :func:`replay.compare.compare` table as baseline vs what-if:
+    """Header and cells of a :func:`replay.analysis.compare.compare` table as baseline vs what-if:
     ``base_pXX`` (measured), ``whatif_pXX`` (predicted), ``change_pXX`` ((what-if - measured) /
     measured, or the difference in ms below 1 ms), ms; ``wide``: means and every percentile."""
     head, rows = table_cells(table, PERCENTILES) if wide else narrow_cells(table, NARROW_PERCENTILES)
@@ -44,14 +44,14 @@ def format_whatif_table(table: pd.DataFrame, differences: list[str], wide: bool 
     Parameters
     ----------
     table : pandas.DataFrame
-        :func:`replay.compare.compare` of the what-if's result (seconds).
+        :func:`replay.analysis.compare.compare` of the what-if's result (seconds).
     differences : list of str
         The options that differ from the measured run
         (:func:`replay.cli.baseline.whatif_differences`).
     wide : bool
         Every percentile and the means; by default p50 and p90 within 100 columns.
     """
-    from .text import WIDTH, render_table, wrap
+    from ..text import WIDTH, render_table, wrap
 
     if table.empty:
         return "(no measured latencies to compare)"

@@ -1,13 +1,13 @@
 """Routers: which replica an arriving request goes to.
 
 A router is any callable ``router(req, replicas) -> int`` taking the arriving
-:class:`~replay.request.Request` and the list of :class:`~replay.schedulers.base.ReplicaState`
+:class:`~replay.core.request.Request` and the list of :class:`~replay.schedulers.base.ReplicaState`
 and returning a replica id; the engine calls it once per arrival. Built in, by name
 (:data:`ROUTERS`): ``round_robin``, ``least_loaded``, ``prefix_affinity``.
 """
 from __future__ import annotations
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .request import Request
 
 
@@ -49,7 +49,7 @@ def prefix_affinity(req: Request, replicas: list) -> int:
     Prefix-cache-aware routing as in SGLang's router (cache-aware load balancing) and
     llm-d's prefix-cache scorer: the match length is the number of leading full blocks
     of the prompt resident in the replica's cache
-    (:meth:`~replay.kv_cache.KVCache.num_resident_prefix_blocks`), so it needs prefix
+    (:meth:`~replay.core.kv_cache.KVCache.num_resident_prefix_blocks`), so it needs prefix
     caching on (``--enable-prefix-caching``) and ``block_hashes`` in the trace; without them
     every match is 0 and this is :func:`least_loaded`. Requests arriving at the same instant
     see the caches as they are, before any of them has been scheduled.

@@ -36,7 +36,7 @@ from schemas.metrics import step_kind
 from schemas.status import OK
 from schemas.step_record import FEATURE_NAMES, FIELD_INDEX, STEP_WHERE_WHEN
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 _US = 1e6  # trace-event timestamps are microseconds
 _STEPS_TID = 0
@@ -148,9 +148,9 @@ def iter_chrome_trace(engine, result: pd.DataFrame, window: tuple[float, float] 
 
     Parameters
     ----------
-    engine : replay.engine.Engine
+    engine : replay.core.engine.Engine
         Run with ``record_steps`` and ``record_step_requests`` (``engine.steps``,
-        ``engine.step_requests``); a :class:`~replay.disagg.DisaggEngine` adds its
+        ``engine.step_requests``); a :class:`~replay.core.disagg.DisaggEngine` adds its
         prefill/decode processes and KV transfers.
     result : pandas.DataFrame
         The replay result (``arrival_time_s``, ``pred_*`` columns, seconds), one row per
@@ -330,7 +330,7 @@ def write_chrome_trace(path, engine, result: pd.DataFrame, window: tuple[float, 
     ChromeTraceSummary
         What was written (the caller warns when the cap cut requests).
     """
-    from .progress import optional_bar
+    from ..progress import optional_bar
 
     summary: dict = {}
     total = len(engine.steps) + int((result["pred_status"] == OK).sum())

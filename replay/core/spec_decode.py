@@ -13,7 +13,7 @@ import numpy as np
 
 from schemas.status import OK
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def check_cost_models(cost_models) -> None:

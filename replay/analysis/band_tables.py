@@ -3,7 +3,7 @@ how many measured statistics fall inside their band, and the band cells of the s
 scheduler tables.
 
 A cell is ``"412.3 [398.0, 430.1]"``: the prediction at the calibration's values and the
-band's ends (:class:`replay.bands.Band`), in milliseconds as :func:`replay.compare.ms_cell`
+band's ends (:class:`replay.analysis.bands.Band`), in milliseconds as :func:`replay.analysis.compare.ms_cell`
 writes them; the prediction alone when there is no band.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from .bands import Band
 from .compare import METRICS, ms_cell
 from .metrics import PERCENTILES
 
-#: Rows of the PREDICTION table, in order (labels of :data:`replay.compare.METRICS`).
+#: Rows of the PREDICTION table, in order (labels of :data:`replay.analysis.compare.METRICS`).
 PREDICTION_METRICS = tuple(label for _, _, label in METRICS)
 #: Percentiles whose measured values are checked against their band.
 COVERAGE_PERCENTILES = (50, 90)
@@ -68,7 +68,7 @@ def format_prediction(band: Band, slo: str | None = None, measured_goodput: floa
     Within :data:`replay.text.WIDTH` (100) columns (p99 goes first when it does not fit)
     unless ``wide``.
     """
-    from .text import WIDTH, render_table, wrap
+    from ..text import WIDTH, render_table, wrap
 
     head, rows = prediction_cells(band)
     table = render_table(head, rows, None if wide else WIDTH, drop_order=("p99",))
@@ -82,7 +82,7 @@ def format_prediction(band: Band, slo: str | None = None, measured_goodput: floa
 
 
 def band_coverage(table, band: Band, percentiles=COVERAGE_PERCENTILES) -> str | None:
-    """One line: how many measured ``p50``/``p90`` statistics of a :func:`replay.compare.compare`
+    """One line: how many measured ``p50``/``p90`` statistics of a :func:`replay.analysis.compare.compare`
     table lie inside their band, naming those outside (measured value and band, ms); None
     without a band or measured values."""
     if not band.has_band or table is None or table.empty:
@@ -110,7 +110,7 @@ def band_coverage(table, band: Band, percentiles=COVERAGE_PERCENTILES) -> str | 
 
 def band_columns(row: dict, band: Band) -> dict:
     """``row`` with ``{stat}_low`` and ``{stat}_high`` for every stat of
-    :data:`replay.bands.BAND_STATS` (same units) from ``band``, and ``band_points`` and
+    :data:`replay.analysis.bands.BAND_STATS` (same units) from ``band``, and ``band_points`` and
     ``band_seeds`` (what was replayed for it; 0 and 0: no band, low = high = the point)."""
     from .bands import BAND_STATS
 

@@ -5,7 +5,7 @@ when a prompt is done its KV cache moves to a decode instance over a link (DistS
 Zhong et al., OSDI'24; Splitwise, Patel et al., ISCA'24). Each pool has its own scheduler
 (:mod:`replay.schedulers.disagg`), KV cache, tensor-parallel degree and cost model; the
 discrete-event loop, batching, KV accounting and token bookkeeping are the
-:class:`~replay.engine.Engine`'s, reused through its hooks (per-replica cost models,
+:class:`~replay.core.engine.Engine`'s, reused through its hooks (per-replica cost models,
 ``on_step_end``, ``call_at``, ``enqueue``).
 """
 from __future__ import annotations
@@ -19,16 +19,16 @@ import numpy as np
 from schemas.specs import ModelSpec
 from schemas.status import OK, REJECTED, TRANSFERRING, WAITING, because
 
-from .cost_model import LINKS, Link, RooflineCostModel, StepCostModel, kv_transfer_time_s
-from .config import DisaggOptions, check_link_options
+from ..cost.cost_model import LINKS, Link, RooflineCostModel, StepCostModel, kv_transfer_time_s
+from ..config import DisaggOptions, check_link_options
 from .engine import Engine
 from .engine_config import EngineConfig
-from .errors import ConfigError
+from ..errors import ConfigError
 from .kv_cache import make_kv_cache
 from .request import Request
 from .routing import RoundRobinRouter, replica_load
-from .schedulers.base import SchedulerConfig
-from .schedulers.disagg import FIRST_TOKEN_FROM, DecodeScheduler, PrefillScheduler
+from ..schedulers.base import SchedulerConfig
+from ..schedulers.disagg import FIRST_TOKEN_FROM, DecodeScheduler, PrefillScheduler
 
 
 @dataclass
@@ -236,10 +236,10 @@ def pool_cost_models(cost_model: RooflineCostModel, tp_prefill: int | None, tp_d
                      pp_prefill: int | None = None,
                      pp_decode: int | None = None) -> tuple[RooflineCostModel, RooflineCostModel]:
     """The roofline of each pool: ``cost_model`` with the pool's tensor- and pipeline-parallel
-    degrees (a pipelined pool's model prices one stage, :mod:`replay.pipeline`).
+    degrees (a pipelined pool's model prices one stage, :mod:`replay.core.pipeline`).
 
     None keeps ``cost_model.tp`` (``cost_model.pp``). Weights, KV and FLOPs split over the pool's TP and its
-    all-reduces are added (:class:`~replay.cost_model.RooflineCostModel`), so each phase is
+    all-reduces are added (:class:`~replay.cost.cost_model.RooflineCostModel`), so each phase is
     timed with its own TP (docs/CASES.md BR-23).
 
     Raises
@@ -259,7 +259,7 @@ def pool_cost_models(cost_model: RooflineCostModel, tp_prefill: int | None, tp_d
 
 def resolve_link(name: str | None, bandwidth_bytes_per_s: float | None, latency_s: float | None,
                  default: Link) -> Link:
-    """The prefill-to-decode link: a preset of :data:`~replay.cost_model.LINKS`, or explicit values.
+    """The prefill-to-decode link: a preset of :data:`~replay.cost.cost_model.LINKS`, or explicit values.
 
     Parameters
     ----------

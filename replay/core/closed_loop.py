@@ -5,8 +5,8 @@ Benchmark clients often hold a fixed number of requests in flight instead of fol
 arrival times: LLMPerf (``--num-concurrent-requests``), GenAI-Perf (``--concurrency``) and
 ``vllm bench serve --max-concurrency``. Their traces carry no meaningful arrival times, so
 the replay simulates the send times too. The engine is driven through its hooks
-(:attr:`~replay.engine.Engine.on_request_done`, :meth:`~replay.engine.Engine.call_at`,
-:meth:`~replay.engine.Engine.arrive`, :attr:`~replay.engine.Engine.arrival_bound`); batching,
+(:attr:`~replay.core.engine.Engine.on_request_done`, :meth:`~replay.core.engine.Engine.call_at`,
+:meth:`~replay.core.engine.Engine.arrive`, :attr:`~replay.core.engine.Engine.arrival_bound`); batching,
 KV accounting and token bookkeeping stay the engine's.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pandas as pd
 from schemas.status import OK
 
 from .engine import Engine
-from .config import ClosedLoopOptions
+from ..config import ClosedLoopOptions
 from .request import Request
 
 
@@ -29,7 +29,7 @@ class ClosedLoop:
     Parameters
     ----------
     engine : Engine
-        A fresh engine (or :class:`~replay.disagg.DisaggEngine`); its ``on_request_done`` and
+        A fresh engine (or :class:`~replay.core.disagg.DisaggEngine`); its ``on_request_done`` and
         ``arrival_bound`` hooks are taken over.
     requests : list[Request]
         In trace order (their ``arrival_time_s`` is ignored and overwritten with the send time).
@@ -62,7 +62,7 @@ class ClosedLoop:
     rejected (too long for the model or the KV cache) completes when it reaches the engine.
     So request ``k`` is sent when the earliest client becomes free, as in
     :func:`traces.importers.llmperf.closed_loop_arrivals`, and every front-end term of the
-    open loop is kept (:func:`replay.result_columns.result_frame` adds them to the latencies).
+    open loop is kept (:func:`replay.core.result_columns.result_frame` adds them to the latencies).
 
     A send at ``t`` reaches the engine after every step ending at ``t`` has been processed
     (a client only sees the last token once the step that emitted it has ended), so the new
@@ -160,7 +160,7 @@ def on_send_times(result: pd.DataFrame) -> pd.DataFrame:
     """A replay result whose ``arrival_time_s`` is the simulated send time, when there is one.
 
     Rates computed over the predicted timeline (goodput, throughput:
-    :func:`replay.metrics.goodput_rps`) need the predicted arrivals; a closed-loop result
+    :func:`replay.analysis.metrics.goodput_rps`) need the predicted arrivals; a closed-loop result
     holds them in ``pred_arrival_time_s``. An open-loop result is returned as it is.
     """
     if "pred_arrival_time_s" not in result:

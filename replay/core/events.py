@@ -2,15 +2,15 @@
 
 The heap holds ``(time, priority, seq, payload)``; ``seq`` is a per-engine counter, so equal
 times and priorities resolve in the order the events were pushed. Arrivals of
-:meth:`~replay.engine.Engine.run`'s list never enter the heap (they are consumed in order
+:meth:`~replay.core.engine.Engine.run`'s list never enter the heap (they are consumed in order
 from the list, first on a tie); at one instant the rest run by priority:
 """
 from __future__ import annotations
 
 import math
 
-#: A callback scheduled with :meth:`~replay.engine.Engine.call_at` (e.g. a KV transfer done,
-#: :mod:`replay.disagg`); it shares the arrivals' rank, before the step ends of its instant.
+#: A callback scheduled with :meth:`~replay.core.engine.Engine.call_at` (e.g. a KV transfer done,
+#: :mod:`replay.core.disagg`); it shares the arrivals' rank, before the step ends of its instant.
 #: The payload is the callback.
 CALL = 0
 #: The end of a replica's step (or closed-form run); the payload is the replica index.
