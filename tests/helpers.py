@@ -38,6 +38,14 @@ def run(reqs, cost, scheduler="chunked", budget=2048, max_num_seqs=256, num_gpu_
     return {r.request_id: r for r in rs}, eng
 
 
+def replica_options(scheduler: str, replicas: int) -> dict:
+    """``replicas`` engines in the form ``scheduler`` takes them: a prefill and a decode pool of
+    that many each for ``disagg``, else ``replicas`` engines behind the router."""
+    if scheduler == "disagg":
+        return {"prefill_replicas": replicas, "decode_replicas": replicas}
+    return {"replicas": replicas}
+
+
 def replay_both_paths(trace, cost, atol=1e-9, **config):
     """Replay ``trace`` step by step (``exact_steps``) and on the fast path; assert they agree.
 

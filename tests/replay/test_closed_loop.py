@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 
-from helpers import LinearStepCost, replay_both_paths
+from helpers import LinearStepCost, replay_both_paths, replica_options
 from replay.core.closed_loop import ClosedLoop, on_send_times
 from replay.cost.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
@@ -138,10 +138,7 @@ def test_fast_path_equals_step_by_step_in_closed_loop(trace, scheduler, budget, 
                                                       concurrency, think_time_s):
     base = dict(scheduler=scheduler, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs, num_gpu_blocks=blocks,
                 record_token_times=True, concurrency=concurrency, think_time_s=think_time_s)
-    if scheduler == "disagg":
-        base.update(prefill_replicas=replicas, decode_replicas=replicas)
-    else:
-        base["replicas"] = replicas
+    base.update(replica_options(scheduler, replicas))
     slow, fast = replay_both_paths(trace, COST, **base)
     np.testing.assert_allclose(fast["pred_arrival_time_s"], slow["pred_arrival_time_s"], rtol=0, atol=1e-9)
 

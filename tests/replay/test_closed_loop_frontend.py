@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from helpers import LinearStepCost, replay_both_paths
+from helpers import LinearStepCost, replay_both_paths, replica_options
 from replay.core.closed_loop import ClosedLoop
 from replay.config import ClosedLoopOptions, RecordOptions, ReplayConfig
 from replay.cost.cost_model import RooflineCostModel
@@ -95,10 +95,7 @@ def test_fast_path_equals_step_by_step_with_a_front_end(n, seed, scheduler, bloc
     rng = np.random.default_rng(seed)
     df = trace(np.zeros(n), rng.integers(1, 3000, n), rng.integers(1, 300, n))
     base = dict(scheduler=scheduler, num_gpu_blocks=blocks, record_token_times=True, concurrency=concurrency)
-    if scheduler == "disagg":
-        base.update(prefill_replicas=replicas, decode_replicas=replicas)
-    else:
-        base["replicas"] = replicas
+    base.update(replica_options(scheduler, replicas))
     slow, fast = replay_both_paths(df, COST, **base)
     np.testing.assert_allclose(fast["pred_arrival_time_s"], slow["pred_arrival_time_s"], rtol=0, atol=1e-9)
     np.testing.assert_allclose(fast["pred_ttft_s"], slow["pred_ttft_s"], rtol=0, atol=1e-9)
