@@ -280,14 +280,12 @@ def format_validation(table) -> str:
 
     lines = [f"{'run':34s} {'sample':6s} {'TTFT p50':>9s} {'p90':>7s} {'TPOT p50':>9s} {'p90':>7s} {'E2E p50':>8s} "
              f"{'p90':>7s}"]
+    columns = (("ttft", 50, 9), ("ttft", 90, 7), ("tpot", 50, 9), ("tpot", 90, 7), ("e2e", 50, 8), ("e2e", 90, 7))
     for (run, sample), g in table.groupby(["run", "sample"], sort=False):
         by = {r["metric"]: r for _, r in g.iterrows()}
-
-        def cell(metric, q, width):
-            r = by.get(metric)
-            return f"{r[f'rel_err_p{q}']:+.1%}".rjust(width) if r is not None else "n/a".rjust(width)
-        lines.append(f"{run[-34:]:34s} {sample:6s} {cell('ttft', 50, 9)} {cell('ttft', 90, 7)} "
-                     f"{cell('tpot', 50, 9)} {cell('tpot', 90, 7)} {cell('e2e', 50, 8)} {cell('e2e', 90, 7)}")
+        cells = [f"{by[m][f'rel_err_p{q}']:+.1%}".rjust(width) if m in by else "n/a".rjust(width)
+                 for m, q, width in columns]
+        lines.append(f"{run[-34:]:34s} {sample:6s} " + " ".join(cells))
     out = table[table["sample"] == "out"]
     if not out.empty:
         errs = out[out["metric"].isin(["ttft", "tpot", "e2e"])][["rel_err_p50", "rel_err_p90"]].abs().to_numpy()

@@ -211,7 +211,7 @@ def _checked_metadata(table: pa.Table, path) -> pa.Table:
     without it.
     """
     try:
-        table.schema.names  # decoded from the file's bytes
+        _ = table.schema.names  # decoded from the file's bytes: a bad name raises here
     except UnicodeDecodeError:
         raise SchemaError(f"{path}: has column names that are not UTF-8 text; expected a file written by "
                           "servecal (re-import the source with 'traces import')") from None
