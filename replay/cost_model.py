@@ -150,7 +150,8 @@ class RooflineCostModel:
             object.__setattr__(self, "params", CostParams(**self.params))
         if self.tp_link is None:  # the GPU's own interconnect
             if self.gpu.tp_link not in LINKS:
-                raise ConfigError(f"gpu {self.gpu.name}: unknown tp_link {self.gpu.tp_link!r}; known: {', '.join(LINKS)}")
+                raise ConfigError(f"gpu {self.gpu.name}: unknown tp_link {self.gpu.tp_link!r}; "
+                                  f"known: {', '.join(LINKS)}")
             object.__setattr__(self, "tp_link", LINKS[self.gpu.tp_link])
         if self.pp_link is None:
             object.__setattr__(self, "pp_link", self.tp_link)

@@ -237,7 +237,8 @@ def _usable_pandas_metadata(raw: bytes, names: list[str]) -> bool:
         m = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return False
-    if not isinstance(m, dict) or not isinstance(m.get("columns"), list) or not isinstance(m.get("index_columns"), list):
+    if (not isinstance(m, dict) or not isinstance(m.get("columns"), list)
+            or not isinstance(m.get("index_columns"), list)):
         return False
     cols = m["columns"]
     if not all(isinstance(c, dict) and isinstance(c.get("name", ""), (str, type(None))) for c in cols):

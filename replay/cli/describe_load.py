@@ -37,8 +37,9 @@ def add_load_to_describe(describe: click.Command) -> click.Command:
             click.echo(describe_load(kwargs["file"], calibration_path, model))
 
     describe.callback = callback
-    describe.help += ("\n\n    With --calibration, the M/G/1 view (seed section 3): each request served alone "
-                      "on the roofline,\n    rho = lambda E[S], and the P-K mean wait next to a batch-size-1 FCFS replay.")
+    describe.help += ("\n\n    With --calibration, the M/G/1 view (seed section 3): each request served "
+                      "alone on the roofline,\n    rho = lambda E[S], and the P-K mean wait next to a batch-size-1 "
+                      "FCFS replay.")
     return describe
 
 

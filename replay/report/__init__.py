@@ -302,7 +302,8 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
     if checks:
         blocks += [("h2", "Tolerances"), ("table", ["check", "bound", "error", "result"], checks),
                    ("p", f"A percentile below {REL_ERR_FLOOR_S * 1e3:g} ms measured is judged against "
-                         f"{REL_ERR_FLOOR_S * 1e3:g} ms: its bound allows that fraction of {REL_ERR_FLOOR_S * 1e3:g} ms.")]
+                         f"{REL_ERR_FLOOR_S * 1e3:g} ms: its bound allows that fraction of "
+                         f"{REL_ERR_FLOOR_S * 1e3:g} ms.")]
 
     fig = scatter_figure(result_df, metrics)
     if fig is not None:

@@ -141,8 +141,8 @@ def bench_arrays_frame(path, result: dict, *, source_format: str, arrivals: str 
     rate = result.get("request_rate")
     rate_f = math.inf if rate in ("inf", None, float("inf")) else rate
     if not isinstance(rate_f, (int, float)) or isinstance(rate_f, bool) or not rate_f > 0:
-        raise TraceFormatError(path, f"request_rate {short_repr(rate)[:40]} is not a positive number or 'inf'", line=line,
-                               column="request_rate")
+        raise TraceFormatError(path, f"request_rate {short_repr(rate)[:40]} is not a positive number or 'inf'",
+                               line=line, column="request_rate")
     if rate_f != math.inf:
         rate_f = json_number(path, rate_f, column="request_rate", line=line)  # in range: a float
     burst = result.get("burstiness", 1.0)

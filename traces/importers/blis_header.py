@@ -74,7 +74,8 @@ def _number(path, value, key, lines, typ=float, minimum=None):
         ok = False
     if not ok or (minimum is not None and value < minimum):
         words = "a whole number" if typ is int else "a number"
-        raise TraceFormatError(path, f"value {value!r:.40} is not {words}{f' >= {minimum:g}' if minimum is not None else ''}",
+        bound = f" >= {minimum:g}" if minimum is not None else ""
+        raise TraceFormatError(path, f"value {value!r:.40} is not {words}{bound}",
                                column=key, line=lines.get(key))
     return typ(value)
 

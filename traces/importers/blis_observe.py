@@ -170,8 +170,8 @@ def import_blis_observe(path: str | Path, data: str | Path | None = None, invali
                 "arrival_time_us", "send_time_us", "first_chunk_time_us", "last_chunk_time_us", "slo_target_us",
                 "vllm_priority", "gie_priority"):
         if col in c:
-            top = _MAX_US if col.endswith("_us") else MAX_TOKENS + 1 if col.endswith("_tokens") or col == "prefix_length" \
-                else 2 ** 62
+            top = (_MAX_US if col.endswith("_us") else
+                   MAX_TOKENS + 1 if col.endswith("_tokens") or col == "prefix_length" else 2 ** 62)
             check_rows(path, (c[col] < 0) | (c[col] >= top), 0, "value is negative or too large", column=col,
                        expected=f"a whole number in [0, {top})", lines=True)
     streaming = np.ones(n, bool)

@@ -80,8 +80,8 @@ def _prompt_text(path, req: dict, row: int, where: str) -> str:
             if isinstance(c, list):  # content parts
                 c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
             if not isinstance(c, str):
-                raise TraceFormatError(path, "a chat message has no text content", row=row, column=col + ".body.messages",
-                                       expected="text messages (or --no-block-hashes)")
+                raise TraceFormatError(path, "a chat message has no text content", row=row,
+                                       column=col + ".body.messages", expected="text messages (or --no-block-hashes)")
             parts.append(f"{m.get('role', '')}\n{c}\n")
         return "".join(parts)
     raise TraceFormatError(path, "request body has no 'prompt' text nor 'messages'", row=row, column=col + ".body",

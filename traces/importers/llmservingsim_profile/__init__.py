@@ -32,7 +32,8 @@ from schemas.metrics import STEP_KINDS, step_kind
 from schemas.tables import STEP_COLUMNS
 
 from ...errors import TraceError, TraceFormatError
-from .compose import COMPOSITION, PER_LAYER_DENSE_CALLS, PER_STEP_DENSE, PER_STEP_SEQUENCE, covered_range, step_duration_s
+from .compose import (COMPOSITION, PER_LAYER_DENSE_CALLS, PER_STEP_DENSE, PER_STEP_SEQUENCE, covered_range,
+                      step_duration_s)
 from .layout import FILE_KINDS, collect, load_meta, pick
 from .tables import op_tables, read_attention
 

@@ -45,7 +45,8 @@ from ...errors import TraceFormatError
 from .settings import resolve_settings
 
 _TS_ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?")
-_TS_VLLM = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?")
+_TS_VLLM = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+                      r"(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?")
 _STATS = re.compile(r"(?:Engine (\d+): )?Avg prompt throughput: ")
 _FIELD = re.compile(r"^\s*([A-Za-z][A-Za-z ]*?):\s*([-+]?(?:\d[\d,]*\.?\d*|\.\d+|nan|inf))\s*(%|tokens/s|reqs)?\.?\s*$")
 #: Stats fields -> (column, scale, required).
@@ -296,8 +297,9 @@ def read_vllm_log(path: str | Path) -> VllmLog:
         for e, g in frame.groupby("engine"):
             back = np.flatnonzero(np.diff(g["time"].to_numpy()) < np.timedelta64(0))
             if back.size:
-                raise TraceFormatError(path, f"stats of engine {e} go back in time", line=int(g["line"].iloc[back[0] + 1]),
-                                       column="time", expected="non-decreasing timestamps")
+                raise TraceFormatError(path, f"stats of engine {e} go back in time",
+                                       line=int(g["line"].iloc[back[0] + 1]), column="time",
+                                       expected="non-decreasing timestamps")
     return VllmLog(settings, sources, nda, frame, first_time, year_known, counts)
 
 
