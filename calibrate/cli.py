@@ -158,9 +158,10 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, pp,
                 click.echo(wrap(warning), err=True)
         fitting_message(loaded.runs, names)
 
-    fitted = fit_traces(traces, cm, replay_config(replay_kwargs), keep=set_here, fixed=fixed, free=free_names, variants=names, loss=loss,
-                        balance_kinds=balance_kinds, ci=ci_method, ci_samples=ci_samples, seed=seed, jobs=jobs,
-                        ray_address=ray_address, held_why=held_why, on_loaded=checked)
+    fitted = fit_traces(traces, cm, replay_config(replay_kwargs), keep=set_here, fixed=fixed, free=free_names,
+                        variants=names, loss=loss, balance_kinds=balance_kinds, ci=ci_method,
+                        ci_samples=ci_samples, seed=seed, jobs=jobs, ray_address=ray_address,
+                        held_why=held_why, on_loaded=checked)
     for reason, n in fitted.dropped.items():
         click.echo(wrap(f"dropped {n} row(s): {reason}"))
     print_fits(fitted.fits, verbose)
@@ -254,14 +255,12 @@ def format_validation(table) -> str:
 
     lines = [f"{'run':34s} {'sample':6s} {'TTFT p50':>9s} {'p90':>7s} {'TPOT p50':>9s} {'p90':>7s} {'E2E p50':>8s} "
              f"{'p90':>7s}"]
+    columns = (("ttft", 50, 9), ("ttft", 90, 7), ("tpot", 50, 9), ("tpot", 90, 7), ("e2e", 50, 8), ("e2e", 90, 7))
     for (run, sample), g in table.groupby(["run", "sample"], sort=False):
         by = {r["metric"]: r for _, r in g.iterrows()}
-
-        def cell(metric, q, width):
-            r = by.get(metric)
-            return f"{r[f'rel_err_p{q}']:+.1%}".rjust(width) if r is not None else "n/a".rjust(width)
-        lines.append(f"{run[-34:]:34s} {sample:6s} {cell('ttft', 50, 9)} {cell('ttft', 90, 7)} "
-                     f"{cell('tpot', 50, 9)} {cell('tpot', 90, 7)} {cell('e2e', 50, 8)} {cell('e2e', 90, 7)}")
+        cells = [f"{by[m][f'rel_err_p{q}']:+.1%}".rjust(width) if m in by else "n/a".rjust(width)
+                 for m, q, width in columns]
+        lines.append(f"{run[-34:]:34s} {sample:6s} " + " ".join(cells))
     out = table[table["sample"] == "out"]
     if not out.empty:
         errs = out[out["metric"].isin(["ttft", "tpot", "e2e"])][["rel_err_p50", "rel_err_p90"]].abs().to_numpy()

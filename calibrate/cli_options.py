@@ -72,8 +72,8 @@ def held_and_free(fix, fix_from, free, variants, cm) -> tuple[dict, tuple, str, 
     if [getattr(cal.gpu, k) for k in spec] != [getattr(cm.gpu, k) for k in spec]:
         raise click.UsageError(f"--fix-from {fix_from}: fitted on {cal.gpu.name} ({cal.gpu.peak_flops:.4g} FLOP/s, "
                                f"{cal.gpu.mem_bandwidth_bytes_per_s:.4g} B/s), not {cm.gpu.name} "
-                               f"({cm.gpu.peak_flops:.4g}, {cm.gpu.mem_bandwidth_bytes_per_s:.4g}); efficiencies do not "
-                               "carry over to another GPU")
+                               f"({cm.gpu.peak_flops:.4g}, {cm.gpu.mem_bandwidth_bytes_per_s:.4g}); "
+                               "efficiencies do not carry over to another GPU")
     values = {n: p.value for n, p in cal.params.items() if n in PARAMS and not math.isnan(p.value)}
     held = {n: v for n, v in values.items() if n not in names}
     why = {n: (f"from {fix_from}" + ("" if cal.params[n].identifiable else ", NOT IDENTIFIED there"),

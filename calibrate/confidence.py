@@ -82,9 +82,10 @@ def confidence_set_intervals(residual: Callable[[CostParams], np.ndarray], param
     -----
     Without a usable covariance (no variation under resampling: a handful of requests or
     identical latencies) nothing is computed: every free parameter is NOT IDENTIFIED, with no
-    interval, and the stats say why. When the optimum itself fails the test (``G`` above the threshold: the model misses the
-    data by more than their sampling error), the set is empty; the intervals are then those
-    of ``G <= G(optimum) + chi2_1(level)``, the profile-likelihood rule, and the stats say so.
+    interval, and the stats say why. When the optimum itself fails the test (``G`` above the
+    threshold: the model misses the data by more than their sampling error), the set is empty;
+    the intervals are then those of ``G <= G(optimum) + chi2_1(level)``, the profile-likelihood
+    rule, and the stats say so.
     """
     from scipy.stats import chi2
 

@@ -93,8 +93,9 @@ def demo(out_dir, num_requests, rate, noise, seed):
 
     pred, _ = replay_frame(trace, cost_model_from_calibration(cal), replace(cfg, record=RecordOptions()))
     write_trace(pred, REPLAY_RESULT, out / "replay.parquet", {"source": "servecal demo (synthetic)"})
-    click.echo(wrap(f"3. replay with the calibration (scheduler {cfg.scheduling.scheduler}, --max-num-seqs {eng.max_num_seqs} "
-                    f"--max-num-batched-tokens {eng.max_num_batched_tokens}) -> {out}/replay.parquet") + "\n")
+    click.echo(wrap(f"3. replay with the calibration (scheduler {cfg.scheduling.scheduler}, "
+                    f"--max-num-seqs {eng.max_num_seqs} --max-num-batched-tokens {eng.max_num_batched_tokens}) "
+                    f"-> {out}/replay.parquet") + "\n")
     click.echo(format_table(compare(pred)))
     _what_if(trace, truth, cal, replace(cfg, record=RecordOptions()))
 
@@ -143,8 +144,8 @@ def _what_if(trace, truth, cal, cfg) -> None:
     true_row = prediction_row(replay_frame(faster, truth, cfg)[0])
     stats = [f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e") for q in (50, 90)]
     held = [s for s in stats if band.holds(s, true_row[s])]
-    click.echo("\n" + wrap(f"4. what-if: {WHAT_IF_RATE_SCALE:g}x the load (traces scale --rate-scale {WHAT_IF_RATE_SCALE:g}), "
-                           "predicted with the calibration's band:"))
+    click.echo("\n" + wrap(f"4. what-if: {WHAT_IF_RATE_SCALE:g}x the load (traces scale --rate-scale "
+                           f"{WHAT_IF_RATE_SCALE:g}), predicted with the calibration's band:"))
     click.echo(format_prediction(band))
     outside = [f"{s[:-2].replace('_', ' ')} {true_row[s] * 1e3:.2f} ms, band [{band.low[s] * 1e3:.2f}, "
                f"{band.high[s] * 1e3:.2f}]" for s in stats if s not in held]

@@ -80,7 +80,8 @@ def inert_params(cost_model, names) -> dict:
             continue
         d = spec.default
         # halfway to the farther bound (a default at a bound, such as eta_link's 1, probes the other side)
-        probe = spec.upper if math.isnan(d) else (d + (spec.upper if spec.upper - d >= d - spec.lower else spec.lower)) / 2
+        farther = spec.upper if spec.upper - d >= d - spec.lower else spec.lower
+        probe = spec.upper if math.isnan(d) else (d + farther) / 2
         if cost_model.with_params(cost_model.params.replace(**{n: probe})).coefficients == base:
             out[n] = "no effect on this hardware and model"
     return out
@@ -114,8 +115,9 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
     A parameter the data cannot tell apart from another one, or that has no effect on them,
     is held at its declared value (:data:`schemas.cost_params.PARAMS`) and the others are
     refitted, when that fits the data as well (sum of squares within 5 %): the calibration
-    then carries the declared point of a flat valley, not an arbitrary one; the file says so. One that is only poorly constrained keeps its value and is reported NOT
-    IDENTIFIED with its interval; one at a bound of its range is a result, not a failure.
+    then carries the declared point of a flat valley, not an arbitrary one; the file says so.
+    One that is only poorly constrained keeps its value and is reported NOT IDENTIFIED with its
+    interval; one at a bound of its range is a result, not a failure.
 
     Parameters
     ----------
@@ -209,7 +211,8 @@ def _held_warning(name: str, reason: str, value: float) -> str:
 
 def least_squares(residual: Callable[[CostParams], np.ndarray], free: dict, fixed: dict,
                   rel_step: float, starts: list[dict] | None = None, max_nfev: int | None = None,
-                  loss: str = "linear", runner=None, tol: float = 1e-10) -> tuple[lmfit.minimizer.MinimizerResult, dict]:
+                  loss: str = "linear", runner=None,
+                  tol: float = 1e-10) -> tuple[lmfit.minimizer.MinimizerResult, dict]:
     """Minimise ``sum(residual(params)^2)`` over the ``free`` parameters.
 
     Parameters

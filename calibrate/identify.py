@@ -112,47 +112,21 @@ def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostPara
     """
     scaled = {n: result.params[n].value for n in free}
     spec = {n: PARAMS[n] for n in free}
-    values = {n: scaled[n] * spec[n].fit_scale for n in free}
 
     def f(x: dict) -> np.ndarray:
         return residual(CostParams(**fixed, **{k: v * PARAMS[k].fit_scale for k, v in x.items()}))
 
     f0 = f(scaled)
     rss = float(np.sum(f0 ** 2))
-    cols = []
-    for n in free:
-        lo, hi = spec[n].lower / spec[n].fit_scale, spec[n].upper / spec[n].fit_scale
-        h = rel_step * max(1.0, abs(scaled[n]))  # as scipy's finite differences: relative, at least rel_step
-        up, down = min(scaled[n] + h, hi), max(scaled[n] - h, lo)
-        fu = f({**scaled, n: up}) if up != scaled[n] else f0
-        fd = f({**scaled, n: down}) if down != scaled[n] else f0
-        cols.append((fu - fd) / (up - down) if up != down else np.zeros_like(f0))
-    jac = np.column_stack(cols) if cols else np.zeros((f0.size, 0))
+    jac = _jacobian(f, scaled, free, rel_step, f0)
     active, partner_of = _separable(jac, list(free))
-    idx = [free.index(n) for n in active]
-    ja = jac[:, idx]
-    dof = max(f0.size - len(active), 1)
-    se, correlations = {n: None for n in free}, {}
-    if active:
-        inv = np.linalg.inv(ja.T @ ja)
-        if data_cov is not None:
-            cov = inv @ ja.T @ data_cov @ ja @ inv
-        elif robust:
-            cov = inv @ ((ja * (f0 ** 2)[:, None]).T @ ja) @ inv * f0.size / dof
-        else:
-            cov = rss / dof * inv
-        d = np.sqrt(np.clip(np.diag(cov), 0, None))
-        for i, n in enumerate(active):
-            se[n] = float(d[i]) * spec[n].fit_scale
-            for k, m in enumerate(active):
-                if i < k and d[i] * d[k] > 0:
-                    correlations[f"{n},{m}"] = float(cov[i, k] / (d[i] * d[k]))
+    se, correlations = _standard_errors(jac, free, active, f0, rss, robust, data_cov)
     for n, (m, r) in partner_of.items():
         if m is not None:
             correlations[",".join(sorted((n, m)))] = r
     params, warns = {}, []
     for n in free:
-        v, s = values[n], se[n]
+        v = scaled[n] * spec[n].fit_scale
         width = spec[n].upper - spec[n].lower
         at_lo, at_hi = v - spec[n].lower <= 1e-6 * width, spec[n].upper - v <= 1e-6 * width
         v = spec[n].lower if at_lo else spec[n].upper if at_hi else v  # lmfit stops a hair inside
@@ -164,24 +138,70 @@ def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostPara
                 lo, hi = flat_range(f, scaled, n, f0)
                 why = f"no effect on these data: any value in [{fmt(n, lo)}, {fmt(n, hi)}] fits them equally"
             params[n] = FittedParam(v, None, False, why)
-            warns.append(f"{n}: NOT IDENTIFIED, {why}")
-            continue
-        if rss == 0.0 and data_cov is None:  # an exact fit: no uncertainty (docs/CASES.md BR-20)
+        elif rss == 0.0 and data_cov is None:  # an exact fit: no uncertainty (docs/CASES.md BR-20)
             params[n] = FittedParam(v, 0.0, True)
-            continue
-        ci = (max(spec[n].lower, v - 1.96 * s), min(spec[n].upper, v + 1.96 * s)) if s is not None else None
-        kind, why = identification(n, v, ci, f"no interval: the covariance at the optimum is singular (stderr {s})")
-        if kind is None:
-            params[n] = FittedParam(v, s, True)
-            continue
-        partner = _most_correlated(n, correlations) if kind == "wide" else None
-        if partner:  # the reason fit_variants holds it at its declared value and refits the others
-            why = f"cannot be told apart from {partner[0]} (r={partner[1]:+.2f})"
-        params[n] = FittedParam(v, s, False, why)
-        warns.append(f"{n}: NOT IDENTIFIED, {why}")
+        else:
+            params[n] = _judged(n, v, se[n], correlations)
+        if not params[n].identifiable:
+            warns.append(f"{n}: NOT IDENTIFIED, {params[n].bound}")
     for n, v in fixed.items():
         params[n] = FittedParam(v, None, True, (fixed_reason or {}).get(n, "held fixed"), vary=False)
     return {n: params[n] for n in PARAMS if n in params}, correlations, warns
+
+
+def _jacobian(f, scaled: dict, free: list, rel_step: float, f0: np.ndarray) -> np.ndarray:
+    """The central-difference Jacobian of the residuals ``f`` at ``scaled`` (fit-scaled values of the
+    ``free`` parameters; one-sided at a bound), one column per parameter."""
+    cols = []
+    for n in free:
+        spec = PARAMS[n]
+        lo, hi = spec.lower / spec.fit_scale, spec.upper / spec.fit_scale
+        h = rel_step * max(1.0, abs(scaled[n]))  # as scipy's finite differences: relative, at least rel_step
+        up, down = min(scaled[n] + h, hi), max(scaled[n] - h, lo)
+        fu = f({**scaled, n: up}) if up != scaled[n] else f0
+        fd = f({**scaled, n: down}) if down != scaled[n] else f0
+        cols.append((fu - fd) / (up - down) if up != down else np.zeros_like(f0))
+    return np.column_stack(cols) if cols else np.zeros((f0.size, 0))
+
+
+def _standard_errors(jac: np.ndarray, free: list, active: list, f0: np.ndarray, rss: float, robust: bool,
+                     data_cov: np.ndarray | None) -> tuple[dict, dict]:
+    """The standard errors of the ``free`` parameters (None but for the ``active``, separable ones) and
+    the correlations of the active ones, ``"a,b"`` -> r, from the covariance :func:`assess` describes."""
+    ja = jac[:, [free.index(n) for n in active]]
+    dof = max(f0.size - len(active), 1)
+    se: dict = {n: None for n in free}
+    correlations: dict = {}
+    if active:
+        inv = np.linalg.inv(ja.T @ ja)
+        if data_cov is not None:
+            cov = inv @ ja.T @ data_cov @ ja @ inv
+        elif robust:
+            cov = inv @ ((ja * (f0 ** 2)[:, None]).T @ ja) @ inv * f0.size / dof
+        else:
+            cov = rss / dof * inv
+        d = np.sqrt(np.clip(np.diag(cov), 0, None))
+        for i, n in enumerate(active):
+            se[n] = float(d[i]) * PARAMS[n].fit_scale
+            for k, m in enumerate(active):
+                if i < k and d[i] * d[k] > 0:
+                    correlations[f"{n},{m}"] = float(cov[i, k] / (d[i] * d[k]))
+    return se, correlations
+
+
+def _judged(n: str, v: float, s: float | None, correlations: dict) -> FittedParam:
+    """Parameter ``n`` at value ``v`` with standard error ``s``: identified when its interval passes
+    :func:`identification`, else NOT IDENTIFIED with the reason (the parameter it is most correlated
+    with, when its interval is wide)."""
+    spec = PARAMS[n]
+    ci = (max(spec.lower, v - 1.96 * s), min(spec.upper, v + 1.96 * s)) if s is not None else None
+    kind, why = identification(n, v, ci, f"no interval: the covariance at the optimum is singular (stderr {s})")
+    if kind is None:
+        return FittedParam(v, s, True)
+    partner = _most_correlated(n, correlations) if kind == "wide" else None
+    if partner:  # the reason fit_variants holds it at its declared value and refits the others
+        why = f"cannot be told apart from {partner[0]} (r={partner[1]:+.2f})"
+    return FittedParam(v, s, False, why)
 
 
 def _most_correlated(name: str, correlations: dict) -> tuple[str, float] | None:

@@ -169,7 +169,8 @@ def start_runner(jobs: int | None, ray_address: str | None, n_starts: int, n_req
 
 def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max", "sum", "blend"),
                  metrics=("ttft_s", "tpot_s"), quantiles=QUANTILES, free=DEFAULT_FREE, fixed: dict | None = None,
-                 jobs: int | None = None, ray_address: str | None = None, max_nfev: int | None = None) -> list[FitResult]:
+                 jobs: int | None = None, ray_address: str | None = None,
+                 max_nfev: int | None = None) -> list[FitResult]:
     """Fit the cost model to measured request latencies of one or several runs.
 
     Parameters

@@ -94,7 +94,8 @@ def fit_steps(steps: pd.DataFrame, cost_model: RooflineCostModel, variants=("max
     cost_model : RooflineCostModel
         Hardware, model and terms; its parameter values are the starts and the values of
         parameters that stay fixed.
-    variants : names of :data:`schemas.cost_params.VARIANTS` (``max``/``sum`` fix ``overlap`` at 0/1, ``blend`` fits it).
+    variants : names of :data:`schemas.cost_params.VARIANTS` (``max``/``sum`` fix ``overlap`` at 0/1,
+        ``blend`` fits it).
     loss : scipy ``least_squares`` loss; robust ``soft_l1`` by default.
     fixed : parameter -> value held fixed.
 
@@ -112,8 +113,9 @@ def fit_steps(steps: pd.DataFrame, cost_model: RooflineCostModel, variants=("max
     -----
     Residual of row i: ``w_i log(pred_i / meas_i)``, free of the log's time unit (docs/CASES.md
     BR-18) and unbiased when the noise is multiplicative (a step 3 % slow and one 3 % fast
-    weigh the same; ``(pred - meas) / meas`` would pull every time ``1.5 sigma^2`` low). The score is the mean over step kinds of the median |relative
-    residual|. Uncertainty and identifiability: :func:`calibrate.identify.assess`.
+    weigh the same; ``(pred - meas) / meas`` would pull every time ``1.5 sigma^2`` low). The
+    score is the mean over step kinds of the median |relative residual|. Uncertainty and
+    identifiability: :func:`calibrate.identify.assess`.
     """
     data = data or StepData(steps, balance_kinds)
     if data.duration_s.size == 0:

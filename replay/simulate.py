@@ -201,7 +201,8 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
                               max_request_blocks=blocks // dp if dp > 1 else None)
     if decode_cost_model is not None:
         m, pools = cost_model.model, cfg.disagg
-        decode_blocks = resolve_num_gpu_blocks(eng, m, decode_cost_model.gpu, decode_cost_model.tp, pp_decode) // pp_decode
+        decode_blocks = (resolve_num_gpu_blocks(eng, m, decode_cost_model.gpu, decode_cost_model.tp, pp_decode)
+                         // pp_decode)
         if decode_blocks < 1:
             raise ConfigError(f"--pp-decode {pp_decode}: each virtual engine needs at least one KV block")
         kw = dict(model=m, decode_num_gpu_blocks=decode_blocks, link=link, prefill_replicas=pools.prefill_replicas,

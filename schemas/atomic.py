@@ -16,12 +16,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from .errors import OutputError
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | os.PathLike):
+def atomic_output(path: str | os.PathLike[str]):
     """Yield a temporary path beside ``path``; rename it to ``path`` only if the block succeeds.
 
     A failure (or an interrupt) never leaves a partial or overwritten output file. The
@@ -72,7 +73,7 @@ _TEMP_RE = re.compile(r"^\..+?\.(?:(?P<pid>\d+)\.)?[a-z0-9_]{8}\.tmp$")
 _RUN_STARTED_S = time.time()
 
 
-def remove_stale_temp_files(folder: str | os.PathLike) -> list[str]:
+def remove_stale_temp_files(folder: str | os.PathLike[str]) -> list[str]:
     """Remove the temporary files a killed servecal run left in ``folder``; return their names.
 
     Only files named as :func:`atomic_output` names them (``.NAME.PID.XXXXXXXX.tmp``, or
@@ -80,7 +81,7 @@ def remove_stale_temp_files(folder: str | os.PathLike) -> list[str]:
     whose process is gone (a running servecal process keeps its own). Nothing else is touched;
     a file that cannot be removed is left as it is.
     """
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -138,7 +139,8 @@ def _output_done(path) -> bool:
     return True
 
 
-_held = {"handler": None, "pending": False}
+#: the SIGINT handler :func:`_hold_sigint` replaced (None: not holding) and whether a Ctrl-C came meanwhile
+_held: dict[str, Any] = {"handler": None, "pending": False}
 
 
 def _hold_sigint() -> None:
@@ -191,7 +193,7 @@ def _sigint_deferred():
                 pending.clear()
 
 
-def check_writable(path: str | os.PathLike) -> None:
+def check_writable(path: str | os.PathLike[str]) -> None:
     """Raise :class:`OutputError` unless ``path`` names a regular file (or a new name) in an
     existing, writable folder.
 
@@ -220,7 +222,7 @@ _FILE_KINDS = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device
                stat.S_IFSOCK: "a socket"}
 
 
-def not_a_regular_file(path: str | os.PathLike) -> str | None:
+def not_a_regular_file(path: str | os.PathLike[str]) -> str | None:
     """Why an output may not be written at ``path`` ("is a directory; ...", "is a symbolic
     link to ...; ...", "is a character device; ..."), or None when ``path`` is a regular
     file or does not exist. The path itself is looked at (``lstat``), never what a link
@@ -245,7 +247,7 @@ def not_a_regular_file(path: str | os.PathLike) -> str | None:
     return f"is {kind}; expected a regular file or a new name"
 
 
-def write_text_atomic(text: str, path: str | os.PathLike) -> None:
+def write_text_atomic(text: str, path: str | os.PathLike[str]) -> None:
     """Write ``text`` atomically (see :func:`atomic_output`)."""
     with atomic_output(path) as tmp:
         Path(tmp).write_text(text)

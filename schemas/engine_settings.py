@@ -178,7 +178,8 @@ _S = (
                 "whole prompts); 0: none, >= the budget: no effect.", "long_prefill_token_threshold",
                 "--long-prefill-token-threshold", low=0, note="0: no cap", recorded=True,
                 source="vLLM 0.11.0 SchedulerConfig (v0.11-era rule)"),
-    SettingSpec("num_speculative_tokens", "engine", int, 0, "tokens", ("--speculative-tokens", "--num-speculative-tokens"),
+    SettingSpec("num_speculative_tokens", "engine", int, 0, "tokens",
+                ("--speculative-tokens", "--num-speculative-tokens"),
                 "Speculative decoding: draft tokens K per decode and step (vLLM's num_speculative_tokens). Each "
                 "decode verifies K+1 positions (token budget and cost model count them) and emits 1 + the accepted "
                 "drafts; 0: off.", "num_speculative_tokens", "--num-speculative-tokens", low=0,

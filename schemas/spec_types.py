@@ -103,12 +103,13 @@ class ModelSpec:
     max_model_len: int
     num_experts: int = 0
     num_experts_per_token: int = 0
-    weight_dtype_bytes: float | None = None
-    kv_dtype_bytes: float | None = None
+    # None (the default): ``dtype_bytes``, set by __post_init__; a number once constructed
+    weight_dtype_bytes: float = None  # type: ignore[assignment]
+    kv_dtype_bytes: float = None  # type: ignore[assignment]
     intermediate_size: int = 0
     moe_intermediate_size: int = 0
     vocab_size: int = 0
-    num_moe_layers: int | None = None
+    num_moe_layers: int = None  # type: ignore[assignment]  # None: derived by __post_init__
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0

@@ -87,7 +87,7 @@ FEATURE_NAMES = tuple(f.name for f in STEP_FEATURES)
 #: Position of each field in a recorded step tuple.
 FIELD_INDEX = {f.name: i for i, f in enumerate(STEP_RECORD)}
 #: A recorded step read by name (``StepRow._make(t)`` of an engine's tuple ``t``).
-StepRow = namedtuple("StepRow", [f.name for f in STEP_RECORD])
+StepRow = namedtuple("StepRow", [f.name for f in STEP_RECORD])  # type: ignore[misc]  # fields: STEP_RECORD
 
 #: The features of an object that holds them as attributes of the same names (the engine's
 #: batch), as a tuple in record order: ``(rid, start, duration) + step_features(batch)`` is a
@@ -119,6 +119,7 @@ def feature_arrays(columns) -> dict[str, np.ndarray]:
         :attr:`StepField.default`.
     """
     out: dict[str, np.ndarray] = {}
+    num_rows = len(columns[STEP_FEATURES[0].name])  # the first feature is required
     for f in STEP_FEATURES:  # in record order: a default refers to an earlier feature
         given = np.asarray(columns[f.name], float) if f.name in columns else None
         if f.default == "one_per_prefill":
@@ -126,6 +127,6 @@ def feature_arrays(columns) -> dict[str, np.ndarray]:
         elif f.default == "num_decode_seqs":
             fill = out["num_decode_seqs"]
         else:
-            fill = np.zeros(len(out["num_prefill_tokens"]) if out else len(given), np.int64)
+            fill = np.zeros(num_rows, np.int64)
         out[f.name] = fill if given is None else np.where(np.isnan(given), fill, given).astype(np.int64)
     return out

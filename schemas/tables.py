@@ -211,7 +211,7 @@ def _checked_metadata(table: pa.Table, path) -> pa.Table:
     without it.
     """
     try:
-        table.schema.names  # decoded from the file's bytes
+        _ = table.schema.names  # decoded from the file's bytes: a bad name raises here
     except UnicodeDecodeError:
         raise SchemaError(f"{path}: has column names that are not UTF-8 text; expected a file written by "
                           "servecal (re-import the source with 'traces import')") from None
@@ -237,7 +237,8 @@ def _usable_pandas_metadata(raw: bytes, names: list[str]) -> bool:
         m = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return False
-    if not isinstance(m, dict) or not isinstance(m.get("columns"), list) or not isinstance(m.get("index_columns"), list):
+    if (not isinstance(m, dict) or not isinstance(m.get("columns"), list)
+            or not isinstance(m.get("index_columns"), list)):
         return False
     cols = m["columns"]
     if not all(isinstance(c, dict) and isinstance(c.get("name", ""), (str, type(None))) for c in cols):

@@ -6,6 +6,8 @@ rows (0-based data rows) and the rule.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -111,8 +113,26 @@ def validate(table: pa.Table, path: str, kind: str | None = None) -> pa.Table:
         raise ValidationError(path, [Problem(rule=f"file metadata 'servecal.schema' is {kind!r}",
                                              expected=f"one of {', '.join(COLUMNS_BY_KIND)} "
                                                       "(import foreign formats with 'traces import')")])
-    spec = COLUMNS_BY_KIND[kind]
     problems: list[Problem] = []
+    cols = _cast_columns(table, COLUMNS_BY_KIND[kind], problems)
+    if table.num_rows == 0:
+        problems.append(Problem(rule="has no rows", expected="at least one row"))
+    num = partial(_numbers, cols)
+    _sign_rules(kind, cols, num, table.num_rows, problems)
+    _magnitude_rules(num, problems)
+    if kind in (REQUEST_TRACE, REPLAY_RESULT):
+        _request_rules(cols, num, problems)
+    if problems:
+        raise ValidationError(path, problems)
+    out = table
+    for name, c in cols.items():
+        out = out.set_column(out.schema.get_field_index(name), pa.field(name, c.type), c)
+    return out.replace_schema_metadata({**(table.schema.metadata or {}), b"servecal.schema": kind.encode()})
+
+
+def _cast_columns(table: pa.Table, spec: dict, problems: list[Problem]) -> dict:
+    """The columns of ``spec`` (name -> (type, required)) in ``table``, cast to their types; a missing
+    required column, a failed cast and a null or NaN where none is allowed added to ``problems``."""
     missing = [c for c, (_, req) in spec.items() if req and c not in table.column_names]
     for c in missing:
         problems.append(Problem(rule="missing required column", column=c, expected=str(spec[c][0])))
@@ -129,15 +149,19 @@ def validate(table: pa.Table, path: str, kind: str | None = None) -> pa.Table:
             nulls |= np.isnan(cast.to_numpy(zero_copy_only=False).astype(float))
         if name not in _NULLABLE and nulls.any():
             problems.append(_problem("is NaN or missing", name, nulls, "a value in every row"))
-    if table.num_rows == 0:
-        problems.append(Problem(rule="has no rows", expected="at least one row"))
+    return cols
 
-    def num(name):
-        c = cols.get(name)
-        if c is None or not (pa.types.is_integer(c.type) or pa.types.is_floating(c.type)):
-            return None
-        return c.to_numpy(zero_copy_only=False).astype(float)
 
+def _numbers(cols: dict, name: str) -> np.ndarray | None:
+    """Column ``name`` as floats (None: absent or not numeric)."""
+    c = cols.get(name)
+    if c is None or not (pa.types.is_integer(c.type) or pa.types.is_floating(c.type)):
+        return None
+    return c.to_numpy(zero_copy_only=False).astype(float)
+
+
+def _sign_rules(kind: str, cols: dict, num, num_rows: int, problems: list[Problem]) -> None:
+    """The positive, non-negative and at-least-one columns of ``kind`` (``num``: a column as floats)."""
     for name in _POSITIVE.get(kind, ()):
         v = num(name)
         if v is not None and (bad := v <= 0).any():
@@ -146,7 +170,7 @@ def validate(table: pa.Table, path: str, kind: str | None = None) -> pa.Table:
         v = num(name)
         if v is not None and (bad := v < 0).any():
             problems.append(_problem("is negative", name, bad, ">= 0"))
-    not_ok = _not_ok_rows(cols, table.num_rows)
+    not_ok = _not_ok_rows(cols, num_rows)
     for name in _AT_LEAST_ONE.get(kind, ()):
         v = num(name)
         if v is None:
@@ -158,6 +182,10 @@ def validate(table: pa.Table, path: str, kind: str | None = None) -> pa.Table:
         if bad.any():
             problems.append(_problem("is below 1", name, bad, ">= 1 token (0 only with a status other than 'ok')"
                                      if name == "num_output_tokens" else ">= 1 token"))
+
+
+def _magnitude_rules(num, problems: list[Problem]) -> None:
+    """Times that look absolute or in the wrong unit, infinite times and implausible token counts."""
     for name in ("arrival_time_s", "step_start_time_s"):
         v = num(name)
         if v is not None and (bad := np.abs(v) >= MAX_RELATIVE_TIME_S).any():
@@ -176,14 +204,6 @@ def validate(table: pa.Table, path: str, kind: str | None = None) -> pa.Table:
         v = num(name)
         if v is not None and (bad := np.nan_to_num(v) > MAX_TOKENS).any():
             problems.append(_problem(f"is above {MAX_TOKENS:.0e}", name, bad, "a plausible count of tokens"))
-    if kind in (REQUEST_TRACE, REPLAY_RESULT):
-        _request_rules(cols, num, problems)
-    if problems:
-        raise ValidationError(path, problems)
-    out = table
-    for name, c in cols.items():
-        out = out.set_column(out.schema.get_field_index(name), pa.field(name, c.type), c)
-    return out.replace_schema_metadata({**(table.schema.metadata or {}), b"servecal.schema": kind.encode()})
 
 
 def _not_ok_rows(cols, n: int) -> np.ndarray:

@@ -508,8 +508,9 @@ def importer_targets(real: Path | None) -> list[Target]:
     blis = {"t.yaml": (DATA / "blis_observe_trace.yaml").read_bytes(),
             "t.csv": (DATA / "blis_observe_trace.csv").read_bytes()}
     T.append(Target("blis-observe", blis,
-                    lambda d, f, rng: ["traces", "import", "blis-observe", str(f["t.yaml"]), "-o", str(d / "out.parquet"),
-                                       *_invalid(rng), *rng.choice([[], ["--data", str(f["t.csv"])]])],
+                    lambda d, f, rng: ["traces", "import", "blis-observe", str(f["t.yaml"]),
+                                       "-o", str(d / "out.parquet"), *_invalid(rng),
+                                       *rng.choice([[], ["--data", str(f["t.csv"])]])],
                     list(blis), {"t.yaml": "yaml", "t.csv": "csv"}))
     if real is None or not real.is_dir():
         return T
@@ -547,7 +548,8 @@ def importer_targets(real: Path | None) -> list[Target]:
                     output_kind="step_trace/1"))
     # importers added on other branches: fuzzed when their command exists
     if (real / "guidellm_results_codellama34b_prefill_sweep.json").exists():
-        T.append(Target("guidellm", {"g.json": (real / "guidellm_results_codellama34b_prefill_sweep.json").read_bytes()},
+        guidellm_json = (real / "guidellm_results_codellama34b_prefill_sweep.json").read_bytes()
+        T.append(Target("guidellm", {"g.json": guidellm_json},
                         imp("guidellm"), ["g.json"], {"g.json": "json"}))
     if (real / "vllm_otlp_spans_codellama34b_prefill_sweep.jsonl").exists():
         T.append(Target("vllm-otlp", {"o.jsonl": _head(real / "vllm_otlp_spans_codellama34b_prefill_sweep.jsonl", 60)},
@@ -572,8 +574,8 @@ def parquet_targets(base: dict[str, Path]) -> list[Target]:
 
     def replay(d, f, rng):
         return ["replay", str(f["t.parquet"]), "--calibration", str(cal), "-o", str(d / "out.parquet"),
-                *rng.choice([[], ["--scheduler", "fcfs"], ["--scheduler", "sjf"], ["--scheduler", "edf", "--slo-ttft-s", "1"],
-                             ["--replicas", "2"], ["--exact-steps"]])]
+                *rng.choice([[], ["--scheduler", "fcfs"], ["--scheduler", "sjf"],
+                             ["--scheduler", "edf", "--slo-ttft-s", "1"], ["--replicas", "2"], ["--exact-steps"]])]
 
     def fit(d, f, rng):
         return ["calibrate", "fit", str(f["t.parquet"]), "--model", "llama-3.1-8b", "--gpu", "rtx-4090",

@@ -57,7 +57,8 @@ def replay_both_paths(trace, cost, atol=1e-9, **config):
     from replay.config import RecordOptions, ReplayConfig
     from replay.simulate import replay_frame
 
-    record = RecordOptions(**{k.removeprefix("record_"): config.pop(k) for k in list(config) if k.startswith("record_")})
+    record = RecordOptions(**{k.removeprefix("record_"): config.pop(k) for k in list(config)
+                              if k.startswith("record_")})
     slow, e1 = replay_frame(trace, cost, ReplayConfig.from_options(record, exact_steps=True, **config))
     fast, e2 = replay_frame(trace, cost, ReplayConfig.from_options(record, **config))
     assert e1.num_steps == e2.num_steps

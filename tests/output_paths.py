@@ -37,7 +37,8 @@ OUTPUTS = [
     *[(REPLAY, ["t.parquet", "--calibration", "cal.json"], opt)
       for opt in ("-o", "--steps-out", "--chrome-trace", "--report")],
     (REPLAY, ["t.parquet", "--calibration", "cal.json", "--sweep", "max-num-seqs=1,2"], "--sweep-out"),
-    *[(("plan",), ["t.parquet", "--calibration", "cal.json", "--slo", "ttft_p90=2s"], opt) for opt in ("-o", "--report")],
+    *[(("plan",), ["t.parquet", "--calibration", "cal.json", "--slo", "ttft_p90=2s"], opt)
+      for opt in ("-o", "--report")],
 ]
 
 #: How a refusal spells each option (ours ``-o/--output``, click's ``'-o' / '--output'``).

@@ -26,7 +26,8 @@ def files(tmp_path):
                        "num_prompt_tokens": [100, 200, 300], "num_output_tokens": [5, 6, 7],
                        "ttft_s": [0.05, 0.06, 0.07], "tpot_s": [0.01, 0.01, 0.01], "e2e_s": [0.1, 0.12, 0.14]})
     write_table(to_table(REQUEST_TRACE, df), tmp_path / "t.parquet")
-    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4)), tmp_path / "cal.json")
+    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"),
+                                        CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4)), tmp_path / "cal.json")
     return tmp_path
 
 
@@ -96,7 +97,8 @@ def test_unwritable_output_is_one_message(files):
 
 
 def test_negative_seed_and_bad_lengths(files):
-    assert invoke("traces", "synth", "--requests", 5, "--rate", 1, "--seed", -1, "-o", files / "s.parquet").exit_code == 2
+    assert invoke("traces", "synth", "--requests", 5, "--rate", 1, "--seed", -1,
+                  "-o", files / "s.parquet").exit_code == 2
     res = invoke("traces", "synth", "--requests", 5, "--rate", 1, "--prompt-tokens", "fixed:99999999999999999999",
                  "-o", files / "s.parquet")
     assert res.exit_code == 2 and "--prompt-tokens" in res.output or "length distribution" in res.output
@@ -262,7 +264,8 @@ def test_validate_knows_a_run_the_fit_saw_under_another_name(files, fit_on, scor
     import shutil
 
     shutil.copyfile(files / "t.parquet", files / "copy.parquet")
-    assert invoke("traces", "slice", files / "t.parquet", "--start", "0.05", "-o", files / "slice.parquet").exit_code == 0
+    assert invoke("traces", "slice", files / "t.parquet", "--start", "0.05",
+                  "-o", files / "slice.parquet").exit_code == 0
     monkeypatch.chdir(files)
     res = invoke("calibrate", "validate", "--fit-on", fit_on, "--score-on", score_on, "--model", "llama-3.1-8b",
                  "--gpu", "h100-80gb", "--variants", "max", "--jobs", "1", "--table-out", "e.csv")
@@ -315,8 +318,8 @@ def test_validate_on_a_run_whose_settings_admit_no_request_is_an_error(files):
     exit 0; it is one error naming the run and why."""
     # request a (105 tokens) fits in max_model_len 150; b and c, the ones scored, do not
     res = invoke("calibrate", "validate", "--fit-on", files / "t.parquet@0:0.05", "--score-on",
-                 files / "t.parquet@0.05:", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--jobs", "1",
-                 "--max-model-len", "150")
+                 files / "t.parquet@0.05:", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max",
+                 "--jobs", "1", "--max-model-len", "150")
     message = flat(res.output)
     assert res.exit_code == 1, res.output
     assert "no request can be simulated" in message and "exceeds max_model_len" in message
@@ -343,7 +346,8 @@ def test_validate_prints_the_runs_it_moved_in_sample(files, monkeypatch):
     bounds are named exactly (10.1200926, not 10.1201, which decided overlaps wrongly)."""
     monkeypatch.chdir(files)
     res = invoke("calibrate", "validate", "--fit-on", "t.parquet@0:0.1000001", "--score-on", "t.parquet@0.05:1",
-                 "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--jobs", "1", "--table-out", "e.csv")
+                 "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--variants", "max", "--jobs", "1",
+                 "--table-out", "e.csv")
     assert res.exit_code == 0, res.output
     table = pd.read_csv(files / "e.csv").drop_duplicates("run")
     assert table["run"].tolist() == ["t.parquet@0:0.1000001", "t.parquet@0.05:1"]

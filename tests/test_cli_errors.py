@@ -78,7 +78,8 @@ def test_negative_step_duration(tmp_path):
 def test_missing_column(tmp_path):
     df = pd.DataFrame({"request_id": ["a", "b"], "arrival_time_s": [0.0, 1.0], "num_prompt_tokens": [5, 6]})
     p = tmp_path / "t.parquet"
-    table = pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata({b"servecal.schema": b"request_trace/1"})
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = table.replace_schema_metadata({b"servecal.schema": b"request_trace/1"})
     pq.write_table(table, p)
     res = invoke("traces", "validate", p)
     assert_clean_failure(res, tmp_path / "none", str(p), "num_output_tokens", "missing required column", codes=(1,))
@@ -116,7 +117,8 @@ def test_unknown_model_or_gpu(tmp_path, option, value):
 
 
 def test_replay_with_bad_calibration_file(tmp_path):
-    df = pd.DataFrame({"request_id": ["a"], "arrival_time_s": [0.0], "num_prompt_tokens": [5], "num_output_tokens": [2]})
+    df = pd.DataFrame({"request_id": ["a"], "arrival_time_s": [0.0], "num_prompt_tokens": [5],
+                       "num_output_tokens": [2]})
     from schemas.tables import REQUEST_TRACE
 
     trace = tmp_path / "t.parquet"
@@ -133,10 +135,12 @@ def test_unknown_scheduler_fails_before_anything_is_printed(tmp_path):
     from schemas.specs import get_gpu, get_model
     from schemas.tables import REQUEST_TRACE
 
-    df = pd.DataFrame({"request_id": ["a"], "arrival_time_s": [0.0], "num_prompt_tokens": [5], "num_output_tokens": [2]})
+    df = pd.DataFrame({"request_id": ["a"], "arrival_time_s": [0.0], "num_prompt_tokens": [5],
+                       "num_output_tokens": [2]})
     trace, cal, out = tmp_path / "t.parquet", tmp_path / "cal.json", tmp_path / "pred.parquet"
     write_table(to_table(REQUEST_TRACE, df), trace)
-    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4)), cal)
+    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"),
+                                        CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4)), cal)
     res = invoke("replay", trace, "--calibration", cal, "--scheduler", "nope", "-o", out)
     assert_clean_failure(res, out, "--scheduler nope: unknown", codes=(2,))
     assert "replaying" not in res.output
@@ -159,8 +163,8 @@ def test_model_config_and_gpu_spec_files(tmp_path):
            "torch_dtype": "bfloat16"}
     (tmp_path / "my-llama").mkdir()
     (tmp_path / "my-llama" / "config.json").write_text(json.dumps(cfg))
-    (tmp_path / "gpu.json").write_text(json.dumps({"name": "my-gpu", "peak_flops": 4e14, "mem_bandwidth_bytes_per_s": 2e12,
-                                                   "mem_bytes": 48e9}))
+    (tmp_path / "gpu.json").write_text(json.dumps({"name": "my-gpu", "peak_flops": 4e14,
+                                                   "mem_bandwidth_bytes_per_s": 2e12, "mem_bytes": 48e9}))
     out = tmp_path / "cal.json"
     res = invoke("calibrate", "fit", steps, "--model-config", tmp_path / "my-llama" / "config.json",
                  "--gpu-spec", tmp_path / "gpu.json", "--variants", "max", "--fix", "n_half_tokens=0",
@@ -169,8 +173,9 @@ def test_model_config_and_gpu_spec_files(tmp_path):
     cal = json.loads(out.read_text())
     assert cal["gpu"]["name"] == "my-gpu" and cal["model"]["num_layers"] == 32
     assert cal["model"]["num_params"] == pytest.approx(8.03e9, rel=0.01)
-    res = invoke("calibrate", "fit", steps, "--model", "llama-3.1-8b", "--model-config", tmp_path / "my-llama" / "config.json",
-                 "--gpu", "h100-80gb", "-o", tmp_path / "x.json")
+    res = invoke("calibrate", "fit", steps, "--model", "llama-3.1-8b",
+                 "--model-config", tmp_path / "my-llama" / "config.json", "--gpu", "h100-80gb",
+                 "-o", tmp_path / "x.json")
     assert res.exit_code == 2 and "exactly one of --model and --model-config" in res.output
 
 
@@ -184,7 +189,8 @@ def test_missing_calibration_says_how_to_make_one_and_unknown_model_is_exit_2_ev
     assert all(len(line) <= 100 for line in res.output.splitlines())
     write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), CostParams()),
                       tmp_path / "cal.json")
-    for args in (["calibrate", "fit", steps, "--model", "llama-3.2-3b", "--gpu", "h100-80gb", "-o", tmp_path / "c.json"],
+    for args in (["calibrate", "fit", steps, "--model", "llama-3.2-3b", "--gpu", "h100-80gb",
+                  "-o", tmp_path / "c.json"],
                  ["replay", steps, "--calibration", tmp_path / "cal.json", "--model", "llama-3.2-3b"]):
         res = invoke(*args)
         assert res.exit_code == 2 and "unknown model 'llama-3.2-3b'" in res.output, res.output

@@ -118,7 +118,8 @@ def test_the_names_the_engine_accepts_are_the_table_choices():
 
 
 @pytest.mark.parametrize("name,value,expected", [
-    ("max_num_seqs", 0, ">= 1"), ("gpu_memory_utilization", 0.0, "in (0, 1]"), ("spec_acceptance_rate", 1.5, "in [0, 1]"),
+    ("max_num_seqs", 0, ">= 1"), ("gpu_memory_utilization", 0.0, "in (0, 1]"),
+    ("spec_acceptance_rate", 1.5, "in [0, 1]"),
     ("long_prefill_token_threshold", -1, ">= 0 (0: no cap)"), ("slo_ttft_s", float("inf"), "> 0 seconds and finite"),
     ("concurrency", 1.5, "an integer >= 1"), ("link_latency_s", float("nan"), ">= 0 seconds and finite"),
     ("max_num_seqs", None, ">= 1"), ("scheduler", None, "a str"), ("link_bandwidth_bytes_per_s", 0.0, "> 0")])

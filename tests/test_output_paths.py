@@ -36,7 +36,8 @@ def test_every_output_of_every_command_is_in_the_table():
             yield path, cmd
 
     have = {(path, p.name) for path, cmd in commands(servecal, ()) for p in cmd.params if p.name in OUTPUT_PARAMS}
-    table = {(path, "output" if option == "-o" else option.lstrip("-").replace("-", "_")) for path, _, option in OUTPUTS}
+    table = {(path, "output" if option == "-o" else option.lstrip("-").replace("-", "_"))
+             for path, _, option in OUTPUTS}
     assert have == table
 
 
@@ -44,7 +45,8 @@ def test_every_output_of_every_command_is_in_the_table():
 #: with outputs of each of the three CLIs (the check is one function for all, schemas.atomic).
 CASES = ([(out, kind) for out in OUTPUTS for kind in ("device", "fifo", "directory", "symlink-file")]
          + [(out, kind) for out in OUTPUTS if out[0] in (("traces", "synth"), ("calibrate", "fit"))
-            or out[2] == "--steps-out" for kind in KINDS if kind not in ("device", "fifo", "directory", "symlink-file")])
+            or out[2] == "--steps-out"
+            for kind in KINDS if kind not in ("device", "fifo", "directory", "symlink-file")])
 
 
 @pytest.mark.parametrize("out,kind", CASES, ids=[f"{' '.join(o[0])} {o[2]} {k}" for o, k in CASES])
@@ -78,7 +80,8 @@ def test_dev_null_survives_as_root_too(folder):
     ("socket", "out.x: is a socket; expected a regular file or a new name"),
     ("directory", "out.x: is a directory; expected a file name"),
     ("symlink-file", "out.x: is a symbolic link to {d}/victim; expected a regular file or a new name, never a link"),
-    ("symlink-dangling", "out.x: is a symbolic link to {d}/nowhere; expected a regular file or a new name, never a link"),
+    ("symlink-dangling",
+     "out.x: is a symbolic link to {d}/nowhere; expected a regular file or a new name, never a link"),
     ("symlink-loop", "out.x: is a symbolic link to out.x; expected a regular file or a new name, never a link"),
 ])
 def test_the_message_says_what_the_path_is(folder, kind, message):

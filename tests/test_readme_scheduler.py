@@ -32,7 +32,8 @@ def test_readme_custom_scheduler_is_short_and_runs(tmp_path, monkeypatch):
                        "num_prompt_tokens": [300, 50, 800, 20, 100, 60], "num_output_tokens": [40, 5, 12, 80, 3, 9],
                        "ttft_s": 0.05, "e2e_s": 1.0})
     write_table(to_table(REQUEST_TRACE, df), tmp_path / "llama.parquet")
-    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4)), tmp_path / "cal.json")
+    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"),
+                                        CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4)), tmp_path / "cal.json")
     monkeypatch.chdir(tmp_path)
     for cmd in commands:  # as written in the README
         res = CliRunner().invoke(replay_main, cmd.split()[1:])

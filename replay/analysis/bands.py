@@ -124,7 +124,8 @@ class Band:
         return (self.high[stat] - self.low[stat]) / 2 / p if p else float("nan")
 
 
-def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), model_error: dict | None = None) -> Band:
+def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (),
+                 model_error: dict | None = None) -> Band:
     """The band of ``point`` (:func:`prediction_row` at the calibration's values) from the rows
     at the confidence set's points and at other seeds, and the calibration's model error.
 

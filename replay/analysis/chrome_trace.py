@@ -275,7 +275,8 @@ def iter_chrome_trace(engine, result: pd.DataFrame, window: tuple[float, float] 
             yield f'{{"ph":"s","name":{name},"cat":"request","id":{fid},"pid":{pid},"tid":{tid},"ts":{a * _US:.3f}}}'
             if k1 != k0:
                 p0, m0 = step_where(k0)
-                yield f'{{"ph":"t","name":{name},"cat":"request","id":{fid},"pid":{p0},"tid":{_STEPS_TID},"ts":{m0:.3f}}}'
+                yield (f'{{"ph":"t","name":{name},"cat":"request","id":{fid},"pid":{p0},"tid":{_STEPS_TID},'
+                       f'"ts":{m0:.3f}}}')
             p1, m1 = step_where(k1)
             yield (f'{{"ph":"f","bp":"e","name":{name},"cat":"request","id":{fid},"pid":{p1},"tid":{_STEPS_TID},'
                    f'"ts":{m1:.3f}}}')

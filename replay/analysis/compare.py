@@ -106,8 +106,8 @@ def compare(result: pd.DataFrame, percentiles=PERCENTILES) -> pd.DataFrame:
     Columns: ``metric``, ``n`` (measured values: requests, or gaps for ``itl``),
     ``meas_mean_s``, ``pred_mean_s``, ``meas_pXX``, ``pred_pXX``, ``abs_err_pXX`` (signed,
     pred - meas, seconds), ``rel_err_pXX`` (signed, (pred - meas) / meas; NaN where the
-    measured value is below :data:`REL_ERR_FLOOR_S`, 1 ms), ``mape``, ``n_mape``, ``bias_s`` (mean pred - mean meas), ``ks``
-    (two-sample Kolmogorov-Smirnov statistic) and ``wasserstein_s`` (scipy.stats).
+    measured value is below :data:`REL_ERR_FLOOR_S`, 1 ms), ``mape``, ``n_mape``, ``bias_s`` (mean
+    pred - mean meas), ``ks`` (two-sample Kolmogorov-Smirnov statistic) and ``wasserstein_s`` (scipy.stats).
 
     Rows: ``queue_wait``, ``ttft``, ``tpot``, ``e2e`` from the per-request columns, and
     ``itl`` when per-token times exist on both sides (``token_times_s`` measured,

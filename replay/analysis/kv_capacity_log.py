@@ -51,8 +51,8 @@ class KvCapacityFromLog:
     def describe(self) -> str:
         """One line for the user, e.g. ``"~3,495 blocks (16 tokens) from the log: ..."``."""
         if self.num_gpu_blocks is None:
-            return (f">= {self.lower_bound_blocks:,} blocks ({self.block_size} tokens): the peak the log holds at once; "
-                    "it never fills the KV cache, so its size is not identified")
+            return (f">= {self.lower_bound_blocks:,} blocks ({self.block_size} tokens): the peak the log holds at "
+                    "once; it never fills the KV cache, so its size is not identified")
         return (f"~{self.num_gpu_blocks:,} blocks ({self.block_size} tokens) from the log: the blocks in use "
                 f"plateau there (peak {self.lower_bound_blocks:,}) while requests wait below max_num_seqs "
                 f"({self.saturated_share:.0%} of its time)")

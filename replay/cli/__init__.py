@@ -7,16 +7,13 @@ numpy, pandas and pyarrow are imported when a command runs, not for ``--help``.
 """
 from __future__ import annotations
 
-import time
-
 import click
 
 from schemas.calibration import Calibration
 from traces.cli.support import DataError, FoldedCommand, user_errors, version_option
-from schemas.kinds import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE
+from schemas.kinds import REQUEST_TRACE
 from schemas.errors import SpecError
 from schemas.specs import get_model
-from schemas.status import OK, REJECTED
 
 from ..config import EngineOptions
 from ..errors import ConfigError, ReplayError
@@ -24,9 +21,11 @@ from ..text import wrap
 from .engine_settings import (calibrated_cost_model, check_limits, engine_sources, fill_engine_options,
                               multi_scheduler_config, replay_config, taken_settings_checked)
 from .baseline import refuse_tolerance, rederive_kv_blocks, whatif_differences
+from .one_replay import (ReplayInputs, check_tolerances, print_comparison, replay_and_summarise,
+                         write_outputs, write_replay_report)
 from .options import (chrome_trace_options, command_line, hardware_options, output_options, parse_tolerances,
                       replay_options, report_folders, setting_option, show_progress)
-from .runners import (TableReport, check_sweep_options, compare_schedulers_run, hardware, parse_scheduler_list,
+from .runners import (TableReport, check_sweep_options, compare_schedulers_run, parse_scheduler_list,
                       sweep_run)
 
 # an unknown --model is a bad option (exit 2), as in 'calibrate fit'; a bad spec inside a
@@ -92,9 +91,9 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
                    "(--sweep and --compare-schedulers: every row's).")
 @output_options
 @_errors
-def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, steps_out, token_times, chrome_trace, chrome_trace_window,
-         chrome_trace_max_requests, report, measured_timeseries, tolerance, compare_schedulers, sweep, jobs,
-         ray_address, sweep_out, vllm_log, wide, quiet, seed, band, **kwargs):
+def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, steps_out, token_times, chrome_trace,
+         chrome_trace_window, chrome_trace_max_requests, report, measured_timeseries, tolerance, compare_schedulers,
+         sweep, jobs, ray_address, sweep_out, vllm_log, wide, quiet, seed, band, **kwargs):
     """Replay TRACE through the simulated engine; compare with measured latencies.
 
     \b
@@ -105,59 +104,96 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
       replay run.parquet --calibration cal.json --slo-ttft-s 0.5 \\
              --sweep rate-scale=0.5:3:0.25 --sweep scheduler=fcfs,chunked --sweep-out sweep.csv
     """
-    from traces.io import read_trace
-
-    from ..core.closed_loop import on_send_times
-    from ..analysis.compare import METRICS, broken_tolerances, compare, format_table
-    from ..core.disagg import DisaggEngine, describe_config
-    from ..schedulers import get_scheduler_factory
+    from ..analysis.band_tables import format_prediction
     from ..config import RecordOptions
-    from ..core.result_columns import steps_frame
-    from ..simulate import replay_frame
-    from ..analysis.band_tables import band_coverage, format_prediction
-    from ..analysis.whatif_table import format_whatif_table
     from .band_run import main_band, measured_goodput, slo_words
 
     show_progress(quiet)
     tolerances = parse_tolerances(tolerance)
-    names = None
+    outputs = (("-o", output), ("--steps-out", steps_out), ("--chrome-trace", chrome_trace),
+               ("--measured-timeseries", measured_timeseries), ("--tolerance", tolerance))
     sweeps = check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers,
-                                 (("-o", output), ("--steps-out", steps_out), ("--chrome-trace", chrome_trace),
-                                  ("--measured-timeseries", measured_timeseries), ("--tolerance", tolerance),
-                                  ("--token-times", token_times)))
-    if compare_schedulers is not None:
-        names = parse_scheduler_list(compare_schedulers)
-        clash = [opt for opt, v in (("-o", output), ("--steps-out", steps_out), ("--chrome-trace", chrome_trace),
-                                    ("--measured-timeseries", measured_timeseries), ("--tolerance", tolerance))
-                 if v]
-        if clash:
-            raise ConfigError(f"--compare-schedulers prints one table of predictions; it cannot be combined "
-                              f"with {', '.join(clash)}")
+                                 outputs + (("--token-times", token_times),))
+    names = _scheduler_names(compare_schedulers, outputs)
     trace_window = chrome_trace_options(chrome_trace, chrome_trace_window, chrome_trace_max_requests)
-    if measured_timeseries and not report:
-        raise click.UsageError("--measured-timeseries is drawn in the report: give --report too")
-    if report:
-        from ..report import read_timeseries, report_format
-
-        report_format(report)  # an unknown suffix fails before the replay
-        timeseries = read_timeseries(measured_timeseries) if measured_timeseries else None
+    timeseries = _measured_timeseries(report, measured_timeseries)
     if calibration_path is None:
         raise click.UsageError("Missing option '--calibration' (make one: calibrate fit TRACE --model M --gpu G "
                                "-o cal.json)")
+    kwargs.update(tp=tp, dp=dp, pp=pp)
+    run = _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, kwargs, band)
+    if tolerances:
+        refuse_tolerance(run.differences)
+    _set_kv_blocks(run)
+    if measured_timeseries:
+        from ..report import check_timeseries_span
+
+        warning = check_timeseries_span(timeseries, measured_timeseries, run.frame)  # before the replay
+        if warning:
+            click.echo(wrap(warning), err=True)
+    kwargs["seed"] = seed
+    if names is not None or sweeps is not None:
+        _table_of_predictions(run, names, sweeps, jobs, ray_address, sweep_out, wide, quiet, report)
+        return
+    with taken_settings_checked():
+        cfg = replay_config(kwargs, RecordOptions(token_times=token_times, steps=steps_out is not None or bool(report),
+                                                  step_requests=chrome_trace is not None))
+    result, engine, seconds = replay_and_summarise(run, cfg)
+    write_outputs(run, cfg, result, engine, output, steps_out, chrome_trace, trace_window, chrome_trace_max_requests)
+    pred_band = main_band(run.frame, run.meta, run.cost_model, cfg, run.points, result, seconds, run.model_error)
+    click.echo(format_prediction(pred_band, slo_words(cfg.scheduling), measured_goodput(result, cfg.scheduling),
+                                 wide=wide, legend=None if band else "no band (--no-band)"))
+    table = print_comparison(run, result, pred_band, wide)
+    if report:
+        write_replay_report(run, cfg, result, engine, report, timeseries, tolerances, pred_band, band)
+    if tolerances:
+        check_tolerances(table, tolerances)
+
+
+def _scheduler_names(compare_schedulers: str | None, outputs) -> list[str] | None:
+    """The schedulers of ``--compare-schedulers`` (None: not given); refused with one of ``outputs``
+    (``(option, value)`` pairs: the outputs of a single replay)."""
+    if compare_schedulers is None:
+        return None
+    names = parse_scheduler_list(compare_schedulers)
+    clash = [opt for opt, v in outputs if v]
+    if clash:
+        raise ConfigError(f"--compare-schedulers prints one table of predictions; it cannot be combined "
+                          f"with {', '.join(clash)}")
+    return names
+
+
+def _measured_timeseries(report, measured_timeseries):
+    """The ``--measured-timeseries`` table (None: not given), read, and ``--report``'s format checked,
+    before the replay."""
+    if measured_timeseries and not report:
+        raise click.UsageError("--measured-timeseries is drawn in the report: give --report too")
+    if not report:
+        return None
+    from ..report import read_timeseries, report_format
+
+    report_format(report)  # an unknown suffix fails before the replay
+    return read_timeseries(measured_timeseries) if measured_timeseries else None
+
+
+def _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, settings: dict,
+                 band: bool) -> ReplayInputs:
+    """Read the calibration and the trace; fill ``settings`` (the engine options by name, ``tp``,
+    ``dp`` and ``pp`` among them, taken out) from their sources and build the cost model. Says
+    on stderr where settings came from and what is extrapolated."""
+    from traces.io import read_trace
+
     cal = Calibration.read(calibration_path)
     model_spec = get_model(model) if model else None
-    kwargs.update(tp=tp, dp=dp, pp=pp)
     sources = engine_sources(vllm_log, cal, calibration_path, trace)
-    for line in fill_engine_options(kwargs, sources):
+    for line in fill_engine_options(settings, sources):
         click.echo(wrap(line), err=True)
-    tp, dp, pp = kwargs.pop("tp"), kwargs.pop("dp"), kwargs.pop("pp")
+    tp, dp, pp = settings.pop("tp"), settings.pop("dp"), settings.pop("pp")
     with taken_settings_checked():
         cost_model = calibrated_cost_model(calibration_path, cal, model_spec, tp, dp, pp, expert_parallel)
-        kv_note = rederive_kv_blocks(kwargs, sources, cal, cost_model)
+        kv_note = rederive_kv_blocks(settings, sources, cal, cost_model)
     if kv_note:
         click.echo(wrap(kv_note), err=True)
-    points = cal.band_points if band else None  # None: no band replays at all (--no-band)
-    model_error = cal.model_error if band else {}
     if model_spec is not None and model_spec.name != cal.model.name:
         click.echo(wrap(f"note: the calibration was fitted on {cal.model.name}; its efficiencies are carried over "
                         f"to {model_spec.name} on the same GPU (an extrapolation: check against a measured run)"),
@@ -165,148 +201,50 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
     kind, frame, meta = read_trace(trace)
     if kind != REQUEST_TRACE:
         raise DataError(f"{trace}: is a {kind}; replay needs a request trace ({REQUEST_TRACE})")
-    differences = whatif_differences(cal, calibration_path, model_spec, cost_model, kwargs["scheduler"], meta,
+    differences = whatif_differences(cal, calibration_path, model_spec, cost_model, settings["scheduler"], meta,
                                      trace, sources)
-    if tolerances:
-        refuse_tolerance(differences)
-    warning = check_limits(str(trace), frame, kwargs["max_num_seqs"], cost_model.dp)
+    # points None: no band replays at all (--no-band)
+    return ReplayInputs(trace, calibration_path, cal, cost_model, frame, meta, settings, differences,
+                        cal.band_points if band else None, cal.model_error if band else {})
+
+
+def _set_kv_blocks(run: ReplayInputs) -> None:
+    """Warn when the trace exceeds the engine's limits; size the KV cache from the trace's log when
+    it records one and this replays the measured run (:func:`replay.kv_capacity_log.kv_blocks_from_logs`)."""
+    settings = run.settings
+    warning = check_limits(str(run.trace), run.frame, settings["max_num_seqs"], run.cost_model.dp)
     if warning:
         click.echo(wrap(warning), err=True)
     from ..analysis.kv_capacity_log import kv_blocks_from_logs  # numpy: not for --help
 
     blocks, kv_line = kv_blocks_from_logs(
-        [(str(trace), frame)], EngineOptions(**{k: kwargs[k] for k in _KV_OPTIONS}), cost_model,
-        not differences and kwargs["scheduler"] != "disagg" and kwargs["replicas"] == 1)
+        [(str(run.trace), run.frame)], EngineOptions(**{k: settings[k] for k in _KV_OPTIONS}), run.cost_model,
+        not run.differences and settings["scheduler"] != "disagg" and settings["replicas"] == 1)
     if blocks is not None:  # the bound alone is said by calibrate fit, not at every replay
-        kwargs["num_gpu_blocks"] = blocks
+        settings["num_gpu_blocks"] = blocks
         click.echo(wrap(kv_line), err=True)
-    if measured_timeseries:
-        from ..report import check_timeseries_span
 
-        warning = check_timeseries_span(timeseries, measured_timeseries, frame)  # before the replay
-        if warning:
-            click.echo(wrap(warning), err=True)
-    kwargs["seed"] = seed
 
+def _table_of_predictions(run: ReplayInputs, names, sweeps, jobs, ray_address, sweep_out, wide, quiet,
+                          report) -> None:
+    """``--compare-schedulers`` (``names``) or ``--sweep`` (``sweeps``): one table of predictions."""
     def table_report(cfg) -> TableReport | None:
         """Where and what the report of a table of predictions says was run (--report)."""
         from ..report import report_context
 
         if not report:
             return None
-        return TableReport(report, report_context(trace, calibration_path, cost_model, cfg, command=command_line()),
-                           (str(calibration_path), cal), trace)
+        return TableReport(report, report_context(run.trace, run.calibration_path, run.cost_model, cfg,
+                                                  command=command_line()),
+                           (str(run.calibration_path), run.cal), run.trace)
 
-    if names is not None:
-        with taken_settings_checked():
-            cfg, disagg = multi_scheduler_config(kwargs)
-            compare_schedulers_run(frame, meta, cost_model, cfg, disagg, names, wide, points, model_error,
-                                   table_report(cfg))
-        return
-    if sweeps is not None:
-        with taken_settings_checked():
-            cfg, disagg = multi_scheduler_config(kwargs) if "scheduler" in sweeps else (replay_config(kwargs), None)
-            sweep_run(frame, meta, cost_model, cfg, sweeps, jobs, ray_address, sweep_out, wide, quiet, disagg, points,
-                      model_error, table_report(cfg))
-        return
     with taken_settings_checked():
-        cfg = replay_config(kwargs, RecordOptions(token_times=token_times, steps=steps_out is not None or bool(report),
-                                                  step_requests=chrome_trace is not None))
-    eng, sched, closed = cfg.engine, cfg.scheduling, cfg.closed_loop
-    if cfg.disagg is None:
-        get_scheduler_factory(sched.scheduler)  # a bad --scheduler fails before anything is printed
-    m = cost_model.model
-    where = (f"scheduler disagg: {describe_config(cost_model, cfg.disagg)}" if cfg.disagg is not None else
-             f"{hardware(cost_model, sched.replicas)}, scheduler {sched.scheduler}")
-    loop = "" if closed.concurrency is None else \
-        f", closed loop: {closed.concurrency} clients, think time {closed.think_time_s:g} s"
-    if eng.long_prefill_token_threshold:
-        loop += f", long_prefill_token_threshold={eng.long_prefill_token_threshold}"
-    if eng.num_speculative_tokens:
-        loop += f", speculative decoding: K={eng.num_speculative_tokens}, acceptance {eng.spec_acceptance_rate:g}"
-    click.echo(wrap(f"replaying {len(frame)} requests: model {m.name}, {where}, max_num_seqs={eng.max_num_seqs}, "
-                    f"max_num_batched_tokens={eng.max_num_batched_tokens}{loop}"))
-    with taken_settings_checked():
-        started = time.perf_counter()
-        result, engine = replay_frame(frame, cost_model, cfg, meta)
-        seconds = time.perf_counter() - started
-    n_ok = int((result["pred_status"] == OK).sum())
-    rejected = result["pred_status"].str.startswith(REJECTED).sum()
-    kv = f"{engine.replicas[0].kv.num_gpu_blocks} blocks"
-    if isinstance(engine, DisaggEngine):
-        kv = f"prefill {kv}, decode {engine.replicas[engine.num_prefill_replicas].kv.num_gpu_blocks} blocks"
-    click.echo(wrap(f"simulated {engine.num_steps} steps; {n_ok} completed, {rejected} rejected, "
-                    f"{int(result['pred_num_preemptions'].sum())} preemptions; "
-                    f"KV cache {kv} x {eng.block_size} tokens"))
-    skipped = ~result["pred_status"].isin([OK]) & ~result["pred_status"].str.startswith(REJECTED)
-    for reason, count in result.loc[~(result["pred_status"] == OK), "pred_status"].value_counts().items():
-        click.echo(wrap(f"  {count} {reason}"))
-    if skipped.all() or n_ok == 0:
-        click.echo("warning: no request completed in the simulation; nothing to compare", err=True)
-    if eng.num_speculative_tokens:
-        from ..core.result_columns import spec_decode_stats
-
-        st = spec_decode_stats(engine)
-        click.echo(wrap(f"speculative decoding: {st['num_accepted_tokens']} of {st['num_draft_tokens']} draft tokens "
-                        f"accepted ({st['acceptance_rate']:.1%}), mean acceptance length "
-                        f"{st['acceptance_length']:.2f} tokens per verify step over {st['num_drafts']} verify steps"))
-    if eng.enable_prefix_caching:
-        hit, total = int(result["pred_num_cached_tokens"].sum()), int(frame["num_prompt_tokens"].sum())
-        click.echo(wrap(f"prefix cache: {hit} of {total} prompt tokens hit ({hit / total:.1%})"
-                        + ("" if "block_hashes" in frame else "; the trace has no block_hashes, so nothing can hit")))
-    elif sched.router == "prefix_affinity":
-        click.echo("note: --router prefix_affinity needs --enable-prefix-caching; routing by load only", err=True)
-    if output:
-        from traces.io import write_trace
-
-        write_trace(result, REPLAY_RESULT, output, {"calibration": str(calibration_path), "scheduler": sched.scheduler})
-        click.echo(f"wrote {output}")
-    if steps_out:
-        from traces.io import write_trace
-
-        write_trace(steps_frame(engine), STEP_TRACE, steps_out, {"source": "servecal replay"})
-        click.echo(f"wrote {steps_out}")
-    if chrome_trace:
-        from ..analysis.chrome_trace import write_chrome_trace
-
-        # closed loop: the simulated sends
-        written = write_chrome_trace(chrome_trace, engine, on_send_times(result), trace_window,
-                                     chrome_trace_max_requests)
-        if written.cut:
-            click.echo(wrap(f"warning: --chrome-trace-max-requests {chrome_trace_max_requests}: {chrome_trace} holds the "
-                            f"first {written.num_requests} of {written.num_in_window} requests (simulated time up to "
-                            f"{written.end_s:.1f} s); raise it (0: no limit) or choose a --chrome-trace-window"),
-                       err=True)
-        click.echo(f"wrote {chrome_trace}")
-    pred_band = main_band(frame, meta, cost_model, cfg, points, result, seconds, model_error)
-    click.echo(format_prediction(pred_band, slo_words(sched), measured_goodput(result, sched), wide=wide,
-                                 legend=None if band else "no band (--no-band)"))
-    table = compare(result)
-    if table.empty:
-        measured = any(c in result and result[c].notna().any() for c, _, _ in METRICS)
-        click.echo("(no request completed in the simulation: nothing to compare)" if n_ok == 0 and measured
-                   else "(the trace has no measured latencies: a prediction only, nothing to compare)")
-    elif differences:
-        click.echo(format_whatif_table(table, differences, wide=wide))
-    else:
-        click.echo("MEASURED vs PREDICTED\n" + format_table(table, wide=wide))
-        coverage = band_coverage(table, pred_band)
-        if coverage:
-            click.echo(wrap(coverage))
-    if report:
-        from ..report import report_context, write_report
-
-        written = write_report(on_send_times(result), report, timeseries, steps_frame(engine),
-                               report_context(trace, calibration_path, cost_model, cfg, engine,
-                                              command=command_line()),
-                               tolerances, band=pred_band, differences=differences, calibration=cal, trace=trace,
-                               band_note=None if band else "no band (--no-band)")
-        click.echo(wrap(f"wrote {', '.join(str(p) for p in written)}"))
-    if tolerances:
-        broken = broken_tolerances(table, tolerances)
-        for b in broken:
-            click.echo(wrap(f"tolerance broken: {b}"), err=True)
-        if broken:
-            raise SystemExit(3)
-        click.echo(f"tolerance: all {len(tolerances)} checks pass")
-
+        if names is not None:
+            cfg, disagg = multi_scheduler_config(run.settings)
+            compare_schedulers_run(run.frame, run.meta, run.cost_model, cfg, disagg, names, wide, run.points,
+                                   run.model_error, table_report(cfg))
+            return
+        cfg, disagg = (multi_scheduler_config(run.settings) if "scheduler" in sweeps
+                       else (replay_config(run.settings), None))
+        sweep_run(run.frame, run.meta, run.cost_model, cfg, sweeps, jobs, ray_address, sweep_out, wide, quiet, disagg,
+                  run.points, run.model_error, table_report(cfg))

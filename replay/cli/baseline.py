@@ -101,8 +101,9 @@ def refuse_tolerance(differences: list[str]) -> None:
     if differences:
         from schemas.text import wrap_error
 
-        raise click.UsageError(wrap_error(f"--tolerance judges a replay of the measured run, and this one is a what-if: "
-                                    f"{'; '.join(differences)}. Drop --tolerance, or the options that differ."))
+        raise click.UsageError(wrap_error("--tolerance judges a replay of the measured run, and this one is a "
+                                          f"what-if: {'; '.join(differences)}. Drop --tolerance, or the options "
+                                          "that differ."))
 
 
 def rederive_kv_blocks(kwargs: dict, sources: list, cal: Calibration, cost_model) -> str | None:

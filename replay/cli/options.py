@@ -31,7 +31,8 @@ def _click_type(spec):
     high = spec.high if spec.high is not None and math.isfinite(spec.high) else None
     if spec.type is int:
         return click.IntRange(min=spec.low, max=high)
-    return click.FloatRange(min=spec.low, max=high, min_open=spec.low_open, max_open=spec.high_open and high is not None)
+    return click.FloatRange(min=spec.low, max=high, min_open=spec.low_open,
+                            max_open=spec.high_open and high is not None)
 
 
 def setting_option(name: str, default=_DECLARED, default_help: str = "", values_help: str | None = None):

@@ -92,8 +92,8 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max
     from schemas.kinds import REQUEST_TRACE
     from traces.io import read_trace
 
-    from ..plan import Axes, Calibrations, parse_slo, plan_deployments
-    from ..plan.grid import parse_gpus, parse_int_list, parse_prices
+    from ..plan import Calibrations, parse_slo, plan_deployments
+    from ..plan.grid import parse_prices
     from ..plan.table import check_output_path
 
     show_progress(quiet)
@@ -110,36 +110,10 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max
         raise click.UsageError("Missing option '--calibration' (make one: calibrate fit TRACE --model M --gpu G "
                                "-o cal.json)")
     cals = Calibrations([(p, Calibration.read(p)) for p in calibration_path])
-    ref = cals.reference
-    eng = ref.engine
-
-    def ints(option, text, default):
-        return parse_int_list(option, text) if text is not None else [default]
-
-    gpu_keys = parse_gpus(gpus) if gpus is not None else [c.gpu.name for _, c in cals.items]
-    from ..schedulers import get_scheduler_factory
-
-    sched_list = [s.strip() for s in (scheduler if scheduler is not None else eng.get("scheduler") or "chunked")
-                  .split(",") if s.strip()]
-    if not sched_list:
-        raise click.UsageError(f"--scheduler {scheduler!r}: no scheduler named; expected e.g. chunked,disagg")
-    for s in sched_list:
-        if s != "disagg":
-            get_scheduler_factory(s)  # an unknown scheduler fails before any replay
-    axes = Axes(gpu_keys, ints("--tp", tp, ref.tp), ints("--replicas", replicas, eng.get("replicas") or 1),
-                ints("--max-num-seqs", max_num_seqs, eng.get("max_num_seqs") or 256),
-                ints("--max-num-batched-tokens", max_num_batched_tokens, eng.get("max_num_batched_tokens") or 8192),
-                sched_list,
-                parse_int_list("--prefill-replicas", prefill_replicas) if prefill_replicas is not None else None,
-                parse_int_list("--decode-replicas", decode_replicas) if decode_replicas is not None else None,
-                parse_int_list("--tp-prefill", tp_prefill) if tp_prefill is not None else None,
-                parse_int_list("--tp-decode", tp_decode) if tp_decode is not None else None, dp=ref.dp)
-    if "disagg" not in sched_list:
-        given = [o for o, v in (("--prefill-replicas", prefill_replicas), ("--decode-replicas", decode_replicas),
-                                ("--tp-prefill", tp_prefill), ("--tp-decode", tp_decode)) if v is not None]
-        if given:
-            raise click.UsageError(f"{', '.join(given)}: only --scheduler disagg uses these")
-    prices = parse_prices(price, gpu_keys)
+    axes = _axes(cals, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, scheduler,
+                 {"--prefill-replicas": prefill_replicas, "--decode-replicas": decode_replicas,
+                  "--tp-prefill": tp_prefill, "--tp-decode": tp_decode})
+    prices = parse_prices(price, axes.gpus)
     axes.candidates()  # too many fails before the trace is read
     kind, frame, meta = read_trace(trace)
     if kind != REQUEST_TRACE:
@@ -156,16 +130,63 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max
         write_plan(plan_frame(result.result, slos, bool(prices)), output)
         click.echo(wrap(f"wrote {output}"))
     if report:
-        from ..report import report_context
-        from ..report.predictions import write_plan_report
-        from .options import command_line
-
-        context = report_context(trace, ", ".join(map(str, calibration_path)), command=command_line())
-        from .plan_report import answer_lines, header_lines, skipped_lines
-
-        lines = {"header": header_lines(result, cals, slos, trace), "answer": answer_lines(result, cals, slos, prices),
-                 "skipped": skipped_lines(result)}
-        written = write_plan_report(report, result.result, slos, prices, context, cals.items, trace, lines)
-        click.echo(wrap(f"wrote {', '.join(map(str, written))}"))
+        _write_report(report, result, cals, slos, prices, trace, calibration_path)
     if not found:
         raise SystemExit(3)
+
+
+def _schedulers(scheduler: str | None, eng: dict) -> list[str]:
+    """The schedulers of ``--scheduler`` (default: the calibration's ``eng``, else chunked), each known."""
+    from ..schedulers import get_scheduler_factory
+
+    sched_list = [s.strip() for s in (scheduler if scheduler is not None else eng.get("scheduler") or "chunked")
+                  .split(",") if s.strip()]
+    if not sched_list:
+        raise click.UsageError(f"--scheduler {scheduler!r}: no scheduler named; expected e.g. chunked,disagg")
+    for s in sched_list:
+        if s != "disagg":
+            get_scheduler_factory(s)  # an unknown scheduler fails before any replay
+    return sched_list
+
+
+def _axes(cals, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, scheduler, disagg: dict):
+    """The grid of candidates (:class:`replay.plan.Axes`) from the options, the reference calibration's
+    values where one is not given; ``disagg``: the pools' options by name (refused without disagg)."""
+    from ..plan import Axes
+    from ..plan.grid import parse_gpus, parse_int_list
+
+    ref = cals.reference
+    eng = ref.engine
+
+    def ints(option, text, default):
+        return parse_int_list(option, text) if text is not None else [default]
+
+    def pools(option):
+        return parse_int_list(option, disagg[option]) if disagg[option] is not None else None
+
+    gpu_keys = parse_gpus(gpus) if gpus is not None else [c.gpu.name for _, c in cals.items]
+    sched_list = _schedulers(scheduler, eng)
+    axes = Axes(gpu_keys, ints("--tp", tp, ref.tp), ints("--replicas", replicas, eng.get("replicas") or 1),
+                ints("--max-num-seqs", max_num_seqs, eng.get("max_num_seqs") or 256),
+                ints("--max-num-batched-tokens", max_num_batched_tokens, eng.get("max_num_batched_tokens") or 8192),
+                sched_list, pools("--prefill-replicas"), pools("--decode-replicas"), pools("--tp-prefill"),
+                pools("--tp-decode"), dp=ref.dp)
+    if "disagg" not in sched_list:
+        given = [o for o, v in disagg.items() if v is not None]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: only --scheduler disagg uses these")
+    return axes
+
+
+def _write_report(report, result, cals, slos, prices, trace, calibration_path) -> None:
+    """Write ``--report``: the plan's table of predictions, its answer and its figure."""
+    from ..report import report_context
+    from ..report.predictions import write_plan_report
+    from .options import command_line
+    from .plan_report import answer_lines, header_lines, skipped_lines
+
+    context = report_context(trace, ", ".join(map(str, calibration_path)), command=command_line())
+    lines = {"header": header_lines(result, cals, slos, trace), "answer": answer_lines(result, cals, slos, prices),
+             "skipped": skipped_lines(result)}
+    written = write_plan_report(report, result.result, slos, prices, context, cals.items, trace, lines)
+    click.echo(wrap(f"wrote {', '.join(map(str, written))}"))

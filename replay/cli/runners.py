@@ -198,8 +198,8 @@ def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: in
                     f"scheduler {sched.scheduler}, max_num_seqs={eng.max_num_seqs}, "
                     f"max_num_batched_tokens={eng.max_num_batched_tokens}{loop} (swept options override these)"))
     start = time.perf_counter()
-    table = run_sweep(SweepContext(frame, meta or {}, cost_model, cfg, disagg, points, dict(model_error or {})), sweeps, jobs,
-                      ray_address)
+    context = SweepContext(frame, meta or {}, cost_model, cfg, disagg, points, dict(model_error or {}))
+    table = run_sweep(context, sweeps, jobs, ray_address)
     where = (f"on Ray ({ray_address})" if ray_address else
              f"on {min(jobs or os.cpu_count() or 1, n)} local process(es)")
     click.echo(format_sweep_table(table, list(sweeps), wide=wide))

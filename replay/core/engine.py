@@ -213,8 +213,8 @@ class Engine:
         # counting wrappers shadow the two methods for this run only
         progress = progress_bar("replaying", 2 * len(arrivals))
         if progress is not None:
-            self._arrive_next = counting_calls(self._arrive_next, progress, every=1024)
-            self._finish = counting_items(self._finish, progress, arg=1)  # the requests done
+            self._arrive_next = counting_calls(self._arrive_next, progress, every=1024)  # type: ignore[method-assign]
+            self._finish = counting_items(self._finish, progress, arg=1)  # type: ignore[method-assign]  # requests done
         end_step, start_step, arrive_next = self._end_step, self._start_step, self._arrive_next
         try:
             while self._next_list_arrival_s < math.inf or heap:
@@ -273,8 +273,8 @@ class Engine:
             if batch is not None:
                 pass  # the implicit decoders alone, again (LazyDecodes.repeat)
             elif (lazy is not None and lazy.count and lazy.count == len(state.running) and not state.waiting
-                    and lazy.schedule(state.kv, batch := Batch(), state.config.max_num_batched_tokens)):
-                pass  # only the implicit decoders can run: the policy's batch, without asking it (see LazyDecodes)
+                    and lazy.schedule(state.kv, fresh := Batch(), state.config.max_num_batched_tokens)):
+                batch = fresh  # only the implicit decoders can run: the policy's batch, without asking it (LazyDecodes)
             else:
                 preemptions = state.num_preemptions
                 batch = self.schedulers[rid].schedule(now, state)
@@ -325,7 +325,9 @@ class Engine:
     def _start_decode_run(self, rid: int, state: ReplicaState, batch: Batch, now: float) -> bool:
         """Advance ``k > 1`` identical decode steps of the decode-only ``batch`` at once, as
         :meth:`replay.core.decode_runs.DecodeRuns.plan` allows; False (nothing done) when it does not."""
-        run = self._decode_runs[rid].plan(batch, state.kv, now, self._next_arrival_time_s)
+        runs = self._decode_runs[rid]
+        assert runs is not None  # the caller checked
+        run = runs.plan(batch, state.kv, now, self._next_arrival_time_s)
         if run is None:
             return False
         ends, durations, ctx = run
@@ -371,6 +373,7 @@ class Engine:
     def _end_step(self, rid: int, now: float) -> None:
         state = self.replicas[rid]
         batch = self._batches[rid]
+        assert batch is not None  # a step end is pending only for a started step (set by _start_step)
         kv = state.kv
         lazy = state.lazy
         # requests that emit their last token in this step (implicit decoders come back freed)

@@ -60,7 +60,7 @@ class Request:
         self.last_scheduled_time_s = math.nan
         self.first_token_time_s = math.nan
         self.last_token_time_s = math.nan
-        self.token_times_s = [] if record_token_times else None
+        self.token_times_s: list[float] | None = [] if record_token_times else None
         self.num_preemptions = 0
         self.num_recomputed_tokens = 0
         self.status = WAITING

@@ -7,7 +7,7 @@ from the step's aggregates. :class:`RooflineCostModel` is the seed's roofline
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
@@ -124,12 +124,15 @@ class RooflineCostModel:
     gpu: GpuSpec
     params: CostParams = field(default_factory=CostParams)
     tp: int = 1
-    tp_link: Link | None = None
+    tp_link: Link = None  # type: ignore[assignment]  # None: the GPU's preset, set by __post_init__
     dp: int = 1
     expert_parallel: bool = False
     terms: tuple = ALL_TERMS
     pp: int = 1
-    pp_link: Link | None = None
+    pp_link: Link = None  # type: ignore[assignment]  # None: tp_link, set by __post_init__
+    if TYPE_CHECKING:  # set by __post_init__, not fields (pickled as the fields: __reduce__)
+        coefficients: Coefficients = field(init=False)
+        step_time_s: Callable[..., float] = field(init=False)
 
     def __post_init__(self):
         if self.tp < 1 or self.dp < 1 or self.pp < 1:
@@ -147,7 +150,8 @@ class RooflineCostModel:
             object.__setattr__(self, "params", CostParams(**self.params))
         if self.tp_link is None:  # the GPU's own interconnect
             if self.gpu.tp_link not in LINKS:
-                raise ConfigError(f"gpu {self.gpu.name}: unknown tp_link {self.gpu.tp_link!r}; known: {', '.join(LINKS)}")
+                raise ConfigError(f"gpu {self.gpu.name}: unknown tp_link {self.gpu.tp_link!r}; "
+                                  f"known: {', '.join(LINKS)}")
             object.__setattr__(self, "tp_link", LINKS[self.gpu.tp_link])
         if self.pp_link is None:
             object.__setattr__(self, "pp_link", self.tp_link)

@@ -31,13 +31,13 @@ import pandas as pd
 
 from schemas.atomic import atomic_output, write_text_atomic
 
-from ..analysis.compare import (MAPE_MIN_MEAS_S, REL_ERR_FLOOR_S, broken_tolerances, compare, compared_rows, err_cell,
-                       ms_cell, table_cells)
+from ..analysis.compare import broken_tolerances, compare, err_cell
 from ..errors import ConfigError, ReplayError
-from .figures import STEP_COLUMNS, cdf_figure, png as png_bytes, scatter_figure, steps_figure, timeseries_figure
-from .provenance import provenance_blocks, with_band_columns
-from .render import ms, pct, render
-from .step_terms import term_time_cells
+from .figures import STEP_COLUMNS, cdf_figure, scatter_figure
+from .provenance import provenance_blocks
+from .render import pct, render
+from .sections import (ReportBody, benchmark_section, comparison_section, errors_over_time_section,
+                       prediction_section, steps_section, timeseries_section, tolerance_section)
 from .timeseries import (NUM_TIME_WINDOWS, TIMESERIES_COLUMNS, check_timeseries_span, errors_over_time,
                          read_timeseries, simulated_counts)
 
@@ -248,135 +248,31 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
             raise ReplayError(f"simulated steps: missing column(s) {', '.join(missing)}")
     table = compare(result_df)
     metrics = list(table["metric"]) if not table.empty else []
-    folder = _figures_name(path)  # Markdown's figures, named after the report
-    figures: list[tuple[str, object]] = []  # (file name in the folder, figure)
-
-    def figure(title: str, alt: str, name: str, fig) -> None:
-        png = png_bytes(fig)
-        blocks.extend([("h2", title), ("img", alt, f"{folder}/{name}", png)] if title else
-                      [("img", alt, f"{folder}/{name}", png)])
-        figures.append((name, png))
-
     kind, line, checks = tolerance_verdict(table, tolerances)
-    blocks = provenance_blocks(context or report_context(),
-                               [] if calibration is None else [(str(calibration), calibration)], trace)
-    blocks.insert(1, ("verdict", kind, line))
+    body = ReportBody(_figures_name(path), provenance_blocks(
+        context or report_context(), [] if calibration is None else [(str(calibration), calibration)], trace))
+    body.blocks.insert(1, ("verdict", kind, line))
     if band is not None:
-        from ..analysis.band_tables import band_legend, prediction_cells
-
-        blocks += [("h2", "Prediction"), ("table", *prediction_cells(band)),
-                   ("p", f"Times in ms over the {band.point.get('n_ok', 0)} completed requests; throughput "
-                         f"{band.cell('throughput_rps', fmt=lambda x: f'{x:.3f}')} requests/s. "
-                         f"{band_legend(band, band_note)}.")]
-
-    n_compared = int(compared_rows(result_df).sum())
-    counts = (f"Requests: {len(result_df)} in the result, {n_compared} compared (completed on both sides), "
-              f"{len(result_df) - n_compared} excluded (failed in the measured run or not completed by the simulator).")
-    if differences:
-        from ..analysis.whatif_table import whatif_cells
-
-        blocks += [("h2", "Baseline (measured) vs what-if"),
-                   ("p", f"A what-if, not a validation: {'; '.join(differences)}. change_pXX = (what-if - "
-                         "measured) / measured at that percentile (ms below 1 ms measured).")]
-        if not table.empty:
-            blocks.append(("table", *with_band_columns(*whatif_cells(table, wide=True), band)))
-        blocks.append(("p", counts))
-    elif table.empty:
-        blocks += [("h2", "Measured vs predicted"),
-                   ("p", "The trace has no measured latencies: the prediction above is all there is."), ("p", counts)]
-    else:
-        blocks += [("h2", "Measured vs predicted"), ("table", *with_band_columns(*table_cells(table), band)),
-                   ("p", "Times in ms. err_pXX = (predicted - measured) / measured at that percentile, or "
-                         f"predicted - measured in ms where the measured value is below {REL_ERR_FLOOR_S * 1e3:g} ms; "
-                         f"mape over measured values >= {MAPE_MIN_MEAS_S * 1e3:g} ms; bias = mean predicted - mean "
-                         "measured; ks = Kolmogorov-Smirnov statistic; wass = Wasserstein-1 distance. Mean TPOT (tpot "
-                         "row) weighs each request once, mean ITL (itl row, when token times exist on both sides) each "
-                         "token gap once. " + counts)]
+        prediction_section(body, band, band_note)
+    comparison_section(body, result_df, table, differences, band)
     if "benchmark" in result_df and not table.empty:
-        head, rows = benchmark_cells(result_df)
-        blocks += [("h2", "Per benchmark"),
-                   ("p", "Each benchmark of the sweep (the trace's benchmark column) compared on its own rows, as "
-                         "the table above: measured and predicted p50/p90 in ms, err = (predicted - measured) / "
-                         "measured."),
-                   ("table", head, rows)]
+        benchmark_section(body, result_df)
     if checks:
-        blocks += [("h2", "Tolerances"), ("table", ["check", "bound", "error", "result"], checks),
-                   ("p", f"A percentile below {REL_ERR_FLOOR_S * 1e3:g} ms measured is judged against "
-                         f"{REL_ERR_FLOOR_S * 1e3:g} ms: its bound allows that fraction of {REL_ERR_FLOOR_S * 1e3:g} ms.")]
-
+        tolerance_section(body, checks)
     fig = scatter_figure(result_df, metrics)
     if fig is not None:
-        figure("Per request: predicted vs measured", "scatter of predicted vs measured per request", "scatter.png", fig)
+        body.figure("Per request: predicted vs measured", "scatter of predicted vs measured per request",
+                    "scatter.png", fig)
     fig = cdf_figure(result_df, metrics)
     if fig is not None:
-        figure("Distributions: measured and predicted CDFs", "CDFs of measured and predicted", "cdf.png", fig)
-
+        body.figure("Distributions: measured and predicted CDFs", "CDFs of measured and predicted", "cdf.png", fig)
     if "ttft" in metrics:
-        win = errors_over_time(result_df)
-        rows = [[f"{i + 1}", f"{r.start_s:.1f}-{r.end_s:.1f}", str(r.n), ms(r.meas_p50), ms(r.pred_p50),
-                 err_cell(r.meas_p50, r.pred_p50)] for i, r in enumerate(win.itertuples())]
-        head = ["window", "arrivals (s)", "n", "meas_p50_ms", "pred_p50_ms", "err_p50"]
-        if differences:
-            from ..analysis.whatif_table import whatif_head
-
-            head = whatif_head(head)
-        blocks += [("h2", "Changes over time" if differences else "Errors over time"),
-                   ("p", f"TTFT p50 in {NUM_TIME_WINDOWS} equal windows of arrival time (compared requests only)."),
-                   ("table", head, rows)]
-
+        errors_over_time_section(body, result_df, differences)
     if ts is not None:
-        running, waiting = simulated_counts(result_df, ts["t"].to_numpy())
-        rows = []
-        for col, sim in (("running", running), ("waiting", waiting)):
-            meas = ts[col].to_numpy(float)
-            rows.append([col, f"{meas.mean():.1f}", f"{sim.mean():.1f}", f"{meas.max():.0f}", f"{sim.max():.0f}",
-                         f"{np.mean(np.abs(sim - meas)):.1f}"])
-        blocks += [("h2", "Running and waiting requests over time"),
-                   ("p", f"Measured: the {len(ts)} ticks of the time series. Simulated at the same ticks: waiting = "
-                         "arrived and not yet scheduled, running = scheduled and not yet completed.")]
-        figure("", "running and waiting requests, measured and simulated", "timeseries.png",
-               timeseries_figure(ts, running, waiting))
-        blocks.append(("table", ["requests", "meas_mean", "sim_mean", "meas_max", "sim_max", "mean_abs_diff"], rows))
-
+        timeseries_section(body, result_df, ts)
     if simulated_steps is not None and len(simulated_steps):
-        d = simulated_steps["step_duration_s"].to_numpy(float)
-        blocks += [("h2", "Simulated steps"),
-                   ("p", f"{d.size} steps; duration mean {ms(d.mean())} ms, p50 {ms(np.percentile(d, 50))} ms, "
-                         f"p99 {ms(np.percentile(d, 99))} ms, max {ms(d.max())} ms.")]
-        figure("", "simulated step durations and tokens per step", "steps.png", steps_figure(simulated_steps))
-        by_term = term_time_cells(simulated_steps)
-        if by_term is not None:
-            blocks += [("h2", "Where the time goes"),
-                       ("p", "The simulated steps' time by cost term (each term alone, compute and memory added; "
-                             "overlap: the time they hide under each other)."), ("table", *by_term)]
-
-    return write_document(blocks, figures, path, "servecal replay report")
-
-
-#: Metrics and percentiles of the per-benchmark table.
-BENCHMARK_METRICS = ("ttft", "tpot", "e2e")
-BENCHMARK_PERCENTILES = (50, 90)
-
-
-def benchmark_cells(result_df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """The per-benchmark table of a replay result with a ``benchmark`` column (a GuideLLM
-    sweep): a row per benchmark (in order of first appearance), :func:`replay.analysis.compare.compare`
-    on its rows, measured, predicted and error of p50 and p90 of TTFT, TPOT and E2E (ms)."""
-    head = ["benchmark", "n"] + [f"{m}_{side}_p{q}" for m in BENCHMARK_METRICS for q in BENCHMARK_PERCENTILES
-                                 for side in ("meas", "pred", "err")]
-    rows = []
-    for name, part in result_df.groupby("benchmark", sort=False, dropna=False):
-        t = compare(part.reset_index(drop=True), percentiles=BENCHMARK_PERCENTILES)
-        by = {r["metric"]: r for r in t.to_dict("records")} if not t.empty else {}
-        n = by["ttft"]["n"] if "ttft" in by else 0
-        cells = [str(name), str(n)]
-        for m in BENCHMARK_METRICS:
-            r = by.get(m)
-            for q in BENCHMARK_PERCENTILES:
-                meas, pred = (r[f"meas_p{q}"], r[f"pred_p{q}"]) if r is not None else (np.nan, np.nan)
-                cells += [ms_cell(meas), ms_cell(pred), err_cell(meas, pred)]
-        rows.append(cells)
-    return head, rows
+        steps_section(body, simulated_steps)
+    return write_document(body.blocks, body.figures, path, "servecal replay report")
 
 
 def write_document(blocks: list[tuple], figures: list[tuple[str, bytes]], path: str | os.PathLike,

@@ -59,7 +59,8 @@ def scatter_figure(result: pd.DataFrame, metrics: list[str]):
             _log_axes(ax)
         ax.set_xlabel(f"measured {label} (ms)")
         ax.set_ylabel(f"predicted {label} (ms)")
-        ax.set_title(f"{label} (n = {m.size}" + (f", {MAX_SCATTER_POINTS} shown)" if m.size > MAX_SCATTER_POINTS else ")"))
+        shown = f", {MAX_SCATTER_POINTS} shown)" if m.size > MAX_SCATTER_POINTS else ")"
+        ax.set_title(f"{label} (n = {m.size}" + shown)
         ax.legend(loc="upper left")
     return fig
 

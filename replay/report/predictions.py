@@ -105,7 +105,8 @@ def write_plan_report(path: str | os.PathLike, res, slo, prices, context, calibr
     body: list[tuple] = [("h2", "Plan")] + [("p", line) for line in lines["header"]]
     body.append(("p", count_line(res)))
     head, rows = plan_cells(res, slo, bool(prices), wide=True)
-    body += [("h2", "Candidates"), ("table", head, rows) if rows else ("p", "(no candidate meets the SLOs at its point)"),
+    body += [("h2", "Candidates"),
+             ("table", head, rows) if rows else ("p", "(no candidate meets the SLOs at its point)"),
              ("p", "Every candidate with a band, then the rest of the Pareto front (-o writes every candidate). "
                    "Each objective's statistic is point [low, high], the 95 % band over the calibration's band "
                    "points; * marks the answer.")]

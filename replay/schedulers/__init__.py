@@ -86,4 +86,5 @@ def check_scheduler_names(names: list, option: str) -> None:
                 raise ConfigError(f"{option}: {exc}") from None
 
 
-__all__ = ["check_scheduler_names", "Batch", "ReplicaState", "Scheduler", "SchedulerConfig", "get_scheduler_factory", "BUILTIN"]
+__all__ = ["check_scheduler_names", "Batch", "ReplicaState", "Scheduler", "SchedulerConfig", "get_scheduler_factory",
+           "BUILTIN"]

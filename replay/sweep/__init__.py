@@ -4,8 +4,8 @@
 point of the cartesian product of the swept values and tabulates the predicted latency
 percentiles, goodput and throughput, one row per point. Points are independent replays,
 so they run in parallel: local processes by default (:func:`replay.parallel.map_in_processes`,
-spawn start method, Ctrl-C handled by the parent alone), or the tasks of a Ray cluster. Every point is evaluated by the same
-function with the same inputs, so the table does not depend on where or in which order
+spawn start method, Ctrl-C handled by the parent alone), or the tasks of a Ray cluster. Every
+point is evaluated by the same function with the same inputs, so the table does not depend on where or in which order
 the points ran.
 
 This module runs the points; the grid is parsed in :mod:`.grid`, the table printed and

@@ -76,8 +76,8 @@ def test_calibration_keeps_its_band_points_and_rejects_a_bad_one(tmp_path):
         Calibration.read(bad)
 
 
-def _llama(params=CostParams()):
-    return RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), params)
+def _llama(params=None):
+    return RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), params or CostParams())
 
 
 def test_band_replays_each_point_and_speculative_decoding_adds_seeds():

@@ -41,7 +41,8 @@ def test_br18_same_efficiencies_at_any_time_scale():
     slow = _seed_model(eta_compute=0.5, eta_mem=0.75, t_step_s=5e-3)
     g = slow.gpu
     fast = replace(slow, gpu=GpuSpec(name="fast", peak_flops=g.peak_flops * 1e3,
-                                     mem_bandwidth_bytes_per_s=g.mem_bandwidth_bytes_per_s * 1e3, mem_bytes=g.mem_bytes),
+                                     mem_bandwidth_bytes_per_s=g.mem_bandwidth_bytes_per_s * 1e3,
+                                     mem_bytes=g.mem_bytes),
                    params=slow.params.replace(t_step_s=5e-6))
     for cm, t_step in ((slow, 5e-3), (fast, 5e-6)):
         fit = fit_steps(_steps(cm, pre, dec, ctx), cm, ("max",), fixed=SEED_FIX)[0][0]

@@ -22,8 +22,8 @@ FIXED = {"n_half_tokens": 64.0}
 SEEDS = range(6)
 
 
-def _model(params=CostParams()):
-    return RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), params)
+def _model(params=None):
+    return RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), params or CostParams())
 
 
 def _fit(seed):

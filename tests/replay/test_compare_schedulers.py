@@ -63,7 +63,8 @@ def trace_and_calibration(tmp_path):
                        "num_output_tokens": [1 + 7 * i for i in range(n)]})
     trace, cal = tmp_path / "t.parquet", tmp_path / "cal.json"
     write_trace(df, REQUEST_TRACE, trace)
-    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4)), cal)
+    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"),
+                                        CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4)), cal)
     return trace, cal, df
 
 
@@ -124,7 +125,8 @@ def test_compare_schedulers_with_defaults_and_disagg_options(trace_and_calibrati
     assert res.exit_code == 0, res.output
     assert list(table_rows(res.output)) == ["chunked", "disagg"]
     assert "2 replicas of 1 x h100-80gb (TP=1), 2 GPUs" in flat(res.output)
-    assert "1 prefill x 2 x h100-80gb + 2 decode x 1 x h100-80gb (4 GPUs; prefill TP=2, decode TP=1)" in flat(res.output)
+    assert ("1 prefill x 2 x h100-80gb + 2 decode x 1 x h100-80gb (4 GPUs; prefill TP=2, decode TP=1)"
+            in flat(res.output))
     assert "no --slo-ttft-s/--slo-tpot-s given" in flat(res.output)
 
 

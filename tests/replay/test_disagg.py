@@ -167,7 +167,8 @@ BR23_TRACE = pd.DataFrame({"request_id": ["r"], "arrival_time_s": [0.0], "num_pr
 def test_br23_each_phase_uses_its_own_tp(tp_prefill, tp_decode, ttft_s, tpot_s):
     # BR-23 ignores launch latency, communication and KV reads: an ideal TP link, a free KV link and
     # D_kv = 4 B/token (1001 tokens of KV read per decode step: ~2e-9 s).
-    cost = RooflineCostModel(BR23_MODEL, BR23_GPU, BR23_PARAMS, tp=1, tp_link=Link("ideal", math.inf, 0.0), terms=SEED_TERMS)
+    cost = RooflineCostModel(BR23_MODEL, BR23_GPU, BR23_PARAMS, tp=1, tp_link=Link("ideal", math.inf, 0.0),
+                             terms=SEED_TERMS)
     cfg = ReplayConfig(scheduling=SchedulingOptions("disagg"),
                        disagg=DisaggOptions(tp_prefill=tp_prefill, tp_decode=tp_decode,
                                             link_bandwidth_bytes_per_s=1e30, link_latency_s=0.0))
@@ -335,7 +336,8 @@ def test_invariants_under_disagg(seed, first_token_from, kv_watch):
         moved = len(eng.transfers) if first_token_from == "decode" else 0
         assert prefill_steps["num_prefill_tokens"].sum() == trace["num_prompt_tokens"].sum()
         decode_steps = steps[steps["replica_id"] >= p]
-        assert (decode_steps["num_prefill_tokens"] + decode_steps["num_decode_seqs"]).sum() == (trace["num_output_tokens"] - 1).sum() + moved
+        assert ((decode_steps["num_prefill_tokens"] + decode_steps["num_decode_seqs"]).sum()
+                == (trace["num_output_tokens"] - 1).sum() + moved)
 
 
 def cfg_link(cfg):

@@ -35,7 +35,8 @@ def test_br04b_cotenant_decode_gets_a_token_every_chunk_step():
 def test_br04b_without_chunking_cotenant_stalls_for_whole_prefill():
     cost = LinearStepCost(0.010, 4e-4)
     out, _ = run([("d", 0.0, 1, 50), ("p", 0.0105, 5000, 2)], cost, scheduler="fcfs", budget=8192)
-    assert np.diff(times(out["d"])).max() == pytest.approx((0.010 + 4e-4 * 5000) + (0.010 + 4e-4 * 2))  # prefill-only step, then D+P decode
+    # a prefill-only step, then the D+P decode
+    assert np.diff(times(out["d"])).max() == pytest.approx((0.010 + 4e-4 * 5000) + (0.010 + 4e-4 * 2))
 
 
 def test_br05_vllm_v0_prefill_priority():

@@ -29,7 +29,8 @@ def traces(draw):
        max_num_seqs=st.sampled_from([1, 4, 64]), blocks=st.sampled_from([300, 2000, 100000]),
        form=st.sampled_from(["max", "sum"]), replicas=st.sampled_from([1, 2]))
 def test_fast_path_equals_step_by_step(trace, scheduler, budget, max_num_seqs, blocks, form, replicas):
-    cost = COST.with_params(CostParams(eta_compute=0.6, eta_mem=0.8, t_step_s=2e-4, overlap={"max": 0.0, "sum": 1.0}[form]))
+    cost = COST.with_params(CostParams(eta_compute=0.6, eta_mem=0.8, t_step_s=2e-4,
+                                       overlap={"max": 0.0, "sum": 1.0}[form]))
     replay_both_paths(trace, cost, scheduler=scheduler, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs,
                       num_gpu_blocks=blocks, replicas=replicas, record_token_times=True)
 

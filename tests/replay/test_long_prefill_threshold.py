@@ -29,7 +29,8 @@ def _decoding(index, rid, prompt=100, output=50):
 
 def nc05(threshold, scheduler="chunked"):
     """Run NC-05 on ``scheduler``; return the engine and the requests D, A, B."""
-    eng = Engine(COST, get_scheduler_factory(scheduler), SchedulerConfig(256, BUDGET, long_prefill_token_threshold=threshold),
+    eng = Engine(COST, get_scheduler_factory(scheduler),
+                 SchedulerConfig(256, BUDGET, long_prefill_token_threshold=threshold),
                  EngineConfig(10**6, 16, None, True, True))
     d = _decoding(0, "D")
     state = eng.replicas[0]
@@ -75,7 +76,8 @@ def test_nc05_scheduler_batches():
     state.waiting.extend([a, b])
     sched = BUILTIN["chunked"]()
     batch = sched.schedule(0.0, state)
-    assert [(r.request_id, n) for r, n in zip(batch.requests, batch.num_new_tokens)] == [("D", 1), ("A", 512), ("B", 300)]
+    assert ([(r.request_id, n) for r, n in zip(batch.requests, batch.num_new_tokens)]
+            == [("D", 1), ("A", 512), ("B", 300)])
     assert batch.num_tokens == 813
     # the step's end: D and B advance, A has 512 of 1,500 computed and stays running, capped again
     d.num_computed_tokens += 1
@@ -111,7 +113,8 @@ def test_fast_path_equals_step_by_step_with_a_threshold(n, seed, scheduler, thre
     from schemas.specs import get_gpu, get_model
 
     rng = np.random.default_rng(seed)
-    trace = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_time_s": np.cumsum(rng.uniform(0, 0.2, n)),
+    trace = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)],
+                          "arrival_time_s": np.cumsum(rng.uniform(0, 0.2, n)),
                           "num_prompt_tokens": rng.integers(1, 3000, n), "num_output_tokens": rng.integers(1, 200, n)})
     cost = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("a100-80gb"),
                              CostParams(eta_compute=0.6, eta_mem=0.8, t_step_s=2e-4))

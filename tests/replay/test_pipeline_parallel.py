@@ -292,8 +292,8 @@ def test_least_loaded_router_sees_each_replicas_virtual_engines(scheduler):
     reqs = _requests([(f"r{i}", i * MS, 5000, 3) for i in range(6)])  # r4 waits: r5 must see it
     eng = PipelineEngine(StageCost(), get_scheduler_factory(scheduler), SchedulerConfig(1, 64),
                          EngineConfig(10**6, 16, None, True, True, exact_steps=True), num_replicas=2, pp=2,
-                         router=lambda req, views: min(range(len(views)),
-                                                       key=lambda i: (len(views[i].waiting) + len(views[i].running), i)))
+                         router=lambda req, views: min(
+                             range(len(views)), key=lambda i: (len(views[i].waiting) + len(views[i].running), i)))
     eng.run(reqs)
     assert [r.replica_id for r in reqs] == [0, 1, 0, 1, 0, 1]
     view = ReplicaGroupView(0, eng.replicas[:2])

@@ -142,7 +142,8 @@ def test_br14_through_replay_frame_with_trace_metadata():
     res, _ = replay_frame(df, cost, ReplayConfig(EngineOptions(num_gpu_blocks=10_000, enable_prefix_caching=True,
                                                                hash_block_size=512)))
     assert res["pred_num_cached_tokens"].tolist() == [0, 1024, 1008]
-    res, _ = replay_frame(df, cost, ReplayConfig(EngineOptions(num_gpu_blocks=10_000)), metadata={"hash_block_size": "512"})
+    res, _ = replay_frame(df, cost, ReplayConfig(EngineOptions(num_gpu_blocks=10_000)),
+                          metadata={"hash_block_size": "512"})
     assert "pred_num_cached_tokens" not in res  # prefix caching is off unless enabled
     assert (res["pred_status"] == "ok").all()
 

@@ -164,7 +164,8 @@ def test_no_files_when_a_figure_cannot_be_drawn(tmp_path, monkeypatch):
 def test_simulated_counts_hand_worked():
     # a: arrives 0, scheduled 0.5, done 2; b: arrives 1, scheduled 1, done 3; c: rejected (never counted)
     res = pd.DataFrame({"arrival_time_s": [0.0, 1.0, 1.5], "pred_queue_wait_s": [0.5, 0.0, np.nan],
-                        "pred_e2e_s": [2.0, 2.0, np.nan], "pred_status": ["ok", "ok", "rejected: exceeds KV cache capacity"]})
+                        "pred_e2e_s": [2.0, 2.0, np.nan],
+                        "pred_status": ["ok", "ok", "rejected: exceeds KV cache capacity"]})
     running, waiting = simulated_counts(res, [0.0, 0.25, 0.5, 1.0, 2.0, 2.99, 3.0, 9.0])
     assert waiting.tolist() == [1, 1, 0, 0, 0, 0, 0, 0]
     assert running.tolist() == [0, 0, 1, 2, 1, 1, 0, 0]

@@ -51,7 +51,8 @@ def test_screenshot_is_not_blank(tmp_path):
     from replay.cli import main
 
     report = tmp_path / "r.html"
-    assert CliRunner().invoke(main, [str(trace), "--calibration", str(cal), *opts, "--report", str(report)]).exit_code == 0
+    res = CliRunner().invoke(main, [str(trace), "--calibration", str(cal), *opts, "--report", str(report)])
+    assert res.exit_code == 0
     png = tmp_path / "shot.png"
     shot.screenshot(report, png, width=1000, height=1200)
     img = imread(png)

@@ -106,13 +106,15 @@ def trace_and_calibration(tmp_path):
 
     n = 12
     df = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)], "arrival_time_s": [0.01 * i for i in range(n)],
-                       "num_prompt_tokens": [600 + 10 * i for i in range(n)], "num_output_tokens": [5 + i for i in range(n)],
+                       "num_prompt_tokens": [600 + 10 * i for i in range(n)],
+                       "num_output_tokens": [5 + i for i in range(n)],
                        "block_hashes": [[1, 2, 100 + i] if i % 2 else [3, 4, 200 + i] for i in range(n)],
                        "slo_ttft_s": [0.05 if i % 3 else None for i in range(n)]})
     trace = tmp_path / "t.parquet"
     write_trace(df, REQUEST_TRACE, trace, {"hash_block_tokens": 256})
     cal = tmp_path / "cal.json"
-    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4)), cal)
+    write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"),
+                                        CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=1e-4)), cal)
     return trace, cal, df
 
 
@@ -136,7 +138,8 @@ def test_replay_cli_with_router_prefix_caching_slos_and_chrome_trace(tmp_path, t
 
     events = json.loads(ct.read_text())["traceEvents"]
     steps = [e for e in events if e["ph"] == "X" and e.get("cat") == "step"]
-    reqs = [e for e in events if e["ph"] == "X" and e.get("cat") == "request" and "num_prompt_tokens" in e.get("args", {})]
+    reqs = [e for e in events
+            if e["ph"] == "X" and e.get("cat") == "request" and "num_prompt_tokens" in e.get("args", {})]
     assert {e["pid"] for e in steps} == {0, 1}
     assert sorted(e["name"] for e in reqs) == sorted(df["request_id"])
     assert all("num_decode_seqs" in e["args"] and e["args"]["requests"] for e in steps)

@@ -231,8 +231,8 @@ def test_replay_reports_acceptance_and_tpot_below_the_step_time():
     # the same seed gives the same run; another seed another one
     again, _ = replay_frame(trace, COST, cfg)
     pd.testing.assert_frame_equal(res, again)
-    other, _ = replay_frame(trace, COST, ReplayConfig(EngineOptions(num_speculative_tokens=3, spec_acceptance_rate=0.5, seed=1),
-                                                      record=RecordOptions(token_times=True)))
+    other, _ = replay_frame(trace, COST, ReplayConfig(EngineOptions(num_speculative_tokens=3, spec_acceptance_rate=0.5,
+                                                                    seed=1), record=RecordOptions(token_times=True)))
     assert not other["pred_e2e_s"].equals(res["pred_e2e_s"])
 
 
@@ -320,4 +320,5 @@ def test_calibrate_fit_has_the_options_and_records_them():
         assert opt in help_text
     rec = engine_settings(ReplayConfig(EngineOptions(long_prefill_token_threshold=512, num_speculative_tokens=3,
                                                      spec_acceptance_rate=0.7)))
-    assert (rec["long_prefill_token_threshold"], rec["num_speculative_tokens"], rec["spec_acceptance_rate"]) == (512, 3, 0.7)
+    assert (rec["long_prefill_token_threshold"], rec["num_speculative_tokens"],
+            rec["spec_acceptance_rate"]) == (512, 3, 0.7)

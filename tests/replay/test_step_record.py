@@ -39,7 +39,8 @@ def test_absent_optional_features_take_their_defaults():
     assert x["prefill_context_tokens"].tolist() == [0, 10]  # a null is absent: 0
     assert x["num_decode_tokens"].tolist() == [3, 0]  # one position per decode
     assert x["num_prefill_seqs"].dtype == np.int64
-    no_seqs = feature_arrays({"num_prefill_tokens": [0, 64], "num_decode_seqs": [3, 0], "decode_context_tokens": [1, 0]})
+    no_seqs = feature_arrays({"num_prefill_tokens": [0, 64], "num_decode_seqs": [3, 0],
+                              "decode_context_tokens": [1, 0]})
     assert no_seqs["num_prefill_seqs"].tolist() == [0, 1]  # one chunk per step with prefill tokens
 
 

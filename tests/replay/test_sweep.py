@@ -106,7 +106,8 @@ def test_closed_loop_sweep_over_concurrency():
     assert table["throughput_rps"].iloc[1] > 4 * table["throughput_rps"].iloc[0]
     assert (table["queue_wait_p99_s"] >= 0).all()
     with pytest.raises(ConfigError, match="does not use arrival times"):
-        run_sweep(SweepContext(trace, {}, COST, ReplayConfig(closed_loop=ClosedLoopOptions(4))), parse_sweeps(["rate-scale=1,2"]))
+        run_sweep(SweepContext(trace, {}, COST, ReplayConfig(closed_loop=ClosedLoopOptions(4))),
+                  parse_sweeps(["rate-scale=1,2"]))
     with pytest.raises(ConfigError, match="--prefill-replicas and --decode-replicas"):
         run_sweep(SweepContext(trace, {}, COST, ReplayConfig()), parse_sweeps(["scheduler=chunked,disagg",
                                                                                 "replicas=1,2"]))

@@ -188,7 +188,8 @@ def test_hf_config_missing_field_is_named(tmp_path):
 
 def test_hf_config_unsupported_architecture(tmp_path):
     # (with architectures LlamaForCausalLM it would be read as llama: tests/test_model_config_identity.py)
-    path = write_json(tmp_path / "g" / "config.json", dict(LLAMA_31_8B, model_type="gpt2", architectures=["GPT2LMHeadModel"]))
+    path = write_json(tmp_path / "g" / "config.json",
+                      dict(LLAMA_31_8B, model_type="gpt2", architectures=["GPT2LMHeadModel"]))
     with pytest.raises(SpecError, match="model_type 'gpt2' is not supported"):
         get_model(str(path))
 

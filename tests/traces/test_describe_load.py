@@ -31,7 +31,8 @@ def test_describe_with_calibration_prints_rho_and_pk(tmp_path):
     write_table(to_table(REQUEST_TRACE, df), tmp_path / "t.parquet")
     write_calibration(RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), PARAMS, terms=SEED_TERMS),
                       tmp_path / "cal.json")
-    res = CliRunner().invoke(traces_cli, ["describe", str(tmp_path / "t.parquet"), "--calibration", str(tmp_path / "cal.json")])
+    res = CliRunner().invoke(traces_cli, ["describe", str(tmp_path / "t.parquet"),
+                                          "--calibration", str(tmp_path / "cal.json")])
     assert res.exit_code == 0, res.output
     cm = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), PARAMS, terms=SEED_TERMS)
     load = offered_load(df["arrival_time_s"], df["num_prompt_tokens"], df["num_output_tokens"], cm)

@@ -46,9 +46,11 @@ V3_ROWS = [
     # 0: streaming, server counted 140 prompt tokens; send T0+100, first +50 ms, last +150 ms
     f"0,c1,,critical,0,,0,sys,32,true,100,11,100,0,0,0,0,,0,140,0,{T0 + 100},{T0 + 50_100},{T0 + 150_100},11,ok,,stop",
     # 1: no server count: prompt = input 200 + prefix 32; scheduled at 250 ms, sent at +250.3 ms
-    f"1,c1,,standard,2,,0,sys,32,true,200,5,200,0,0,0,0,,0,0,250000,{T0 + 250_300},{T0 + 290_300},{T0 + 330_300},5,ok,,length",
+    "1,c1,,standard,2,,0,sys,32,true,200,5,200,0,0,0,0,,0,0,250000,"
+    f"{T0 + 250_300},{T0 + 290_300},{T0 + 330_300},5,ok,,length",
     # 2: non-streaming: the first chunk is the whole response, so no TTFT
-    f"2,c2,,standard,2,,0,,0,false,64,8,64,0,0,0,0,,0,64,500000,{T0 + 500_100},{T0 + 900_100},{T0 + 900_100},1,ok,,stop",
+    "2,c2,,standard,2,,0,,0,false,64,8,64,0,0,0,0,,0,64,500000,"
+    f"{T0 + 500_100},{T0 + 900_100},{T0 + 900_100},1,ok,,stop",
     # 3: failed
     f'3,c2,,standard,2,,0,,0,true,64,0,64,0,0,0,0,,0,0,750000,{T0 + 750_200},0,0,0,error,"HTTP 500: boom",',
 ]

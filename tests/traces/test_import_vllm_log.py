@@ -65,9 +65,11 @@ def test_real_series(tmp_path, real_data_dir):
     first = df.iloc[0]
     assert (first["prompt_throughput_tokens_per_s"], first["generation_throughput_tokens_per_s"]) == (598.2, 6.4)
     assert (first["running"], first["waiting"], first["engine"]) == (1, 0, 0)
-    assert first["kv_cache_usage_frac"] == pytest.approx(0.067) and first["prefix_cache_hit_rate_frac"] == pytest.approx(0.171)
+    assert first["kv_cache_usage_frac"] == pytest.approx(0.067)
+    assert first["prefix_cache_hit_rate_frac"] == pytest.approx(0.171)
     assert df["waiting"].max() == 36 and df["prefix_cache_hit_rate_frac"].iloc[-1] == pytest.approx(0.327)
-    assert json.loads(meta["engine_settings"]) == json.loads(json.dumps(engine_settings_from_vllm_log(real_data_dir / LOG)))
+    settings = engine_settings_from_vllm_log(real_data_dir / LOG)
+    assert json.loads(meta["engine_settings"]) == json.loads(json.dumps(settings))
     assert meta["first_stats_line_time"] == "2026-01-20T06:11:13.161000"
     desc = run("describe", out)
     assert desc.exit_code == 0 and "kind: vllm_stats/1" in desc.output and "waiting: p50=0.0" in desc.output

@@ -25,7 +25,8 @@ ARRIVALS = click.option(
     "--arrivals", type=click.Choice(["auto", "recorded", "zero", "synth"]), default="auto", show_default=True,
     help="Arrival times: recorded start_times; all at 0 (request_rate=inf); synthesised from the run's "
          "request_rate and burstiness (seeded); auto = recorded, else zero for an inf rate, else an error.")
-SEED = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --arrivals synth.")
+SEED = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                    help="Seed of --arrivals synth.")
 
 
 @contextlib.contextmanager

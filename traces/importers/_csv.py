@@ -192,7 +192,8 @@ def stream_csv(path: str | os.PathLike, column_types: dict[str, pa.DataType], *,
                 read_options=pacsv.ReadOptions(block_size=block_size, use_threads=False),
                 parse_options=pacsv.ParseOptions(newlines_in_values=False),
                 convert_options=pacsv.ConvertOptions(
-                    column_types={raw[c]: t for c, t in column_types.items()}, include_columns=[raw[c] for c in column_types],
+                    column_types={raw[c]: t for c, t in column_types.items()},
+                    include_columns=[raw[c] for c in column_types],
                     null_values=NULL_VALUES, strings_can_be_null=True, quoted_strings_can_be_null=False),
             )
         except ARROW_ERRORS as exc:

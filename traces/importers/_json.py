@@ -92,18 +92,18 @@ def json_number(path, value, *, column: str, row: int | None = None, line: int |
             raise TraceFormatError(path, f"value {value!r} is not a whole number", row=row, line=line, column=column)
         value = int(value)
         if not -MAX_INT64 <= value < MAX_INT64:  # e.g. 1e300 written as a float
-            raise TraceFormatError(path, f"value {short_repr(value)} is out of range", row=row, line=line, column=column,
-                                   expected="a 64-bit integer")
+            raise TraceFormatError(path, f"value {short_repr(value)} is out of range", row=row, line=line,
+                                   column=column, expected="a 64-bit integer")
     else:
         try:
             value = float(value)
         except OverflowError:
-            raise TraceFormatError(path, f"value {short_repr(value)} is out of range", row=row, line=line, column=column,
-                                   expected="a finite number") from None
+            raise TraceFormatError(path, f"value {short_repr(value)} is out of range", row=row, line=line,
+                                   column=column, expected="a finite number") from None
     if minimum is not None and value < minimum:
         raise TraceFormatError(path, f"value {value!r} is below {minimum:g}", row=row, line=line, column=column,
                                expected=f">= {minimum:g}")
     if maximum is not None and value > maximum:
-        raise TraceFormatError(path, f"value {short_repr(value)} is above {maximum:g}", row=row, line=line, column=column,
-                               expected=f"<= {maximum:g}")
+        raise TraceFormatError(path, f"value {short_repr(value)} is above {maximum:g}", row=row, line=line,
+                               column=column, expected=f"<= {maximum:g}")
     return value

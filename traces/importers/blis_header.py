@@ -74,7 +74,8 @@ def _number(path, value, key, lines, typ=float, minimum=None):
         ok = False
     if not ok or (minimum is not None and value < minimum):
         words = "a whole number" if typ is int else "a number"
-        raise TraceFormatError(path, f"value {value!r:.40} is not {words}{f' >= {minimum:g}' if minimum is not None else ''}",
+        bound = f" >= {minimum:g}" if minimum is not None else ""
+        raise TraceFormatError(path, f"value {value!r:.40} is not {words}{bound}",
                                column=key, line=lines.get(key))
     return typ(value)
 
@@ -110,6 +111,38 @@ def read_blis_header(path: str | Path) -> tuple[dict, dict]:
         a version-2 header, a value of the wrong type.
     """
     path = Path(path)
+    head, lines = _load(path)
+    version = _check_header(path, head, lines)
+    meta = {"blis_trace_version": str(version), "blis_mode": head["mode"],
+            "warm_up_requests": str(_number(path, head.get("warm_up_requests", 0) or 0, "warm_up_requests", lines,
+                                            int, 0))}
+    for key in ("created_at", "workload_spec"):
+        if head.get(key) is not None:
+            meta[key] = str(head[key])
+    server = _mapping(path, head.get("server"), "server", lines)
+    meta.update(_server_settings(path, server, lines))
+    for key, name in (("model", "model"), ("type", "server_type")):
+        if server.get(key):
+            meta[name] = str(server[key])
+    network = _mapping(path, head.get("network"), "network", lines)
+    if network.get("measured_rtt_ms"):
+        rtt = _number(path, network["measured_rtt_ms"], "network.measured_rtt_ms", lines, float, 0)
+        meta["network_rtt_s"] = repr(rtt / 1e3)
+    targets = {}
+    for cls, dims in _mapping(path, head.get("goodput_slo_targets"), "goodput_slo_targets", lines).items():
+        key = f"goodput_slo_targets.{cls}"
+        targets[str(cls)] = {d: _number(path, v, f"{key}.{d}", lines, float, 0)
+                             for d, v in _mapping(path, dims, key, lines).items() if v is not None}
+    if targets:
+        meta["goodput_slo_targets"] = json.dumps(targets, sort_keys=True)
+    unknown = sorted(str(k) for k in head if k not in _HEADER_KEYS)
+    if unknown:
+        meta["blis_unknown_header_keys"] = ",".join(unknown)
+    return head, meta
+
+
+def _load(path: Path) -> tuple:
+    """The header's YAML and the line of each key (dotted for nested ones); unreadable text or YAML refused."""
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except IsADirectoryError:
@@ -130,6 +163,11 @@ def read_blis_header(path: str | Path) -> tuple[dict, dict]:
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
         raise TraceFormatError(path, f"not valid YAML ({str(exc).splitlines()[0][:80]})",
                                expected="numbers of ordinary size") from None
+    return head, lines
+
+
+def _check_header(path: Path, head, lines: dict):
+    """Refuse a header that is not a TraceV2/V3 mapping in microseconds with a known mode; return its version."""
     if not isinstance(head, dict):
         raise TraceFormatError(path, "is not a YAML mapping", expected="the --trace-header YAML of blis observe "
                                "(trace_version, time_unit, mode, ...); give the CSV with --data")
@@ -150,13 +188,11 @@ def read_blis_header(path: str | Path) -> tuple[dict, dict]:
         raise TraceFormatError(path, "a version-2 header has goodput_slo_targets (added in version 3)",
                                column="goodput_slo_targets", line=lines.get("goodput_slo_targets"),
                                expected="trace_version: 3")
-    meta = {"blis_trace_version": str(version), "blis_mode": head["mode"],
-            "warm_up_requests": str(_number(path, head.get("warm_up_requests", 0) or 0, "warm_up_requests", lines,
-                                            int, 0))}
-    for key in ("created_at", "workload_spec"):
-        if head.get(key) is not None:
-            meta[key] = str(head[key])
-    server = _mapping(path, head.get("server"), "server", lines)
+    return version
+
+
+def _server_settings(path: Path, server: dict, lines: dict) -> dict:
+    """The metadata of the engine settings the header's ``server`` records (none: empty), with their sources."""
     settings, sources = {}, {}
     for key, (name, typ, minimum) in ENGINE_KEYS.items():
         if server.get(key) is None or server.get(key) == 0:
@@ -167,24 +203,6 @@ def read_blis_header(path: str | Path) -> tuple[dict, dict]:
         raise TraceFormatError(path, f"value {settings['gpu_memory_utilization']!r} is above 1",
                                column="server.gpu_memory_utilization",
                                line=lines.get("server.gpu_memory_utilization"), expected="a fraction in (0, 1]")
-    if settings:
-        meta["engine_settings"] = json.dumps(settings)
-        meta["engine_settings_sources"] = json.dumps(sources)
-    for key, name in (("model", "model"), ("type", "server_type")):
-        if server.get(key):
-            meta[name] = str(server[key])
-    network = _mapping(path, head.get("network"), "network", lines)
-    if network.get("measured_rtt_ms"):
-        rtt = _number(path, network["measured_rtt_ms"], "network.measured_rtt_ms", lines, float, 0)
-        meta["network_rtt_s"] = repr(rtt / 1e3)
-    targets = {}
-    for cls, dims in _mapping(path, head.get("goodput_slo_targets"), "goodput_slo_targets", lines).items():
-        key = f"goodput_slo_targets.{cls}"
-        targets[str(cls)] = {d: _number(path, v, f"{key}.{d}", lines, float, 0)
-                             for d, v in _mapping(path, dims, key, lines).items() if v is not None}
-    if targets:
-        meta["goodput_slo_targets"] = json.dumps(targets, sort_keys=True)
-    unknown = sorted(str(k) for k in head if k not in _HEADER_KEYS)
-    if unknown:
-        meta["blis_unknown_header_keys"] = ",".join(unknown)
-    return head, meta
+    if not settings:
+        return {}
+    return {"engine_settings": json.dumps(settings), "engine_settings_sources": json.dumps(sources)}

@@ -166,44 +166,10 @@ def import_blis_observe(path: str | Path, data: str | Path | None = None, invali
     n = len(c["request_id"])
     if n == 0:
         raise TraceFormatError(path, "has no requests", expected="a header line, then one row per request")
-    for col in ("request_id", "input_tokens", "output_tokens", "prefix_length", "server_input_tokens",
-                "arrival_time_us", "send_time_us", "first_chunk_time_us", "last_chunk_time_us", "slo_target_us",
-                "vllm_priority", "gie_priority"):
-        if col in c:
-            top = _MAX_US if col.endswith("_us") else MAX_TOKENS + 1 if col.endswith("_tokens") or col == "prefix_length" \
-                else 2 ** 62
-            check_rows(path, (c[col] < 0) | (c[col] >= top), 0, "value is negative or too large", column=col,
-                       expected=f"a whole number in [0, {top})", lines=True)
-    streaming = np.ones(n, bool)
-    if "streaming" in c:
-        s = c["streaming"]
-        bad = np.array([v is not None and v not in _TRUE and v not in _FALSE for v in s], bool)
-        check_rows(path, bad, 0, "value is not a boolean", column="streaming", expected="true or false", lines=True)
-        streaming = np.array([v not in _FALSE for v in s], bool)
+    streaming = _checked_values(path, c, n)
     ids = c["request_id"]
-    dup = pd.Series(ids).duplicated().to_numpy()
-    check_rows(path, dup, 0, "duplicate request_id", column="request_id", expected="unique ids", lines=True)
-
-    send, first, last, sched = (c[k] for k in ("send_time_us", "first_chunk_time_us", "last_chunk_time_us",
-                                               "arrival_time_us"))
     ok = c["status"] == "ok"
-    unsent = (send == 0) & ~ok & real
-    sent = ~unsent
-    offset = int(np.min(send[sent] - sched[sent])) if real and sent.any() else 0
-    t_us = np.where(sent, send, sched + offset)
-    origin = int(t_us.min())
-    arrival = (t_us - origin) / 1e6
-    if real and sent.any():
-        meta["time_origin_unix_s"] = repr(origin / 1e6)
-        late = (send - (sched + offset)) / 1e6
-        late[unsent] = 0
-        if late.max() > _LATE_SEND_S:
-            k = int(np.argmax(late))
-            meta["arrival_vs_send_warning"] = (
-                f"{int((late > _LATE_SEND_S).sum())} request(s) were sent more than {_LATE_SEND_S:g} s after their "
-                f"scheduled arrival (the client held them back, e.g. --max-concurrency); arrival_time_s is the send "
-                f"time; largest: request {int(ids[k])} by {late[k]:.3f} s")
-
+    arrival = _arrival_times(c, ok, real, meta)
     prefix = c.get("prefix_length", np.zeros(n, np.int64))
     prompt = c["input_tokens"] + prefix
     if "server_input_tokens" in c:
@@ -213,43 +179,15 @@ def import_blis_observe(path: str | Path, data: str | Path | None = None, invali
     else:
         meta["prompt_tokens_source"] = "input_tokens + prefix_length" if "prefix_length" in c else "input_tokens"
     output = c["output_tokens"]
-
     status = RowStatus(path, invalid, lines=True)
-    codes = np.zeros(n, np.int16)
-    rules = [(ok & real & (send == 0), "ok without a send time", "send_time_us",
-              "the client's epoch send time (mode real)"),
-             (ok & ((first < send) | (last < first)), "chunk times out of order", "first_chunk_time_us",
-              "send_time_us <= first_chunk_time_us <= last_chunk_time_us"),
-             (ok & (output == 0), "ok with 0 output tokens", "output_tokens", ">= 1 token"),
-             (prompt < 1, "prompt of 0 tokens", "input_tokens", ">= 1 prompt token")]
-    for mask, rule, col, expected in reversed(rules):  # the first rule broken wins
-        codes[mask] = status.invalid(rule, col, expected)
-    for i in np.flatnonzero(~ok & (codes == 0)):
-        msg = (c.get("error_message", [None] * n)[i] or "").strip().splitlines()
-        codes[i] = status.failed(f"{c['status'][i] or 'unknown'}" + (f": {msg[-1][:100]}" if msg else ""))
+    codes = _status_codes(status, c, ok, real, prompt)
     status.add(codes, 0)
-
     good = codes == 0
+    send, first, last = c["send_time_us"], c["first_chunk_time_us"], c["last_chunk_time_us"]
     ttft = np.where(good & streaming, (first - send) / 1e6, np.nan)
     e2e = np.where(good, (last - send) / 1e6, np.nan)
     extra = {"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot_s(ttft, e2e, output)}
-
-    cls = c.get("slo_class", np.full(n, None, object))
-    targets = json.loads(meta.get("goodput_slo_targets", "{}"))
-    slo_ttft = np.array([targets.get(k or "", {}).get("ttft_ms", 0) / 1e3 or np.nan for k in cls], float)
-    slo_tpot = np.array([targets.get(k or "", {}).get("itl_ms", 0) / 1e3 or np.nan for k in cls], float)
-    if "slo_target_us" in c:
-        slo_ttft = np.where(c["slo_target_us"] > 0, c["slo_target_us"] / 1e6, slo_ttft)
-    for name, v in (("slo_ttft_s", slo_ttft), ("slo_tpot_s", slo_tpot)):
-        if np.isfinite(v).any():
-            extra[name] = v
-    for col in ("vllm_priority", "gie_priority"):
-        if col in c:
-            extra["priority"] = c[col]
-            meta["priority_source"] = col
-            break
-    if any(cls):
-        extra["slo_class"] = cls
+    _add_slo_columns(c, n, meta, extra)
     groups = c.get("prefix_group")
     if groups is not None and any(groups):
         block = json.loads(meta.get("engine_settings", "{}")).get("block_size", 16)
@@ -266,3 +204,89 @@ def import_blis_observe(path: str | Path, data: str | Path | None = None, invali
     df, m = assemble_frame(arrival, prompt, output, status=status, codes=codes,
                            request_ids=pa.array(ids).cast(pa.string()), extra=extra)
     return df, {**meta, **m}
+
+
+def _checked_values(path: Path, c: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """Refuse a count or time out of range, a ``streaming`` cell that is not a boolean and a duplicate
+    ``request_id``; return whether each request streamed (True where ``streaming`` is absent)."""
+    for col in ("request_id", "input_tokens", "output_tokens", "prefix_length", "server_input_tokens",
+                "arrival_time_us", "send_time_us", "first_chunk_time_us", "last_chunk_time_us", "slo_target_us",
+                "vllm_priority", "gie_priority"):
+        if col in c:
+            top = (_MAX_US if col.endswith("_us") else
+                   MAX_TOKENS + 1 if col.endswith("_tokens") or col == "prefix_length" else 2 ** 62)
+            check_rows(path, (c[col] < 0) | (c[col] >= top), 0, "value is negative or too large", column=col,
+                       expected=f"a whole number in [0, {top})", lines=True)
+    streaming = np.ones(n, bool)
+    if "streaming" in c:
+        s = c["streaming"]
+        bad = np.array([v is not None and v not in _TRUE and v not in _FALSE for v in s], bool)
+        check_rows(path, bad, 0, "value is not a boolean", column="streaming", expected="true or false", lines=True)
+        streaming = np.array([v not in _FALSE for v in s], bool)
+    dup = pd.Series(c["request_id"]).duplicated().to_numpy()
+    check_rows(path, dup, 0, "duplicate request_id", column="request_id", expected="unique ids", lines=True)
+    return streaming
+
+
+def _arrival_times(c: dict[str, np.ndarray], ok: np.ndarray, real: bool, meta: dict) -> np.ndarray:
+    """The arrival times, seconds from the first: the send times, a request never sent at its schedule
+    (shifted onto the send clock); in ``meta`` the epoch origin and a warning for requests sent late."""
+    send, sched = c["send_time_us"], c["arrival_time_us"]
+    unsent = (send == 0) & ~ok & real
+    sent = ~unsent
+    offset = int(np.min(send[sent] - sched[sent])) if real and sent.any() else 0
+    t_us = np.where(sent, send, sched + offset)
+    origin = int(t_us.min())
+    if real and sent.any():
+        meta["time_origin_unix_s"] = repr(origin / 1e6)
+        late = (send - (sched + offset)) / 1e6
+        late[unsent] = 0
+        if late.max() > _LATE_SEND_S:
+            k = int(np.argmax(late))
+            meta["arrival_vs_send_warning"] = (
+                f"{int((late > _LATE_SEND_S).sum())} request(s) were sent more than {_LATE_SEND_S:g} s after their "
+                f"scheduled arrival (the client held them back, e.g. --max-concurrency); arrival_time_s is the send "
+                f"time; largest: request {int(c['request_id'][k])} by {late[k]:.3f} s")
+    return (t_us - origin) / 1e6
+
+
+def _status_codes(status: RowStatus, c: dict[str, np.ndarray], ok: np.ndarray, real: bool,
+                  prompt: np.ndarray) -> np.ndarray:
+    """Each row's status code: an ``ok`` row breaking a rule is invalid (the first rule broken wins), a
+    status other than ``ok`` is ``failed: <status>: <error_message>``."""
+    n = len(ok)
+    send, first, last = c["send_time_us"], c["first_chunk_time_us"], c["last_chunk_time_us"]
+    codes = np.zeros(n, np.int16)
+    rules = [(ok & real & (send == 0), "ok without a send time", "send_time_us",
+              "the client's epoch send time (mode real)"),
+             (ok & ((first < send) | (last < first)), "chunk times out of order", "first_chunk_time_us",
+              "send_time_us <= first_chunk_time_us <= last_chunk_time_us"),
+             (ok & (c["output_tokens"] == 0), "ok with 0 output tokens", "output_tokens", ">= 1 token"),
+             (prompt < 1, "prompt of 0 tokens", "input_tokens", ">= 1 prompt token")]
+    for mask, rule, col, expected in reversed(rules):  # the first rule broken wins
+        codes[mask] = status.invalid(rule, col, expected)
+    for i in np.flatnonzero(~ok & (codes == 0)):
+        msg = (c.get("error_message", [None] * n)[i] or "").strip().splitlines()
+        codes[i] = status.failed(f"{c['status'][i] or 'unknown'}" + (f": {msg[-1][:100]}" if msg else ""))
+    return codes
+
+
+def _add_slo_columns(c: dict[str, np.ndarray], n: int, meta: dict, extra: dict) -> None:
+    """Add to ``extra`` the SLOs (the row's target, else its class's of the header), the priority and
+    the SLO class, those the file has."""
+    cls = c.get("slo_class", np.full(n, None, object))
+    targets = json.loads(meta.get("goodput_slo_targets", "{}"))
+    slo_ttft = np.array([targets.get(k or "", {}).get("ttft_ms", 0) / 1e3 or np.nan for k in cls], float)
+    slo_tpot = np.array([targets.get(k or "", {}).get("itl_ms", 0) / 1e3 or np.nan for k in cls], float)
+    if "slo_target_us" in c:
+        slo_ttft = np.where(c["slo_target_us"] > 0, c["slo_target_us"] / 1e6, slo_ttft)
+    for name, v in (("slo_ttft_s", slo_ttft), ("slo_tpot_s", slo_tpot)):
+        if np.isfinite(v).any():
+            extra[name] = v
+    for col in ("vllm_priority", "gie_priority"):
+        if col in c:
+            extra["priority"] = c[col]
+            meta["priority_source"] = col
+            break
+    if any(cls):
+        extra["slo_class"] = cls

@@ -114,27 +114,11 @@ def import_genai_perf(path: str | Path, experiment: int | None = None, prompt_to
     """
     path = Path(path)
     obj = read_json(path)
-    if not isinstance(obj, dict) or not isinstance(obj.get("experiments"), list):
-        raise TraceFormatError(path, "has no 'experiments' list", column="experiments",
-                               expected="a Perf Analyzer / GenAI-Perf profile_export.json")
-    exps = obj["experiments"]
-    if not exps:
-        raise TraceFormatError(path, "has no experiments", column="experiments")
-    if experiment is None:
-        if len(exps) > 1:
-            raise TraceFormatError(path, f"has {len(exps)} experiments", column="experiments",
-                                   expected="--experiment N (1-based) to pick one")
-        experiment = 1
-    if not 1 <= experiment <= len(exps):
-        raise TraceFormatError(path, f"experiment {experiment} is out of range", expected=f"1..{len(exps)}")
-    exp = exps[experiment - 1]
-    reqs = exp.get("requests") if isinstance(exp, dict) else None
-    if not isinstance(reqs, list) or not reqs:
-        raise TraceFormatError(path, f"experiment {experiment} has no requests", column="requests")
+    experiment, exp, reqs = _experiment(path, obj, experiment)
     n = len(reqs)
     status = RowStatus(path, invalid)
     c_order = status.invalid("response_timestamps before the request timestamp or out of order",
-                          "response_timestamps", "non-decreasing timestamps after the request's")
+                             "response_timestamps", "non-decreasing timestamps after the request's")
     send = np.zeros(n, np.int64)
     prompt, output = np.zeros(n, np.int64), np.zeros(n, np.int64)
     ttft, e2e = np.full(n, np.nan), np.full(n, np.nan)
@@ -148,28 +132,16 @@ def import_genai_perf(path: str | Path, experiment: int | None = None, prompt_to
         if "timestamp" not in req:
             raise TraceFormatError(path, "missing field", row=r, column="timestamp")
         send[i] = json_number(path, req["timestamp"], column="timestamp", row=r, integer=True, minimum=0)
-        rts = req.get("response_timestamps") or []
-        if not isinstance(rts, list):
-            raise TraceFormatError(path, "response_timestamps is not a list", row=r, column="response_timestamps")
-        rts = [json_number(path, v, column="response_timestamps", row=r, integer=True, minimum=0) for v in rts]
-        outs = req.get("response_outputs")
-        if isinstance(outs, list) and len(outs) == len(rts):
-            infos = [_response_info(o) for o in outs]
-        else:
-            infos = [(True, None, None)] * len(rts)
-        usage = next((u for _, u, _ in reversed(infos) if u), None)
-        error = next((e for _, _, e in infos if e), None)
-        content_ts = [t for t, (c, _, _) in zip(rts, infos) if c]
+        usage, error, content_ts = _responses(path, req, r)
         n_in = usage.get("prompt_tokens") if usage else None
-        if n_in is None:
-            if prompt_tokens is None:
-                raise TraceFormatError(path, "no prompt token count (the responses carry no 'usage')", row=r,
-                                       column="prompt_tokens",
-                                       expected="--prompt-tokens N when the run used a fixed input length")
-            n_in, used_option_in = prompt_tokens, used_option_in + 1
-        else:
-            used_usage_in += 1
-        prompt[i] = json_number(path, n_in, column="prompt_tokens", row=r, integer=True, minimum=1)
+        if n_in is None and prompt_tokens is None:
+            raise TraceFormatError(path, "no prompt token count (the responses carry no 'usage')", row=r,
+                                   column="prompt_tokens",
+                                   expected="--prompt-tokens N when the run used a fixed input length")
+        used_usage_in += n_in is not None
+        used_option_in += n_in is None
+        prompt[i] = json_number(path, prompt_tokens if n_in is None else n_in, column="prompt_tokens", row=r,
+                                integer=True, minimum=1)
         if error or not content_ts:
             codes[i] = status.failed(error[:100] if error else "no content in the responses")
             continue
@@ -178,11 +150,10 @@ def import_genai_perf(path: str | Path, experiment: int | None = None, prompt_to
             codes[i] = c_order
             continue
         n_out = usage.get("completion_tokens") if usage else None
-        if n_out is None:
-            n_out, used_chunks_out = len(content_ts), used_chunks_out + 1
-        else:
-            used_usage_out += 1
-        output[i] = json_number(path, n_out, column="completion_tokens", row=r, integer=True, minimum=1)
+        used_usage_out += n_out is not None
+        used_chunks_out += n_out is None
+        output[i] = json_number(path, len(content_ts) if n_out is None else n_out, column="completion_tokens",
+                                row=r, integer=True, minimum=1)
         sec = rel / 1e9
         ttft[i], e2e[i] = sec[0], sec[-1]
         if len(sec) == output[i]:
@@ -207,3 +178,42 @@ def import_genai_perf(path: str | Path, experiment: int | None = None, prompt_to
         "prompt_tokens_source": f"usage.prompt_tokens for {used_usage_in}, --prompt-tokens for {used_option_in}",
     })
     return df, meta
+
+
+def _experiment(path: Path, obj, experiment: int | None) -> tuple[int, dict, list]:
+    """The 1-based index, the object and the requests of the chosen experiment (default: the only one)."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("experiments"), list):
+        raise TraceFormatError(path, "has no 'experiments' list", column="experiments",
+                               expected="a Perf Analyzer / GenAI-Perf profile_export.json")
+    exps = obj["experiments"]
+    if not exps:
+        raise TraceFormatError(path, "has no experiments", column="experiments")
+    if experiment is None:
+        if len(exps) > 1:
+            raise TraceFormatError(path, f"has {len(exps)} experiments", column="experiments",
+                                   expected="--experiment N (1-based) to pick one")
+        experiment = 1
+    if not 1 <= experiment <= len(exps):
+        raise TraceFormatError(path, f"experiment {experiment} is out of range", expected=f"1..{len(exps)}")
+    exp = exps[experiment - 1]
+    reqs = exp.get("requests") if isinstance(exp, dict) else None
+    if not isinstance(reqs, list) or not reqs:
+        raise TraceFormatError(path, f"experiment {experiment} has no requests", column="requests")
+    return experiment, exp, reqs
+
+
+def _responses(path: Path, req: dict, r: int) -> tuple[dict | None, str | None, list[int]]:
+    """Request ``req``'s (row ``r``) last usage, first error and the timestamps (ns) of its responses
+    with content."""
+    rts = req.get("response_timestamps") or []
+    if not isinstance(rts, list):
+        raise TraceFormatError(path, "response_timestamps is not a list", row=r, column="response_timestamps")
+    rts = [json_number(path, v, column="response_timestamps", row=r, integer=True, minimum=0) for v in rts]
+    outs = req.get("response_outputs")
+    if isinstance(outs, list) and len(outs) == len(rts):
+        infos = [_response_info(o) for o in outs]
+    else:
+        infos = [(True, None, None)] * len(rts)
+    usage = next((u for _, u, _ in reversed(infos) if u), None)
+    error = next((e for _, _, e in infos if e), None)
+    return usage, error, [t for t, (c, _, _) in zip(rts, infos) if c]

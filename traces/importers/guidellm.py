@@ -27,7 +27,6 @@ are read. Latencies are recomputed from ``timings`` (see :func:`import_guidellm`
 """
 from __future__ import annotations
 
-import ast
 import json
 from pathlib import Path
 
@@ -35,57 +34,17 @@ import numpy as np
 import pandas as pd
 
 from schemas.metrics import tpot_s
-from schemas.status import OK
 
 from ..errors import TraceFormatError
 from ._frame import assemble_frame
 from ._json import json_number, read_json
 from ._rows import RowStatus
-from .block_hashes import HASH_BLOCK_TOKENS, implied_prefix_cache_hits, shared_leading_blocks, text_block_hashes
+from .block_hashes import text_block_hashes
+from .guidellm_prompts import hash_metadata, prompt_text, prompt_texts
 
 __all__ = ["import_guidellm"]
 
 _LISTS = ("successful", "errored", "incomplete")
-
-
-def _prompt_text(path, req: dict, row: int, where: str) -> str:
-    """The prompt text of a request from ``request_args`` (dict, JSON or Python repr)."""
-    col = f"{where}.request_args"
-    args = req.get("request_args")
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            try:
-                args = ast.literal_eval(args)
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                raise TraceFormatError(path, "request_args is neither JSON nor a Python literal", row=row,
-                                       column=col, expected="the request's arguments, or --no-block-hashes") from None
-    body = args.get("body") if isinstance(args, dict) else None
-    if not isinstance(body, dict):
-        body = args if isinstance(args, dict) else None
-    if body is None:
-        raise TraceFormatError(path, "request_args has no request body", row=row, column=col,
-                               expected="{'body': {'prompt': ...}} (or --no-block-hashes)")
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        prompt = "".join(prompt)
-    if isinstance(prompt, str):
-        return prompt
-    msgs = body.get("messages")
-    if isinstance(msgs, list) and msgs:
-        parts = []
-        for m in msgs:
-            c = m.get("content") if isinstance(m, dict) else None
-            if isinstance(c, list):  # content parts
-                c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
-            if not isinstance(c, str):
-                raise TraceFormatError(path, "a chat message has no text content", row=row, column=col + ".body.messages",
-                                       expected="text messages (or --no-block-hashes)")
-            parts.append(f"{m.get('role', '')}\n{c}\n")
-        return "".join(parts)
-    raise TraceFormatError(path, "request body has no 'prompt' text nor 'messages'", row=row, column=col + ".body",
-                           expected="a text prompt (or --no-block-hashes)")
 
 
 def _strategy(bench: dict) -> dict:
@@ -176,6 +135,51 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
     """
     path = Path(path)
     obj = read_json(path)
+    benches = _benchmarks(path, obj, benchmark)
+    status = RowStatus(path, invalid)
+    c_order = status.invalid("timings out of order", None,
+                             "request_start <= first_token_iteration <= last_token_iteration")
+    checks = (status.invalid("successful with 0 output tokens", None, ">= 1 output token"), c_order)
+    recs, summaries = _requests(path, benches)
+    chosen = [r for r in recs if benchmark is None or r[0] == benchmark]
+    if not any(kind == "successful" for _, kind, *_ in chosen):
+        which = f"benchmark {benchmark}" if benchmark is not None else "the file"
+        raise TraceFormatError(path, f"{which} has no successful requests", column="requests.successful")
+    texts, ratio = prompt_texts(path, recs) if block_hashes else ({}, None)
+    cols = _Columns(len(chosen))
+    for j, (b, kind, i, r, req) in enumerate(chosen):
+        where = f"benchmarks[{b}].requests.{kind}[{i}]"
+        cols.rows[j], cols.bench[j] = r, b
+        info = req.get("info") if isinstance(req.get("info"), dict) else {}
+        tim = info.get("timings") if isinstance(info.get("timings"), dict) else None
+        cols.ids.append(_request_id(path, req, info, kind, r, where, cols))
+        if kind != "successful":
+            _read_failed(path, req, info, tim, kind, (j, r, where), cols, status, texts, ratio)
+        else:
+            _read_successful(path, req, tim, (j, r, where), cols, texts, ratio, checks)
+    # rows in the order read, so an error names the first bad request of the file
+    status.add(cols.codes, rows=cols.rows)
+    tpot = tpot_s(cols.ttft, cols.e2e, cols.output)
+    idx = np.flatnonzero(cols.keep)
+    origin = float(np.min(cols.start[idx]))
+    extra = {"ttft_s": cols.ttft[idx], "e2e_s": cols.e2e[idx], "tpot_s": tpot[idx]}
+    if benchmark is None:
+        extra["benchmark"] = cols.bench[idx]
+    if block_hashes:
+        kept_hashes = np.empty(idx.size, dtype=object)
+        kept_hashes[:] = [cols.hashes[k] for k in idx]
+        extra["block_hashes"] = kept_hashes
+    df, meta = assemble_frame(cols.start[idx] - origin, cols.prompt[idx], cols.output[idx], status=status,
+                              codes=cols.codes[idx], rows=cols.rows[idx], request_ids=[cols.ids[k] for k in idx],
+                              extra=extra)
+    meta.update(_metadata(path, obj, benchmark, summaries, origin, cols))
+    if block_hashes:
+        meta.update(hash_metadata(df, benchmark, ratio))
+    return df, meta
+
+
+def _benchmarks(path: Path, obj, benchmark: int | None) -> list:
+    """The ``benchmarks`` list of report ``obj``; refused when there is none or ``benchmark`` is out of range."""
     if not isinstance(obj, dict) or not isinstance(obj.get("benchmarks"), list):
         raise TraceFormatError(path, "has no 'benchmarks' list", column="benchmarks",
                                expected="a GuideLLM benchmark report (guidellm benchmark --output-path x.json)",
@@ -186,15 +190,13 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
     if benchmark is not None and not 0 <= benchmark < len(benches):
         raise TraceFormatError(path, f"benchmark {benchmark} is out of range", column="benchmarks",
                                expected=f"--benchmark 0..{len(benches) - 1} (0-based, in file order)")
-    status = RowStatus(path, invalid)
-    c_order = status.invalid("timings out of order", None,
-                          "request_start <= first_token_iteration <= last_token_iteration")
-    c_out0 = status.invalid("successful with 0 output tokens", None, ">= 1 output token")
+    return benches
 
-    # pass 1: every request of every benchmark (the hash ratio is the whole file's)
-    recs = []   # (bench, kind, index, row, req)
-    row = 0
-    summaries = []
+
+def _requests(path: Path, benches: list) -> tuple[list, list[dict]]:
+    """Every request of every benchmark, ``(benchmark, list name, index in the list, 1-based row, request)``
+    in file order, and per benchmark its strategy and request counts."""
+    recs, summaries, row = [], [], 0
     for b, bench in enumerate(benches):
         if not isinstance(bench, dict) or not isinstance(bench.get("requests"), dict):
             raise TraceFormatError(path, "benchmark has no 'requests' object", column=f"benchmarks[{b}].requests",
@@ -213,130 +215,116 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
                                            column=f"benchmarks[{b}].requests.{kind}[{i}]", expected="an object")
                 recs.append((b, kind, i, row, req))
         summaries.append({"index": b, **_strategy(bench), **{f"num_{k}": v for k, v in counts.items()}})
+    return recs, summaries
 
-    chosen = [r for r in recs if benchmark is None or r[0] == benchmark]
-    if not any(kind == "successful" for _, kind, *_ in chosen):
-        which = f"benchmark {benchmark}" if benchmark is not None else "the file"
-        raise TraceFormatError(path, f"{which} has no successful requests", column="requests.successful")
 
-    texts: dict[int, str] = {}
-    if block_hashes:
-        tot_chars = tot_tokens = 0
-        for b, kind, i, r, req in recs:
-            n = req.get("prompt_tokens")
-            if kind != "successful" and not isinstance(n, int):
-                continue
-            where = f"benchmarks[{b}].requests.{kind}[{i}]"
-            n = json_number(path, n, column=f"{where}.prompt_tokens", row=r, integer=True, minimum=1)
-            texts[r] = _prompt_text(path, req, r, where)
-            tot_chars += len(texts[r])
-            tot_tokens += n
-        ratio = tot_chars / tot_tokens
+class _Columns:
+    """The columns of the chosen requests, filled request by request (index ``j``, in file order)."""
 
-    n = len(chosen)
-    start = np.full(n, np.nan)
-    prompt = np.zeros(n, np.int64)
-    output = np.zeros(n, np.int64)
-    ttft, e2e, tpot = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
-    bench_col = np.zeros(n, np.int64)
-    codes = np.zeros(n, np.int16)
-    ids: list[str] = []
-    rows = np.zeros(n, np.int64)
-    hashes = np.empty(n, dtype=object)
-    keep = np.ones(n, bool)
-    end_gap = []
-    ids_from_guidellm = 0
-    for j, (b, kind, i, r, req) in enumerate(chosen):
-        where = f"benchmarks[{b}].requests.{kind}[{i}]"
-        rows[j], bench_col[j] = r, b
-        info = req.get("info") if isinstance(req.get("info"), dict) else {}
-        tim = info.get("timings") if isinstance(info.get("timings"), dict) else None
-        rid = req.get("response_id")
-        if not isinstance(rid, str) or not rid:
-            rid = req.get("request_id") or info.get("request_id")
-            if not isinstance(rid, str) or not rid:
-                if kind == "successful":
-                    raise TraceFormatError(path, "no response_id nor request_id", row=r, column=f"{where}.response_id",
-                                           expected="the server's completion id")
-                rid = f"guidellm-row-{r}"
-            ids_from_guidellm += 1
-        else:
-            rid = rid + "-0"
-        ids.append(rid)
-        if kind != "successful":
-            st = tim.get("request_start") if tim else None
-            n_in = req.get("prompt_tokens")
-            if not isinstance(n_in, int) or isinstance(n_in, bool) or n_in < 1:
-                im = req.get("input_metrics") if isinstance(req.get("input_metrics"), dict) else {}
-                n_in = im.get("text_tokens")
-            if (not isinstance(st, (int, float)) or isinstance(st, bool) or not isinstance(n_in, int)
-                    or isinstance(n_in, bool) or n_in < 1):
-                keep[j] = False
-                continue
-            start[j] = float(st)
-            prompt[j] = n_in
-            out = req.get("output_tokens")
-            output[j] = out if isinstance(out, int) and not isinstance(out, bool) and out >= 0 else 0
-            err = info.get("error") or req.get("error")
-            reason = "incomplete" if kind == "incomplete" else "errored" + (
-                f": {str(err).strip().splitlines()[-1][:100]}" if err and str(err).strip() else "")
-            codes[j] = status.failed(reason)
-            if block_hashes:
-                text = texts.get(r)
-                if text is None:
-                    try:
-                        text = _prompt_text(path, req, r, where)
-                    except TraceFormatError:
-                        text = None  # a failed request without a readable prompt: no hashes
-                if text is not None:
-                    hashes[j] = text_block_hashes(text, n_in, ratio)
-            continue
-        if tim is None:
-            raise TraceFormatError(path, "missing field", row=r, column=f"{where}.info.timings")
-        t = {}
-        for f in ("request_start", "first_token_iteration", "last_token_iteration"):
-            if f not in tim:
-                raise TraceFormatError(path, "missing field", row=r, column=f"{where}.info.timings.{f}")
-            t[f] = json_number(path, tim[f], column=f"{where}.info.timings.{f}", row=r, minimum=0)
-        for f in ("prompt_tokens", "output_tokens"):
-            if f not in req:
-                raise TraceFormatError(path, "missing field", row=r, column=f"{where}.{f}")
-        prompt[j] = json_number(path, req["prompt_tokens"], column=f"{where}.prompt_tokens", row=r, integer=True,
-                                minimum=1)
-        output[j] = json_number(path, req["output_tokens"], column=f"{where}.output_tokens", row=r, integer=True,
-                                minimum=0)
-        start[j] = t["request_start"]
-        if block_hashes:
-            hashes[j] = text_block_hashes(texts[r], prompt[j], ratio)
-        if output[j] == 0:
-            codes[j] = c_out0
-            continue
-        if not t["request_start"] <= t["first_token_iteration"] <= t["last_token_iteration"]:
-            codes[j] = c_order
-            continue
-        ttft[j] = t["first_token_iteration"] - t["request_start"]
-        e2e[j] = t["last_token_iteration"] - t["request_start"]
-        re_ = tim.get("request_end")
-        if isinstance(re_, (int, float)) and not isinstance(re_, bool):
-            end_gap.append(float(re_) - t["last_token_iteration"])
-    # rows in the order read, so an error names the first bad request of the file
-    status.add(codes, rows=rows)
-    tpot = tpot_s(ttft, e2e, output)
-    num_dropped = int((~keep).sum())
-    idx = np.flatnonzero(keep)
-    origin = float(np.min(start[idx]))
-    extra = {"ttft_s": ttft[idx], "e2e_s": e2e[idx], "tpot_s": tpot[idx]}
-    if benchmark is None:
-        extra["benchmark"] = bench_col[idx]
-    kept_hashes = None
-    if block_hashes:
-        kept_hashes = np.empty(idx.size, dtype=object)
-        kept_hashes[:] = [hashes[k] for k in idx]
-        extra["block_hashes"] = kept_hashes
-    df, meta = assemble_frame(start[idx] - origin, prompt[idx], output[idx], status=status, codes=codes[idx],
-                              rows=rows[idx], request_ids=[ids[k] for k in idx], extra=extra)
+    def __init__(self, n: int):
+        self.start = np.full(n, np.nan)
+        self.prompt = np.zeros(n, np.int64)
+        self.output = np.zeros(n, np.int64)
+        self.ttft, self.e2e = np.full(n, np.nan), np.full(n, np.nan)
+        self.bench = np.zeros(n, np.int64)
+        self.codes = np.zeros(n, np.int16)
+        self.ids: list[str] = []
+        self.rows = np.zeros(n, np.int64)
+        self.hashes = np.empty(n, dtype=object)
+        self.keep = np.ones(n, bool)  # False: a failed request that never started, left out
+        self.end_gap: list[float] = []  # request_end - last_token_iteration, seconds
+        self.ids_from_guidellm = 0
+
+
+def _request_id(path: Path, req: dict, info: dict, kind: str, r: int, where: str, cols: _Columns) -> str:
+    """vLLM's id of request ``req`` (``response_id + "-0"``), else GuideLLM's (counted in ``cols``)."""
+    rid = req.get("response_id")
+    if isinstance(rid, str) and rid:
+        return rid + "-0"
+    rid = req.get("request_id") or info.get("request_id")
+    if not isinstance(rid, str) or not rid:
+        if kind == "successful":
+            raise TraceFormatError(path, "no response_id nor request_id", row=r, column=f"{where}.response_id",
+                                   expected="the server's completion id")
+        rid = f"guidellm-row-{r}"
+    cols.ids_from_guidellm += 1
+    return rid
+
+
+def _read_failed(path: Path, req: dict, info: dict, tim: dict | None, kind: str, at: tuple, cols: _Columns,
+                 status: RowStatus, texts: dict, ratio: float | None) -> None:
+    """An errored or incomplete request (``at``: its index, row and JSON path): kept as failed, or left
+    out when it never started or has no prompt count; hashed when ``ratio`` (hashes on) and its prompt reads."""
+    j, r, where = at
+    st = tim.get("request_start") if tim else None
+    n_in = req.get("prompt_tokens")
+    if not isinstance(n_in, int) or isinstance(n_in, bool) or n_in < 1:
+        im = req.get("input_metrics") if isinstance(req.get("input_metrics"), dict) else {}
+        n_in = im.get("text_tokens")
+    if (not isinstance(st, (int, float)) or isinstance(st, bool) or not isinstance(n_in, int)
+            or isinstance(n_in, bool) or n_in < 1):
+        cols.keep[j] = False
+        return
+    cols.start[j] = float(st)
+    cols.prompt[j] = n_in
+    out = req.get("output_tokens")
+    cols.output[j] = out if isinstance(out, int) and not isinstance(out, bool) and out >= 0 else 0
+    err = info.get("error") or req.get("error")
+    reason = "incomplete" if kind == "incomplete" else "errored" + (
+        f": {str(err).strip().splitlines()[-1][:100]}" if err and str(err).strip() else "")
+    cols.codes[j] = status.failed(reason)
+    if ratio is not None:
+        text = texts.get(r)
+        if text is None:
+            try:
+                text = prompt_text(path, req, r, where)
+            except TraceFormatError:
+                text = None  # a failed request without a readable prompt: no hashes
+        if text is not None:
+            cols.hashes[j] = text_block_hashes(text, n_in, ratio)
+
+
+def _read_successful(path: Path, req: dict, tim: dict | None, at: tuple, cols: _Columns, texts: dict,
+                     ratio: float | None, checks: tuple[int, int]) -> None:
+    """A successful request (``at``: its index, row and JSON path): its timings and counts, or the code
+    of ``checks`` (0 output tokens, timings out of order) it breaks."""
+    j, r, where = at
+    if tim is None:
+        raise TraceFormatError(path, "missing field", row=r, column=f"{where}.info.timings")
+    t = {}
+    for f in ("request_start", "first_token_iteration", "last_token_iteration"):
+        if f not in tim:
+            raise TraceFormatError(path, "missing field", row=r, column=f"{where}.info.timings.{f}")
+        t[f] = json_number(path, tim[f], column=f"{where}.info.timings.{f}", row=r, minimum=0)
+    for f in ("prompt_tokens", "output_tokens"):
+        if f not in req:
+            raise TraceFormatError(path, "missing field", row=r, column=f"{where}.{f}")
+    cols.prompt[j] = json_number(path, req["prompt_tokens"], column=f"{where}.prompt_tokens", row=r, integer=True,
+                                 minimum=1)
+    cols.output[j] = json_number(path, req["output_tokens"], column=f"{where}.output_tokens", row=r, integer=True,
+                                 minimum=0)
+    cols.start[j] = t["request_start"]
+    if ratio is not None:
+        cols.hashes[j] = text_block_hashes(texts[r], cols.prompt[j], ratio)
+    c_out0, c_order = checks
+    if cols.output[j] == 0:
+        cols.codes[j] = c_out0
+        return
+    if not t["request_start"] <= t["first_token_iteration"] <= t["last_token_iteration"]:
+        cols.codes[j] = c_order
+        return
+    cols.ttft[j] = t["first_token_iteration"] - t["request_start"]
+    cols.e2e[j] = t["last_token_iteration"] - t["request_start"]
+    re_ = tim.get("request_end")
+    if isinstance(re_, (int, float)) and not isinstance(re_, bool):
+        cols.end_gap.append(float(re_) - t["last_token_iteration"])
+
+
+def _metadata(path: Path, obj: dict, benchmark: int | None, summaries: list[dict], origin: float,
+              cols: _Columns) -> dict:
+    """The importer's metadata: the report, the benchmark(s), the time origin and the columns' sources."""
     gl_meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    meta.update({
+    meta = {
         "source_format": "guidellm",
         "source": str(path),
         "guidellm_version": str(gl_meta.get("guidellm_version", "")),
@@ -349,32 +337,14 @@ def import_guidellm(path: str | Path, benchmark: int | None = None, block_hashes
         "e2e_source": "last_token_iteration - request_start (request_end adds the stream's close, no token)",
         "tpot_source": "(last_token_iteration - first_token_iteration) / (output_tokens - 1)",
         "token_counts_source": "prompt_tokens, output_tokens (server usage)",
-        "request_id_source": f"response_id + '-0' (vLLM's request id); GuideLLM request_id for {ids_from_guidellm}",
-        "num_dropped_unstarted": str(num_dropped),
-    })
-    if end_gap:
-        meta["request_end_minus_last_token_max_s"] = f"{max(end_gap):.6f}"
+        "request_id_source": f"response_id + '-0' (vLLM's request id); GuideLLM request_id for "
+                             f"{cols.ids_from_guidellm}",
+        "num_dropped_unstarted": str(int((~cols.keep).sum())),
+    }
+    if cols.end_gap:
+        meta["request_end_minus_last_token_max_s"] = f"{max(cols.end_gap):.6f}"
     if benchmark is not None:
         s = summaries[benchmark]
         meta.update({"strategy_type": str(s["type"]), "strategy_rate": str(s["rate"]),
                      "strategy_max_concurrency": str(s["max_concurrency"])})
-    if block_hashes:
-        ok = df["status"].isna() | (df["status"] == OK) if "status" in df else np.ones(len(df), bool)
-        hs = df["block_hashes"].tolist()
-        shared = {}
-        groups = df["benchmark"].to_numpy() if "benchmark" in df else np.full(len(df), benchmark)
-        for g in sorted(set(groups.tolist())):
-            shared[str(g)] = shared_leading_blocks([h for h, gg in zip(hs, groups) if gg == g])
-        hits = implied_prefix_cache_hits(hs, df["num_prompt_tokens"].to_numpy())
-        ok = np.asarray(ok, bool)
-        rate = float(hits[ok].sum() / df["num_prompt_tokens"].to_numpy()[ok].sum())
-        meta.update({
-            "hash_block_tokens": str(HASH_BLOCK_TOKENS),
-            "chars_per_token": f"{ratio:.6f}",
-            "block_hashes_method": (f"derived from prompt text: BLAKE2b-64 of the text up to character round((k+1)*"
-                                    f"{HASH_BLOCK_TOKENS}*{ratio:.4f}) for block k (one chars/token ratio for the "
-                                    "file; an approximation of token boundaries)"),
-            "shared_prefix_blocks": json.dumps(shared),
-            "implied_prefix_cache_hit_rate": f"{rate:.4f}",
-        })
-    return df, meta
+    return meta

@@ -86,27 +86,8 @@ def import_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS,
         n_out = json_number(path, obj["output_length"], column="output_length", row=row, line=line, integer=True,
                             minimum=1)
         inp.append(n_in), out.append(n_out)
-        h = obj.get("hash_ids")
-        code = 0
-        if h is not None:
-            if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in h):
-                raise TraceFormatError(path, "hash_ids is not a list of integers", row=row, line=line,
-                                       column="hash_ids")
-            need = math.ceil(n_in / block_tokens)
-            if len(h) != need:
-                c_count = status.invalid("hash_ids count", "hash_ids",
-                                         f"ceil(input_length / {block_tokens}) hash ids, a trailing partial block "
-                                         "included")
-                code = c_count
-                if invalid == "error":
-                    raise TraceFormatError(
-                        path, f"hash_ids has {len(h)} id(s) but input_length {n_in} needs ceil({n_in}/{block_tokens})"
-                              f" = {need}", row=row, line=line, column="hash_ids",
-                        expected=f"{need} hash id(s) (or --invalid flag to keep such rows marked, --invalid drop to "
-                                 "leave them out)")
-            if any(x < 0 or x >= 2 ** 63 for x in h):
-                raise TraceFormatError(path, "hash_ids has an id outside int64 >= 0", row=row, line=line,
-                                       column="hash_ids")
+        h, code = _hash_ids(path, obj.get("hash_ids"), n_in, block_tokens, status, row, line)
+        c_count = code or c_count
         hashes.append(h)
         codes.append(code)
     if not ts:
@@ -136,3 +117,26 @@ def import_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS,
         "num_invalid_hash_ids_count": str(int((codes_a == c_count).sum()) if c_count else 0),
     })
     return df, meta
+
+
+def _hash_ids(path: Path, h, n_in: int, block_tokens: int, status: RowStatus, row: int, line: int) -> tuple:
+    """A request's ``hash_ids`` (None: absent) checked, and its status code: invalid when their count is
+    not ``ceil(n_in / block_tokens)`` (an error under the ``error`` policy), else 0."""
+    code = 0
+    if h is None:
+        return h, code
+    if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in h):
+        raise TraceFormatError(path, "hash_ids is not a list of integers", row=row, line=line, column="hash_ids")
+    need = math.ceil(n_in / block_tokens)
+    if len(h) != need:
+        code = status.invalid("hash_ids count", "hash_ids",
+                              f"ceil(input_length / {block_tokens}) hash ids, a trailing partial block included")
+        if status.policy == "error":
+            raise TraceFormatError(
+                path, f"hash_ids has {len(h)} id(s) but input_length {n_in} needs ceil({n_in}/{block_tokens})"
+                      f" = {need}", row=row, line=line, column="hash_ids",
+                expected=f"{need} hash id(s) (or --invalid flag to keep such rows marked, --invalid drop to "
+                         "leave them out)")
+    if any(x < 0 or x >= 2 ** 63 for x in h):
+        raise TraceFormatError(path, "hash_ids has an id outside int64 >= 0", row=row, line=line, column="hash_ids")
+    return h, code

@@ -191,90 +191,41 @@ def import_vllm_otlp(path: str | Path, invalid: str = "error", progress: Progres
     """
     path = Path(path)
     status = RowStatus(path, invalid)
-    c_out0 = status.invalid("0 completion tokens", _COMPLETION, ">= 1 generated token")
-    c_order = status.invalid("time_to_first_token > e2e", _TTFT, f"{_TTFT} <= {_E2E}")
-    c_queue = status.invalid("time_in_queue > time_to_first_token", _QUEUE, f"{_QUEUE} <= {_TTFT}")
-    start, ids, prompt, output, ttft, e2e, queue, rows, codes = [], [], [], [], [], [], [], [], []
-    phases = {c: [] for c in _PHASES.values()}
+    checks = (status.invalid("0 completion tokens", _COMPLETION, ">= 1 generated token"),
+              status.invalid("time_to_first_token > e2e", _TTFT, f"{_TTFT} <= {_E2E}"),
+              status.invalid("time_in_queue > time_to_first_token", _QUEUE, f"{_QUEUE} <= {_TTFT}"))
+    cols = _Columns()
     other: dict[str, int] = {}
-    services = set()
-    seen: dict[str, int] = {}
+    services: set[str] = set()
     n = 0
     for _, line, obj in iter_jsonl(path, progress):
-        rss = obj.get("resourceSpans") if isinstance(obj, dict) else None
-        for rs in rss if isinstance(rss, list) else []:
-            res = rs.get("resource") if isinstance(rs, dict) else None
-            attributes = res.get("attributes") if isinstance(res, dict) else None
-            for a in attributes if isinstance(attributes, list) else []:
-                if isinstance(a, dict) and a.get("key") == "service.name" and isinstance(a.get("value"), dict):
-                    services.add(str(a["value"].get("stringValue")))
+        services |= _service_names(obj)
         for where, sp in _spans(path, obj, line):
             name = sp.get("name")
             if name != SPAN_NAME:
                 other[str(name)] = other.get(str(name), 0) + 1
                 continue
             n += 1
-            attrs = {}
-            if not isinstance(sp.get("attributes") or [], list):
-                raise TraceFormatError(path, "attributes is not a list", row=n, line=line, column=f"{where}.attributes")
-            for k, a in enumerate(sp.get("attributes") or []):
-                if not isinstance(a, dict) or not isinstance(a.get("key"), str):
-                    raise TraceFormatError(path, "attribute without a key", row=n, line=line,
-                                           column=f"{where}.attributes[{k}]")
-                attrs[a["key"]] = _value(path, a.get("value"), row=n, line=line, column=a["key"])
-            if "startTimeUnixNano" not in sp:
-                raise TraceFormatError(path, "missing field", row=n, line=line, column=f"{where}.startTimeUnixNano")
-            start.append(_nanos(path, sp["startTimeUnixNano"], row=n, line=line, column=f"{where}.startTimeUnixNano"))
-            rid = attrs.get(_ID)
-            if not isinstance(rid, str) or not rid:
-                raise TraceFormatError(path, "missing or empty request id", row=n, line=line, column=_ID)
-            if rid in seen:
-                raise TraceFormatError(path, f"duplicate request id {rid!r} (first in span {seen[rid]})", row=n,
-                                       line=line, column=_ID, expected="one llm_request span per request")
-            seen[rid] = n
-            ids.append(rid)
-            prompt.append(_count(path, attrs, _PROMPT, row=n, line=line, minimum=1))
-            out = _count(path, attrs, _COMPLETION, row=n, line=line, minimum=0)
-            output.append(out)
-            t = _seconds(path, attrs, _TTFT, row=n, line=line)
-            e = _seconds(path, attrs, _E2E, row=n, line=line)
-            q = _seconds(path, attrs, _QUEUE, row=n, line=line, required=False)
-            for key, col in _PHASES.items():
-                phases[col].append(_seconds(path, attrs, key, row=n, line=line, required=False))
-            st = sp.get("status") if isinstance(sp.get("status"), dict) else {}
-            code = 0
-            if st.get("code") in (2, "STATUS_CODE_ERROR"):
-                code = status.failed(str(st.get('message') or 'span status error')[:100])
-            elif out == 0:
-                code = c_out0
-            elif t > e * (1 + 1e-12):
-                code = c_order
-            elif q > t * (1 + 1e-12):
-                code = c_queue
-            codes.append(code)
-            rows.append(n)
-            ok = code == 0
-            ttft.append(t if ok else math.nan)
-            e2e.append(e if ok else math.nan)
-            queue.append(q if ok else math.nan)
+            _read_span(path, sp, where, n, line, cols, status, checks)
     if n == 0:
         raise TraceFormatError(path, f"has no '{SPAN_NAME}' spans" + (f" (only {other})" if other else ""),
                                expected="vLLM's request spans (vllm serve --otlp-traces-endpoint ...)")
-    codes_a = np.array(codes, np.int16)
-    status.add(codes_a, rows=np.array(rows))
-    ticks = np.array(start, np.int64)
+    codes_a = np.array(cols.codes, np.int16)
+    status.add(codes_a, rows=np.array(cols.rows))
+    ticks = np.array(cols.start, np.int64)
     arrival = relative_seconds(ticks, 1)
-    out_a = np.array(output, np.int64)
-    ttft_a, e2e_a = np.array(ttft), np.array(e2e)
-    extra = {"queue_wait_s": np.array(queue), "ttft_s": ttft_a, "e2e_s": e2e_a, "tpot_s": tpot_s(ttft_a, e2e_a, out_a)}
+    out_a = np.array(cols.output, np.int64)
+    ttft_a, e2e_a = np.array(cols.ttft), np.array(cols.e2e)
+    extra = {"queue_wait_s": np.array(cols.queue), "ttft_s": ttft_a, "e2e_s": e2e_a,
+             "tpot_s": tpot_s(ttft_a, e2e_a, out_a)}
     if np.all(np.isnan(extra["queue_wait_s"])):
         del extra["queue_wait_s"]
-    for col, vals in phases.items():
+    for col, vals in cols.phases.items():
         v = np.array(vals)
         if not np.all(np.isnan(v)):
             extra[col] = v
-    df, meta = assemble_frame(arrival, np.array(prompt, np.int64), out_a, status=status, codes=codes_a,
-                              rows=np.array(rows, np.int64), request_ids=ids, extra=extra)
+    df, meta = assemble_frame(arrival, np.array(cols.prompt, np.int64), out_a, status=status, codes=codes_a,
+                              rows=np.array(cols.rows, np.int64), request_ids=cols.ids, extra=extra)
     meta.update({
         "source_format": "vllm-otlp",
         "source": str(path),
@@ -289,6 +240,93 @@ def import_vllm_otlp(path: str | Path, invalid: str = "error", progress: Progres
         "tpot_source": "(gen_ai.latency.e2e - time_to_first_token) / (completion_tokens - 1)",
     })
     return df, meta
+
+
+def _service_names(obj) -> set[str]:
+    """The ``service.name`` of every resource of one OTLP/JSON line."""
+    services = set()
+    rss = obj.get("resourceSpans") if isinstance(obj, dict) else None
+    for rs in rss if isinstance(rss, list) else []:
+        res = rs.get("resource") if isinstance(rs, dict) else None
+        attributes = res.get("attributes") if isinstance(res, dict) else None
+        for a in attributes if isinstance(attributes, list) else []:
+            if isinstance(a, dict) and a.get("key") == "service.name" and isinstance(a.get("value"), dict):
+                services.add(str(a["value"].get("stringValue")))
+    return services
+
+
+class _Columns:
+    """The columns of the ``llm_request`` spans read so far, one entry per span (latencies NaN unless ok)."""
+
+    def __init__(self):
+        self.start: list[int] = []  # startTimeUnixNano
+        self.ids: list[str] = []
+        self.prompt: list[int] = []
+        self.output: list[int] = []
+        self.ttft: list[float] = []
+        self.e2e: list[float] = []
+        self.queue: list[float] = []
+        self.rows: list[int] = []
+        self.codes: list[int] = []
+        self.phases: dict[str, list[float]] = {c: [] for c in _PHASES.values()}
+        self.seen: dict[str, int] = {}  # request id -> its span's row
+
+
+def _attributes(path: Path, sp: dict, where: str, n: int, line: int) -> dict:
+    """The attributes of span ``sp`` (the ``n``-th request span, at JSON path ``where``) by key."""
+    attrs = {}
+    if not isinstance(sp.get("attributes") or [], list):
+        raise TraceFormatError(path, "attributes is not a list", row=n, line=line, column=f"{where}.attributes")
+    for k, a in enumerate(sp.get("attributes") or []):
+        if not isinstance(a, dict) or not isinstance(a.get("key"), str):
+            raise TraceFormatError(path, "attribute without a key", row=n, line=line,
+                                   column=f"{where}.attributes[{k}]")
+        attrs[a["key"]] = _value(path, a.get("value"), row=n, line=line, column=a["key"])
+    return attrs
+
+
+def _read_span(path: Path, sp: dict, where: str, n: int, line: int, cols: _Columns, status: RowStatus,
+               checks: tuple[int, int, int]) -> None:
+    """Append request span ``sp`` (the ``n``-th) to ``cols``: its start, id, counts and latencies, and
+    its status code (the span's error, or the first of ``checks`` it breaks: 0 completion tokens,
+    TTFT above E2E, queue time above TTFT)."""
+    attrs = _attributes(path, sp, where, n, line)
+    if "startTimeUnixNano" not in sp:
+        raise TraceFormatError(path, "missing field", row=n, line=line, column=f"{where}.startTimeUnixNano")
+    cols.start.append(_nanos(path, sp["startTimeUnixNano"], row=n, line=line, column=f"{where}.startTimeUnixNano"))
+    rid = attrs.get(_ID)
+    if not isinstance(rid, str) or not rid:
+        raise TraceFormatError(path, "missing or empty request id", row=n, line=line, column=_ID)
+    if rid in cols.seen:
+        raise TraceFormatError(path, f"duplicate request id {rid!r} (first in span {cols.seen[rid]})", row=n,
+                               line=line, column=_ID, expected="one llm_request span per request")
+    cols.seen[rid] = n
+    cols.ids.append(rid)
+    cols.prompt.append(_count(path, attrs, _PROMPT, row=n, line=line, minimum=1))
+    out = _count(path, attrs, _COMPLETION, row=n, line=line, minimum=0)
+    cols.output.append(out)
+    t = _seconds(path, attrs, _TTFT, row=n, line=line)
+    e = _seconds(path, attrs, _E2E, row=n, line=line)
+    q = _seconds(path, attrs, _QUEUE, row=n, line=line, required=False)
+    for key, col in _PHASES.items():
+        cols.phases[col].append(_seconds(path, attrs, key, row=n, line=line, required=False))
+    st = sp.get("status") if isinstance(sp.get("status"), dict) else {}
+    c_out0, c_order, c_queue = checks
+    code = 0
+    if st.get("code") in (2, "STATUS_CODE_ERROR"):
+        code = status.failed(str(st.get('message') or 'span status error')[:100])
+    elif out == 0:
+        code = c_out0
+    elif t > e * (1 + 1e-12):
+        code = c_order
+    elif q > t * (1 + 1e-12):
+        code = c_queue
+    cols.codes.append(code)
+    cols.rows.append(n)
+    ok = code == 0
+    cols.ttft.append(t if ok else math.nan)
+    cols.e2e.append(e if ok else math.nan)
+    cols.queue.append(q if ok else math.nan)
 
 
 def join_guidellm(frame: pd.DataFrame, meta: dict, guidellm_path: str | Path,

@@ -112,11 +112,59 @@ def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", 
         raise TraceFormatError(path, "no such file")
     parquet = is_parquet(path)
     lines = not parquet
-    cols = list(dict.fromkeys([*mapping.values(), *filters]))
-    source = cols if parquet else csv_types(path, mapping, filters)
     status = RowStatus(path, invalid, lines=lines)
     c_out0 = status.invalid("num_output_tokens is 0", mapping["num_output_tokens"],
-                         ">= 1 output token for an ok request")
+                            ">= 1 output token for an ok request")
+    times, ints, strs, rows = _read_columns(path, mapping, filters, time_unit, parquet, progress)
+    n = rows.size
+    tcols = {f: concat_time(path, parts, mapping[f]) for f, parts in times.items()}
+    prompt = np.concatenate(ints.pop("num_prompt_tokens"))
+    output = np.concatenate(ints.pop("num_output_tokens"))
+    # statuses: the source's own, then ok rows with no output are invalid
+    codes = _source_codes(status, strs.pop("status") if "status" in strs else None, n)
+    codes[(codes == 0) & (output == 0)] = c_out0
+    status.add(codes, rows=rows)
+    # arrival and the latency origin
+    arr_t = tcols["arrival_time_s"] if "arrival_time_s" in tcols else tcols["send_time"]
+    send_t = tcols["send_time"] if "send_time" in tcols else arr_t
+    origin = arr_t.ticks.min()
+    arrival = relative_seconds(arr_t.ticks, arr_t.tick_ns, origin)
+    clocks = {mapping[f]: tcols[f].clock() for f in INSTANTS if f in tcols}
+    meta: dict[str, str] = {
+        "source_format": "csv" if not parquet else "parquet",
+        "source": str(path),
+        "mapping": ", ".join(f"{v}={k}" for k, v in mapping.items()),
+        "time_unit": time_unit,
+        "clocks": ", ".join(f"{k}={v}" for k, v in clocks.items()),
+        "time_origin": f"{arr_t.source} of the first request",
+    }
+    if filters:
+        meta["filters"] = ", ".join(f"{k}={v}" for k, v in filters.items())
+    if arr_t.ticks.dtype.kind == "i":
+        meta["time_resolution_s"] = f"{time_resolution_s(arr_t.ticks - origin, int(arr_t.tick_ns)):g}"
+    extra = _latencies(path, tcols, send_t, mapping, codes == 0, rows, lines)
+    if "tpot_s" not in extra and "ttft_s" in extra and "e2e_s" in extra:
+        extra["tpot_s"] = tpot_s(extra["ttft_s"], extra["e2e_s"], output)
+    for fld, parts in ints.items():
+        extra[fld] = np.concatenate(parts)
+    ids = _request_ids(path, strs.pop("request_id"), mapping, rows, lines) if "request_id" in strs else None
+    if "send_time" in tcols and "arrival_time_s" in tcols:
+        warning = _arrival_vs_send(arr_t, send_t, arrival, ids, rows)
+        if warning:
+            meta["arrival_vs_send_warning"] = warning
+    df, m = assemble_frame(arrival, prompt, output, status=status, codes=codes, rows=rows, request_ids=ids,
+                           extra=extra)
+    meta.update(m)
+    return df, meta
+
+
+def _read_columns(path: Path, mapping: dict, filters: dict, time_unit: str, parquet: bool,
+                  progress: Progress | None) -> tuple[dict, dict, dict, np.ndarray]:
+    """Stream the mapped columns of the rows that pass ``filters``: the parts of the time columns (ticks),
+    of the integer ones (int64) and of the strings (Arrow), by field, and the 1-based source rows."""
+    lines = not parquet
+    cols = list(dict.fromkeys([*mapping.values(), *filters]))
+    source = cols if parquet else csv_types(path, mapping, filters)
     times: dict[str, list] = {f: [] for f in (*INSTANTS, *DURATIONS) if f in mapping}
     ints: dict[str, list] = {f: [] for f in INTEGERS if f in mapping}
     strs: dict[str, list] = {f: [] for f in STRINGS if f in mapping}
@@ -145,23 +193,7 @@ def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", 
             if fld in times:
                 times[fld].append(time_ticks(path, a, mapping[fld], time_unit, rows, lines))
             elif fld in ints:
-                if not pa.types.is_integer(a.type):
-                    if pa.types.is_floating(a.type):
-                        v = a.to_numpy(zero_copy_only=False)
-                        check_rows(path, ~np.isfinite(v) | (v != np.round(v)), 0, "is not a whole number",
-                                   column=mapping[fld], expected="a whole number", lines=lines, rows=rows)
-                        a = a.cast(pa.int64(), safe=False)
-                    else:
-                        raise TraceFormatError(path, f"column has type {a.type}", column=mapping[fld],
-                                               expected="whole numbers")
-                v = a.cast(pa.int64()).to_numpy()
-                if fld == "num_prompt_tokens":
-                    check_rows(path, v < 1, 0, "is below 1", column=mapping[fld], expected=">= 1 token", lines=lines,
-                               rows=rows)
-                elif fld in ("num_output_tokens", "num_cached_tokens"):
-                    check_rows(path, v < 0, 0, "is negative", column=mapping[fld], expected=">= 0", lines=lines,
-                               rows=rows)
-                ints[fld].append(v)
+                ints[fld].append(_int_column(path, a, fld, mapping[fld], rows, lines))
             else:
                 if pa.types.is_dictionary(a.type):
                     a = a.cast(a.type.value_type)
@@ -170,43 +202,45 @@ def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", 
     if not rows_parts:
         what = " matching the filter" if filters else ""
         raise TraceFormatError(path, f"has no rows{what}", expected="one row per request")
-    rows = np.concatenate(rows_parts)
-    n = rows.size
-    tcols = {f: concat_time(path, parts, mapping[f]) for f, parts in times.items()}
-    prompt = np.concatenate(ints.pop("num_prompt_tokens"))
-    output = np.concatenate(ints.pop("num_output_tokens"))
+    return times, ints, strs, np.concatenate(rows_parts)
 
-    # statuses: the source's own, then ok rows with no output are invalid
+
+def _int_column(path: Path, a: pa.Array, fld: str, column: str, rows: np.ndarray, lines: bool) -> np.ndarray:
+    """Field ``fld`` (source ``column``) of ``rows`` as int64: whole numbers, tokens in their range."""
+    if not pa.types.is_integer(a.type):
+        if pa.types.is_floating(a.type):
+            v = a.to_numpy(zero_copy_only=False)
+            check_rows(path, ~np.isfinite(v) | (v != np.round(v)), 0, "is not a whole number",
+                       column=column, expected="a whole number", lines=lines, rows=rows)
+            a = a.cast(pa.int64(), safe=False)
+        else:
+            raise TraceFormatError(path, f"column has type {a.type}", column=column, expected="whole numbers")
+    v = a.cast(pa.int64()).to_numpy()
+    if fld == "num_prompt_tokens":
+        check_rows(path, v < 1, 0, "is below 1", column=column, expected=">= 1 token", lines=lines, rows=rows)
+    elif fld in ("num_output_tokens", "num_cached_tokens"):
+        check_rows(path, v < 0, 0, "is negative", column=column, expected=">= 0", lines=lines, rows=rows)
+    return v
+
+
+def _source_codes(status: RowStatus, parts: list | None, n: int) -> np.ndarray:
+    """The status code of each of the ``n`` rows from the source's status column (``parts``, None: none):
+    ``ok`` (or null) is 0, a servecal status is kept, anything else is ``failed: <it>``."""
     codes = np.zeros(n, np.int16)
-    if "status" in strs:
-        st = pa.chunked_array(strs.pop("status")).combine_chunks()
-        st = pc.fill_null(st, OK)
-        uniq = pc.unique(st).to_pylist()
-        for u in uniq:
-            if u != OK:
-                c = status.code(u) if u.startswith((FAILED, INVALID)) else status.failed(u)
-                codes[pc.equal(st, u).to_numpy(zero_copy_only=False)] = c
-    codes[(codes == 0) & (output == 0)] = c_out0
-    status.add(codes, rows=rows)
+    if parts is None:
+        return codes
+    st = pc.fill_null(pa.chunked_array(parts).combine_chunks(), OK)
+    for u in pc.unique(st).to_pylist():
+        if u != OK:
+            c = status.code(u) if u.startswith((FAILED, INVALID)) else status.failed(u)
+            codes[pc.equal(st, u).to_numpy(zero_copy_only=False)] = c
+    return codes
 
-    # arrival and the latency origin
-    arr_t = tcols["arrival_time_s"] if "arrival_time_s" in tcols else tcols["send_time"]
-    send_t = tcols["send_time"] if "send_time" in tcols else arr_t
-    origin = arr_t.ticks.min()
-    arrival = relative_seconds(arr_t.ticks, arr_t.tick_ns, origin)
-    clocks = {mapping[f]: tcols[f].clock() for f in INSTANTS if f in tcols}
-    meta: dict[str, str] = {
-        "source_format": "csv" if not parquet else "parquet",
-        "source": str(path),
-        "mapping": ", ".join(f"{v}={k}" for k, v in mapping.items()),
-        "time_unit": time_unit,
-        "clocks": ", ".join(f"{k}={v}" for k, v in clocks.items()),
-        "time_origin": f"{arr_t.source} of the first request",
-    }
-    if filters:
-        meta["filters"] = ", ".join(f"{k}={v}" for k, v in filters.items())
-    if arr_t.ticks.dtype.kind == "i":
-        meta["time_resolution_s"] = f"{time_resolution_s(arr_t.ticks - origin, int(arr_t.tick_ns)):g}"
+
+def _latencies(path: Path, tcols: dict, send_t, mapping: dict, ok: np.ndarray, rows: np.ndarray,
+               lines: bool) -> dict[str, np.ndarray]:
+    """The measured latencies, seconds: each instant of :data:`LATENCY_OF` minus the send time (refused
+    on another clock), and the duration columns; NaN where the row is not ``ok``; a negative one refused."""
     extra: dict[str, np.ndarray] = {}
     for inst, lat in LATENCY_OF.items():
         if inst not in tcols:
@@ -224,38 +258,36 @@ def import_csv(path: str | Path, mapping: dict[str, str], time_unit: str = "s", 
         if d in tcols:
             t = tcols[d]
             extra[d] = relative_seconds(t.ticks, t.tick_ns, 0)
-    ok = codes == 0
     for name, v in extra.items():
         bad = ok & (v < 0)
         check_rows(path, bad, 0, f"{name} is negative", column=mapping.get(name) or name, expected=">= 0 s",
                    lines=lines, rows=rows)
     for name in list(extra):
         extra[name] = np.where(ok, extra[name], np.nan)
-    if "tpot_s" not in extra and "ttft_s" in extra and "e2e_s" in extra:
-        extra["tpot_s"] = tpot_s(extra["ttft_s"], extra["e2e_s"], output)
-    for fld, parts in ints.items():
-        extra[fld] = np.concatenate(parts)
-    ids = None
-    if "request_id" in strs:
-        ids = pa.chunked_array(strs.pop("request_id")).combine_chunks()
-        if len(pc.unique(ids)) != n:
-            dup = pd.Series(ids.to_numpy(zero_copy_only=False)).duplicated().to_numpy()
-            i = int(np.flatnonzero(dup)[0])
-            fail_at_row(path, f"duplicate request id {ids[i].as_py()!r}", int(rows[i]), column=mapping["request_id"],
-                        expected="unique ids", lines=lines)
-    if "send_time" in tcols and "arrival_time_s" in tcols:
-        s = relative_seconds(send_t.ticks, send_t.tick_ns)
-        early = s - arrival
-        k = int(np.argmax(np.abs(early)))
-        if abs(early[k]) > 1e-3:
-            n_diff = int((np.abs(early) > 1e-3).sum())
-            who = f"request {ids[k].as_py()!r} (row {int(rows[k])})" if ids is not None else f"row {int(rows[k])}"
-            meta["arrival_vs_send_warning"] = (
-                f"{n_diff} request(s) are injected at '{arr_t.source}', not when the server saw them "
-                f"('{send_t.source}'); largest: {who} enters {abs(early[k]):.6g} s "
-                f"{'early' if early[k] > 0 else 'late'}")
-    df, m = assemble_frame(arrival, prompt, output, status=status, codes=codes, rows=rows, request_ids=ids,
-                           extra=extra)
-    meta.update(m)
-    return df, meta
+    return extra
 
+
+def _request_ids(path: Path, parts: list, mapping: dict, rows: np.ndarray, lines: bool) -> pa.Array:
+    """The request ids of the rows (Arrow strings); a duplicate refused, naming its row."""
+    ids = pa.chunked_array(parts).combine_chunks()
+    if len(pc.unique(ids)) != rows.size:
+        dup = pd.Series(ids.to_numpy(zero_copy_only=False)).duplicated().to_numpy()
+        i = int(np.flatnonzero(dup)[0])
+        fail_at_row(path, f"duplicate request id {ids[i].as_py()!r}", int(rows[i]), column=mapping["request_id"],
+                    expected="unique ids", lines=lines)
+    return ids
+
+
+def _arrival_vs_send(arr_t, send_t, arrival: np.ndarray, ids, rows: np.ndarray) -> str | None:
+    """A warning when requests are injected at the arrival column more than 1 ms away from the send
+    time the server saw (None: all within 1 ms)."""
+    s = relative_seconds(send_t.ticks, send_t.tick_ns)
+    early = s - arrival
+    k = int(np.argmax(np.abs(early)))
+    if not abs(early[k]) > 1e-3:
+        return None
+    n_diff = int((np.abs(early) > 1e-3).sum())
+    who = f"request {ids[k].as_py()!r} (row {int(rows[k])})" if ids is not None else f"row {int(rows[k])}"
+    return (f"{n_diff} request(s) are injected at '{arr_t.source}', not when the server saw them "
+            f"('{send_t.source}'); largest: {who} enters {abs(early[k]):.6g} s "
+            f"{'early' if early[k] > 0 else 'late'}")

@@ -1,4 +1,5 @@
-"""Time columns of any kind (numbers, date-times, Arrow timestamps and durations) as ticks, and differences of two instants.
+"""Time columns of any kind (numbers, date-times, Arrow timestamps and durations) as ticks, and differences of two
+instants.
 
 Subtraction happens in the source's integer unit first, so epoch nanoseconds lose nothing;
 a column is on the ``epoch`` clock when it is a date-time or its smallest value is beyond

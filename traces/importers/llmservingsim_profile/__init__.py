@@ -32,7 +32,8 @@ from schemas.metrics import STEP_KINDS, step_kind
 from schemas.tables import STEP_COLUMNS
 
 from ...errors import TraceError, TraceFormatError
-from .compose import COMPOSITION, PER_LAYER_DENSE_CALLS, PER_STEP_DENSE, PER_STEP_SEQUENCE, covered_range, step_duration_s
+from .compose import (COMPOSITION, PER_LAYER_DENSE_CALLS, PER_STEP_DENSE, PER_STEP_SEQUENCE, covered_range,
+                      step_duration_s)
 from .layout import FILE_KINDS, collect, load_meta, pick
 from .tables import op_tables, read_attention
 
@@ -130,15 +131,7 @@ def import_llmservingsim_profile(
     tp = int(tp)
     files = {kind: pick(found, kind, tp, anchor, tool_layout) for kind in FILE_KINDS}
     meta = load_meta(files["meta"])
-    if num_layers is None:
-        raise TraceFormatError(
-            files["meta"] or files["attention"],
-            "the profile times one decoder layer and the number of layers is not known",
-            expected="--num-layers N (e.g. 32 for meta-llama/Llama-3.1-8B)")
-    if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) \
-            or num_layers < 1:
-        raise TraceError(f"num_layers must be a positive integer, got {num_layers!r}")
-    num_layers = int(num_layers)
+    num_layers = _num_layers(num_layers, files)
 
     dense = op_tables(files["dense"], "tokens", tuple(PER_LAYER_DENSE_CALLS) + PER_STEP_DENSE)
     per_seq = op_tables(files["per_sequence"], "sequences", PER_STEP_SEQUENCE)
@@ -149,25 +142,10 @@ def import_llmservingsim_profile(
     kind = step_kind(pc, nd)
     tokens = pc + nd
     seqs = (pc > 0).astype(np.int64) + nd
-
-    t_lo, t_hi = covered_range(dense)
-    s_lo, s_hi = covered_range(per_seq)
-    ok = (tokens >= t_lo) & (tokens <= t_hi) & (seqs >= s_lo) & (seqs <= s_hi)
-    rule = (f"steps need total tokens in [{t_lo}, {t_hi}] ({files['dense'].name}) and "
-            f"sequences in [{s_lo}, {s_hi}] ({files['per_sequence'].name}); "
-            "no extrapolation beyond the profiled range")
-    if not ok.all() and strict:
-        i = int(np.flatnonzero(~ok)[0])
-        raise TraceFormatError(
-            files["attention"],
-            f"grid point needs {tokens[i]} tokens and {seqs[i]} sequences, outside the "
-            "profiled range (no extrapolation)",
-            row=i + 1, line=int(att_lines[i]),
-            expected=f"total tokens in [{t_lo}, {t_hi}] and sequences in [{s_lo}, {s_hi}]")
-    if not ok.any():
-        raise TraceFormatError(files["attention"], "no grid point lies within the profiled "
-                               "token and sequence ranges", expected=rule)
-    dropped_by_kind = {k: int(((kind == k) & ~ok).sum()) for k in STEP_KINDS}
+    ranges = covered_range(dense), covered_range(per_seq)
+    ok, rule = _in_range(tokens, seqs, ranges, files, att_lines, strict)
+    dropped = {"count": int((~ok).sum()), "by_kind": {k: int(((kind == k) & ~ok).sum()) for k in STEP_KINDS},
+               "rule": rule}
 
     pc, kp, nd, kd = pc[ok], kp[ok], nd[ok], kd[ok]
     kind, tokens, seqs = kind[ok], tokens[ok], seqs[ok]
@@ -189,12 +167,54 @@ def import_llmservingsim_profile(
         "num_decode_tokens": nd.astype(np.int64),  # no speculative decoding: one position per decode
     }
     steps = pd.DataFrame({c: data[c] for c in STEP_COLUMNS})
+    return steps, _metadata(meta, num_layers, tp, files, kind, dropped, ranges)
 
+
+def _num_layers(num_layers, files: dict) -> int:
+    """``num_layers``, required (the profile times one layer) and a positive integer."""
+    if num_layers is None:
+        raise TraceFormatError(
+            files["meta"] or files["attention"],
+            "the profile times one decoder layer and the number of layers is not known",
+            expected="--num-layers N (e.g. 32 for meta-llama/Llama-3.1-8B)")
+    if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) \
+            or num_layers < 1:
+        raise TraceError(f"num_layers must be a positive integer, got {num_layers!r}")
+    return int(num_layers)
+
+
+def _in_range(tokens: np.ndarray, seqs: np.ndarray, ranges: tuple, files: dict, att_lines, strict: bool):
+    """Which grid points lie within the profiled token and sequence ``ranges`` (no extrapolation), and the
+    rule in words; a point outside refused under ``strict``, no point inside always."""
+    (t_lo, t_hi), (s_lo, s_hi) = ranges
+    ok = (tokens >= t_lo) & (tokens <= t_hi) & (seqs >= s_lo) & (seqs <= s_hi)
+    rule = (f"steps need total tokens in [{t_lo}, {t_hi}] ({files['dense'].name}) and "
+            f"sequences in [{s_lo}, {s_hi}] ({files['per_sequence'].name}); "
+            "no extrapolation beyond the profiled range")
+    if not ok.all() and strict:
+        i = int(np.flatnonzero(~ok)[0])
+        raise TraceFormatError(
+            files["attention"],
+            f"grid point needs {tokens[i]} tokens and {seqs[i]} sequences, outside the "
+            "profiled range (no extrapolation)",
+            row=i + 1, line=int(att_lines[i]),
+            expected=f"total tokens in [{t_lo}, {t_hi}] and sequences in [{s_lo}, {s_hi}]")
+    if not ok.any():
+        raise TraceFormatError(files["attention"], "no grid point lies within the profiled "
+                               "token and sequence ranges", expected=rule)
+    return ok, rule
+
+
+def _metadata(meta: dict, num_layers: int, tp: int, files: dict, kind: np.ndarray, dropped: dict,
+              ranges: tuple) -> dict:
+    """The step trace's metadata: the profile's ``meta.yaml``, the files, the rows kept by step kind and
+    those dropped out of range."""
     def _meta_str(key):
         v = meta.get(key)
         return None if v is None else str(v)
 
-    metadata = {
+    (t_lo, t_hi), (s_lo, s_hi) = ranges
+    return {
         "source_format": "llmservingsim_profile",
         "gpu": _meta_str("gpu"),
         "hardware": _meta_str("hardware"),
@@ -207,11 +227,9 @@ def import_llmservingsim_profile(
         "tp": tp,
         "source_files": {k: (str(p) if p is not None else None) for k, p in files.items()},
         "rows_by_kind": {k: int((kind == k).sum()) for k in STEP_KINDS},
-        "num_rows": int(len(steps)),
-        "dropped_out_of_range": {"count": int((~ok).sum()),
-                                 "by_kind": dropped_by_kind, "rule": rule},
+        "num_rows": int(len(kind)),
+        "dropped_out_of_range": dropped,
         "dense_tokens_range": [t_lo, t_hi],
         "per_sequence_range": [s_lo, s_hi],
         "composition": COMPOSITION,
     }
-    return steps, metadata

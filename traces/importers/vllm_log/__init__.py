@@ -45,7 +45,8 @@ from ...errors import TraceFormatError
 from .settings import resolve_settings
 
 _TS_ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?")
-_TS_VLLM = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?")
+_TS_VLLM = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+                      r"(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?")
 _STATS = re.compile(r"(?:Engine (\d+): )?Avg prompt throughput: ")
 _FIELD = re.compile(r"^\s*([A-Za-z][A-Za-z ]*?):\s*([-+]?(?:\d[\d,]*\.?\d*|\.\d+|nan|inf))\s*(%|tokens/s|reqs)?\.?\s*$")
 #: Stats fields -> (column, scale, required).
@@ -196,14 +197,7 @@ def read_vllm_log(path: str | Path) -> VllmLog:
         engine going back in time, a file with no vLLM line at all.
     """
     path = Path(path)
-    try:
-        fh = open(path, "rb")
-    except FileNotFoundError:
-        raise TraceFormatError(path, "no such file") from None
-    except IsADirectoryError:
-        raise TraceFormatError(path, "is a directory; expected a vLLM log file") from None
-    except OSError as exc:
-        raise TraceFormatError(path, f"cannot open ({exc.strerror})") from None
+    fh = _open(path)
     found: dict[str, tuple[object, str]] = {}
     nda: dict = {}
     stats = []
@@ -227,60 +221,15 @@ def read_vllm_log(path: str | Path) -> VllmLog:
                     if t is not None:
                         first_time, year_known = t, known
                 if "non-default args: " in line:
-                    text = line.split("non-default args: ", 1)[1].strip()
-                    try:
-                        val = ast.literal_eval(text)
-                    except (ValueError, SyntaxError, MemoryError, RecursionError):
-                        raise TraceFormatError(path, "non-default args is not a Python dict literal (cut off?)",
-                                               line=lineno, column="non-default args",
-                                               expected="{'option': value, ...} as vLLM prints it") from None
-                    if not isinstance(val, dict):
-                        raise TraceFormatError(path, f"non-default args is a {type(val).__name__}", line=lineno,
-                                               column="non-default args", expected="a dict")
-                    nda.update(val)
+                    nda.update(_non_default_args(path, line, lineno))
                     continue
                 m = _STATS.search(line)
                 if m:
-                    t, known = _timestamp(line, year_state)
-                    if t is None:
-                        raise TraceFormatError(path, "stats line has no timestamp", line=lineno, column="time",
-                                               expected="'YYYY-MM-DD hh:mm:ss' or vLLM's 'INFO MM-DD hh:mm:ss' prefix")
+                    row, known = _stats_row(path, line, m, lineno, year_state)
                     year_known = year_known and known
-                    row = _parse_stats(path, line[m.end() - len("Avg prompt throughput: "):], lineno)
-                    engine = int(m.group(1) or 0)
-                    if engine > 1_000_000:
-                        raise TraceFormatError(path, f"engine index {m.group(1)[:20]} is not plausible", line=lineno,
-                                               column="Engine")
-                    row.update(time=t, line=lineno, engine=engine)
                     stats.append(row)
                     continue
-                if (m := re.search(r"vLLM API server version (\S+)", line)) and "vllm_version" not in found:
-                    found["vllm_version"] = (m.group(1), f"line {lineno}: vLLM API server version")
-                elif m := re.search(r"Initializing a V\d LLM engine \(v([^)]+)\) with config: (.*)", line):
-                    found.setdefault("vllm_version", (m.group(1), f"line {lineno}: engine config"))
-                    cfg = m.group(2)
-                    for key, typ in _CONFIG_KEYS.items():
-                        km = re.search(rf"(?:^|[ ,]){key}=('[^']*'|[^,]*)", cfg)
-                        if km:
-                            name = "enable_chunked_prefill" if key == "chunked_prefill_enabled" else key
-                            found[name] = (_config_value(km.group(1), typ), f"line {lineno}: engine config")
-                elif m := re.search(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)", line):
-                    found["max_num_batched_tokens"] = (int(m.group(1)), f"line {lineno}: chunked prefill line")
-                    found["enable_chunked_prefill"] = (True, f"line {lineno}: chunked prefill line")
-                elif m := re.search(r"Using max model len (\d+)", line):
-                    found["max_model_len"] = (int(m.group(1)), f"line {lineno}: 'Using max model len'")
-                elif m := re.search(r"GPU KV cache size: ([\d,]+) tokens", line):
-                    counts["gpu_kv_cache_size_lines"] += 1
-                    found.setdefault("gpu_kv_cache_size_tokens",
-                                     (int(m.group(1).replace(",", "")), f"line {lineno}: GPU KV cache size"))
-                elif m := re.search(r"num_gpu_blocks is: (\d+)", line):
-                    found.setdefault("num_gpu_blocks", (int(m.group(1)), f"line {lineno}: num_gpu_blocks"))
-                elif m := re.search(r"# (?:GPU|CUDA) blocks: (\d+)", line):   # vLLM V0
-                    found.setdefault("num_gpu_blocks", (int(m.group(1)), f"line {lineno}: # GPU blocks"))
-                elif m := re.search(r"Available KV cache memory: ([\d.]+) GiB", line):
-                    found.setdefault("available_kv_cache_memory_gib", (float(m.group(1)), f"line {lineno}"))
-                elif m := re.search(r"Model loading took ([\d.]+) ?GiB", line):
-                    found.setdefault("model_weights_gib", (float(m.group(1)), f"line {lineno}"))
+                _read_setting(line, lineno, found, counts)
             except TraceFormatError:
                 raise
             except (ValueError, OverflowError) as exc:  # a time no calendar has, a number beyond any range
@@ -296,9 +245,84 @@ def read_vllm_log(path: str | Path) -> VllmLog:
         for e, g in frame.groupby("engine"):
             back = np.flatnonzero(np.diff(g["time"].to_numpy()) < np.timedelta64(0))
             if back.size:
-                raise TraceFormatError(path, f"stats of engine {e} go back in time", line=int(g["line"].iloc[back[0] + 1]),
-                                       column="time", expected="non-decreasing timestamps")
+                raise TraceFormatError(path, f"stats of engine {e} go back in time",
+                                       line=int(g["line"].iloc[back[0] + 1]), column="time",
+                                       expected="non-decreasing timestamps")
     return VllmLog(settings, sources, nda, frame, first_time, year_known, counts)
+
+
+def _open(path: Path):
+    """``path`` opened for reading bytes; a missing file, a folder or an unreadable one refused."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise TraceFormatError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceFormatError(path, "is a directory; expected a vLLM log file") from None
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot open ({exc.strerror})") from None
+
+
+def _non_default_args(path: Path, line: str, lineno: int) -> dict:
+    """The ``non-default args: {...}`` dict that vLLM prints at start."""
+    text = line.split("non-default args: ", 1)[1].strip()
+    try:
+        val = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        raise TraceFormatError(path, "non-default args is not a Python dict literal (cut off?)",
+                               line=lineno, column="non-default args",
+                               expected="{'option': value, ...} as vLLM prints it") from None
+    if not isinstance(val, dict):
+        raise TraceFormatError(path, f"non-default args is a {type(val).__name__}", line=lineno,
+                               column="non-default args", expected="a dict")
+    return val
+
+
+def _stats_row(path: Path, line: str, m: re.Match, lineno: int, year_state: list) -> tuple[dict, bool]:
+    """One stats line (``m``: its :data:`_STATS` match) as a row with its time, line and engine index;
+    and whether the year of its time is known."""
+    t, known = _timestamp(line, year_state)
+    if t is None:
+        raise TraceFormatError(path, "stats line has no timestamp", line=lineno, column="time",
+                               expected="'YYYY-MM-DD hh:mm:ss' or vLLM's 'INFO MM-DD hh:mm:ss' prefix")
+    row = _parse_stats(path, line[m.end() - len("Avg prompt throughput: "):], lineno)
+    engine = int(m.group(1) or 0)
+    if engine > 1_000_000:
+        raise TraceFormatError(path, f"engine index {m.group(1)[:20]} is not plausible", line=lineno,
+                               column="Engine")
+    row.update(time=t, line=lineno, engine=engine)
+    return row, known
+
+
+def _read_setting(line: str, lineno: int, found: dict, counts: dict) -> None:
+    """Record in ``found`` (name -> (value, where)) an engine setting the line states, if any."""
+    if (m := re.search(r"vLLM API server version (\S+)", line)) and "vllm_version" not in found:
+        found["vllm_version"] = (m.group(1), f"line {lineno}: vLLM API server version")
+    elif m := re.search(r"Initializing a V\d LLM engine \(v([^)]+)\) with config: (.*)", line):
+        found.setdefault("vllm_version", (m.group(1), f"line {lineno}: engine config"))
+        cfg = m.group(2)
+        for key, typ in _CONFIG_KEYS.items():
+            km = re.search(rf"(?:^|[ ,]){key}=('[^']*'|[^,]*)", cfg)
+            if km:
+                name = "enable_chunked_prefill" if key == "chunked_prefill_enabled" else key
+                found[name] = (_config_value(km.group(1), typ), f"line {lineno}: engine config")
+    elif m := re.search(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)", line):
+        found["max_num_batched_tokens"] = (int(m.group(1)), f"line {lineno}: chunked prefill line")
+        found["enable_chunked_prefill"] = (True, f"line {lineno}: chunked prefill line")
+    elif m := re.search(r"Using max model len (\d+)", line):
+        found["max_model_len"] = (int(m.group(1)), f"line {lineno}: 'Using max model len'")
+    elif m := re.search(r"GPU KV cache size: ([\d,]+) tokens", line):
+        counts["gpu_kv_cache_size_lines"] += 1
+        found.setdefault("gpu_kv_cache_size_tokens",
+                         (int(m.group(1).replace(",", "")), f"line {lineno}: GPU KV cache size"))
+    elif m := re.search(r"num_gpu_blocks is: (\d+)", line):
+        found.setdefault("num_gpu_blocks", (int(m.group(1)), f"line {lineno}: num_gpu_blocks"))
+    elif m := re.search(r"# (?:GPU|CUDA) blocks: (\d+)", line):   # vLLM V0
+        found.setdefault("num_gpu_blocks", (int(m.group(1)), f"line {lineno}: # GPU blocks"))
+    elif m := re.search(r"Available KV cache memory: ([\d.]+) GiB", line):
+        found.setdefault("available_kv_cache_memory_gib", (float(m.group(1)), f"line {lineno}"))
+    elif m := re.search(r"Model loading took ([\d.]+) ?GiB", line):
+        found.setdefault("model_weights_gib", (float(m.group(1)), f"line {lineno}"))
 
 
 def engine_settings_from_vllm_log(path: str | Path) -> dict:
