@@ -84,7 +84,9 @@ def quality(fit) -> str:
 
 
 def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose, held_why=None):
-    """Fit the runs by simulation in the loop; print the summary; return the fits."""
+    """Fit the runs by simulation in the loop; print the summary; return the fits. Runs of
+    aggregates add what an aggregate cannot identify to the best fit's warnings."""
+    from .aggregate_runs import not_identified
     from .request_fit import fit_requests
 
     n = sum(len(r.trace) for r in runs)
@@ -92,7 +94,12 @@ def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose
     matched = f" ({scored} in the windows matched)" if scored < n else ""
     click.echo(wrap(f"fitting {len(runs)} run(s), {n} requests{matched}, by simulation in the loop (variants "
                     f"{', '.join(variants)}) ..."), err=True)
-    fits = fit_requests(runs, cm, variants=variants, free=free, fixed=fixed, jobs=jobs, ray_address=ray_address)
+    aggregate = [r for r in runs if r.targets is not None]
+    metrics = {"metrics": ("ttft_s", "tpot_s", "e2e_s")} if aggregate else {}  # a summary may lack TPOT
+    fits = fit_requests(runs, cm, variants=variants, free=free, fixed=fixed, jobs=jobs, ray_address=ray_address,
+                        **metrics)
+    if aggregate:
+        fits[0].warnings += not_identified(aggregate)
     print_fits(fits, verbose, held_why)
     return fits
 
@@ -189,7 +196,9 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, pp,
         names = parse_names(variants, list(VARIANTS), "--variants")
         fits = fit_request_runs(runs, cm, names, free_names, fixed, jobs, ray_address, verbose, held_why)
         set_ci95(fits[0], ci_method)
-        cal = to_calibration(fits[0], cm, "simulation in the loop: lmfit least_squares on relative quantile errors",
+        on = ("reported aggregate statistics (percentiles, means) of synthesized workloads"
+              if any(r.targets is not None for r in runs) else "relative quantile errors")
+        cal = to_calibration(fits[0], cm, f"simulation in the loop: lmfit least_squares on {on}",
                              source, engine=engine_settings(runs[0].config), variants=fits)
     cal.write(output)
     click.echo(f"wrote {output}")

@@ -9,7 +9,7 @@ import pandas as pd
 from replay.compare import compare
 from replay.config import ReplayConfig, RecordOptions
 from replay.simulate import replay_frame
-from schemas.tables import REQUEST_TRACE
+from schemas.tables import AGGREGATE_TARGETS, REQUEST_TRACE
 from schemas.text import wrap_error
 
 from .errors import FitError, RunSpecError
@@ -57,20 +57,31 @@ def load_runs(specs, cfg: ReplayConfig, read_trace, keep=frozenset()) -> list[Ru
     command line or taken from the server's log: they win). With a window, every request is replayed
     (later arrivals share the engine with the window's requests, as they did in the measured
     run) and only the latencies of those arriving inside it are matched or scored
-    (:attr:`Run.scored`): a fit on a window sees no latency from outside it.
+    (:attr:`Run.scored`): a fit on a window sees no latency from outside it. An aggregate
+    (``aggregate_targets/1``) gives one run per load level, or level K for ``FILE#K``
+    (:func:`calibrate.aggregate_runs.aggregate_runs`).
 
     Raises
     ------
     FitError
-        A file that is not a request log, a benchmark not in the file, an empty window.
+        A file that is not a request log or an aggregate, a benchmark or level not in the
+        file, an empty window, a window on an aggregate.
     """
+    from .aggregate_runs import aggregate_runs
+
     runs = []
     for spec in specs:
         path, k, span = parse_run_spec(spec)
         kind, frame, meta = read_trace(path)
-        if kind != REQUEST_TRACE:
-            raise FitError(f"{path}: is a {kind}; only request logs can be fitted together or validated on")
+        if kind not in (REQUEST_TRACE, AGGREGATE_TARGETS):
+            raise FitError(f"{path}: is a {kind}; only request logs and aggregates can be fitted together "
+                           "or validated on")
         run_cfg = _with_engine_metadata(cfg, meta, path, keep)
+        if kind == AGGREGATE_TARGETS:
+            if span is not None:
+                raise FitError(f"{spec}: an aggregate has no arrival times to window; give FILE or FILE#K")
+            runs.extend(aggregate_runs(path, frame, meta, run_cfg, k))
+            continue
         parts = [(path, frame)]
         if k is not None or ("benchmark" in frame and frame["benchmark"].nunique() > 1):
             if "benchmark" not in frame:

@@ -18,10 +18,12 @@ definition between versions (llmperf#99); E2E with the output lengths carries th
 ``benchmarks[i]``, ``config.strategy.type_`` synchronous (1 client), concurrent
 (``streams`` clients), throughput (every request at once: as many clients as requests),
 constant or poisson (``rate`` requests/s); ``metrics.{time_to_first_token_ms,
-inter_token_latency_ms, request_latency (s), prompt_token_count,
-output_token_count}.successful.{count, mean, std_dev, min, max, percentiles.pNNN}``.
-GuideLLM's ``inter_token_latency_ms`` is (last token - first token) / (output - 1), servecal's
-TPOT (its ``time_per_output_token_ms`` includes the TTFT and is not read).
+request_latency (s), prompt_token_count, output_token_count}.successful.{count, mean,
+std_dev, min, max, percentiles.pNNN}``. GuideLLM's ``inter_token_latency_ms`` statistics are
+over token gaps, not requests (its ``count`` is the output tokens: 1,187 for the 40 requests
+of benchmark 0 of the real sweep), each request's mean gap weighted by its tokens: not a
+percentile of per-request TPOT, so not read (nor ``time_per_output_token_ms``, which includes
+the TTFT); E2E with the output lengths carries the decode.
 
 ``vllm-bench`` (``vllm bench serve --save-result``, one JSON object per file, one level per
 file) and ``sglang-bench`` (``bench_serving --output-file``, one JSON object per line, one
@@ -51,8 +53,7 @@ _LLMPERF_METRICS = {"ttft_s": "ttft_s", "end_to_end_latency_s": "e2e_s",
 _LLMPERF_KEY = re.compile(r"results_(ttft_s|end_to_end_latency_s|number_input_tokens|number_output_tokens)_"
                           r"(?:quantiles_p(\d+(?:\.\d+)?)|(mean|stddev|min|max))")
 #: GuideLLM's metric -> (servecal metric, factor to seconds or tokens).
-_GUIDELLM_METRICS = {"time_to_first_token_ms": ("ttft_s", 1e-3), "inter_token_latency_ms": ("tpot_s", 1e-3),
-                     "request_latency": ("e2e_s", 1.0), "prompt_token_count": ("num_prompt_tokens", 1.0),
+_GUIDELLM_METRICS = {"time_to_first_token_ms": ("ttft_s", 1e-3), "request_latency": ("e2e_s", 1.0), "prompt_token_count": ("num_prompt_tokens", 1.0),
                      "output_token_count": ("num_output_tokens", 1.0)}
 #: GuideLLM's percentile names (p001 is the 0.1th percentile).
 _GUIDELLM_PCT = {"p001": 0.1, "p01": 1.0, "p05": 5.0, "p10": 10.0, "p25": 25.0, "p50": 50.0, "p75": 75.0,
