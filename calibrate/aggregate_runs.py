@@ -11,7 +11,9 @@ Workload of a level (seeded: the same file gives the same runs):
 * ``min(num_requests, MAX_REQUESTS)`` requests;
 * lengths: where percentiles of a length are reported, the piecewise-linear inverse CDF
   through (0, min), the reported (percentile, value) points and (100, max) (the lowest and
-  highest reported percentile stand in for a missing min and max); otherwise a normal of
+  highest reported percentile stand in for a missing min and max), at stratified uniform
+  points (one in each 1/n of the CDF, in random order: the sample's percentiles are the
+  reported ones to within a request); otherwise a normal of
   the reported mean and std (std unknown: every request at the mean), clipped to
   [max(1, min), max]; rounded to whole tokens, at least 1;
 * load: ``concurrency`` N, a closed loop of N clients (:class:`replay.closed_loop.ClosedLoop`);
@@ -48,7 +50,8 @@ def _lengths(stats: pd.DataFrame, n: int, rng: np.random.Generator, metric: str,
         pct = np.concatenate([[0.0], pct, [100.0]])
         val = np.maximum.accumulate(np.concatenate([[val[0] if lo is None else min(lo, val[0])], val,
                                                     [val[-1] if hi is None else max(hi, val[-1])]]))
-        v = np.interp(rng.uniform(0, 100, n), pct, val)
+        u = (rng.permutation(n) + rng.uniform(size=n)) * (100.0 / n)  # stratified: one draw per 1/n of the CDF
+        v = np.interp(u, pct, val)
     elif "mean" in one:
         v = rng.normal(one["mean"], one.get("std", 0.0), n)
         v = np.clip(v, max(1.0, lo or 1.0), hi if hi is not None else np.inf)
