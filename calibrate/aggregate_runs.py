@@ -18,7 +18,11 @@ Workload of a level (seeded: the same file gives the same runs):
   [max(1, min), max]; rounded to whole tokens, at least 1;
 * load: ``concurrency`` N, a closed loop of N clients (:class:`replay.closed_loop.ClosedLoop`);
   ``poisson_rate`` r, exponential gaps of mean 1/r from 0; ``constant_rate`` r, one request
-  every 1/r s.
+  every 1/r s;
+* prompts: unique (no prefix-cache hit), unless the file's metadata states
+  ``shared_prefix_tokens`` S (``traces import summary --shared-prefix-tokens``): then every
+  prompt of a level opens with the same S tokens (its first ``min(S, prompt) // 16`` hash
+  blocks are the level's), the rest unique.
 """
 from __future__ import annotations
 
@@ -37,6 +41,8 @@ MATCHED_PCT = (10.0, 90.0)
 MAX_REQUESTS = 1000
 #: Seed of the synthesized workloads (level k uses SEED + k).
 SEED = 0
+#: Tokens per hash block of the synthesized prompts (``hash_block_tokens``).
+BLOCK_TOKENS = 16
 
 
 def _lengths(stats: pd.DataFrame, n: int, rng: np.random.Generator, metric: str, where: str) -> np.ndarray:
@@ -61,8 +67,9 @@ def _lengths(stats: pd.DataFrame, n: int, rng: np.random.Generator, metric: str,
     return np.maximum(np.rint(v), 1).astype(np.int64)
 
 
-def level_trace(level: pd.DataFrame, where: str, seed: int) -> pd.DataFrame:
-    """The synthesized request trace of one level's rows (``request_trace/1`` columns)."""
+def level_trace(level: pd.DataFrame, where: str, seed: int, shared_prefix_tokens: int = 0) -> pd.DataFrame:
+    """The synthesized request trace of one level's rows (``request_trace/1`` columns), with
+    ``block_hashes`` when prompts share a prefix of ``shared_prefix_tokens``."""
     kind, value = level["level_kind"].iloc[0], float(level["level_value"].iloc[0])
     n = int(min(level["num_requests"].iloc[0], MAX_REQUESTS))
     rng = np.random.default_rng(seed)
@@ -74,8 +81,14 @@ def level_trace(level: pd.DataFrame, where: str, seed: int) -> pd.DataFrame:
         arrival = np.arange(n) / value
     else:
         arrival = np.zeros(n)
-    return pd.DataFrame({"request_id": [str(i + 1) for i in range(n)], "arrival_time_s": arrival,
-                         "num_prompt_tokens": prompt, "num_output_tokens": output})
+    trace = pd.DataFrame({"request_id": [str(i + 1) for i in range(n)], "arrival_time_s": arrival,
+                          "num_prompt_tokens": prompt, "num_output_tokens": output})
+    if shared_prefix_tokens > 0:
+        shared = np.minimum(shared_prefix_tokens, prompt) // BLOCK_TOKENS
+        full = prompt // BLOCK_TOKENS
+        start = np.concatenate([[0], np.cumsum(full - shared)[:-1]]) + (1 << 40)  # unique ids above the shared ones
+        trace["block_hashes"] = [list(range(s)) + list(range(u, u + f - s)) for s, f, u in zip(shared, full, start)]
+    return trace
 
 
 def level_targets(level: pd.DataFrame) -> dict:
@@ -118,9 +131,25 @@ def aggregate_runs(path: str, frame: pd.DataFrame, meta: dict, cfg, level: int |
                            "nothing for the fit to match")
         kind, value = rows["level_kind"].iloc[0], rows["level_value"].iloc[0]
         run_cfg = cfg.with_options(concurrency=int(value) if kind == "concurrency" else None)
-        meta_k = {**meta, "aggregate_level": f"{kind.replace('_', ' ')} {value:g}"}
-        runs.append(Run(name, level_trace(rows, name, SEED + int(k)), run_cfg, meta_k, None, None, targets))
+        meta_k = {**meta, "aggregate_level": f"{kind.replace('_', ' ')} {value:g}",
+                  "hash_block_tokens": str(BLOCK_TOKENS)}
+        trace = level_trace(rows, name, SEED + int(k), shared_prefix_tokens(meta, path))
+        runs.append(Run(name, trace, run_cfg, meta_k, None, None, targets))
     return runs
+
+
+def shared_prefix_tokens(meta: dict, path) -> int:
+    """The ``shared_prefix_tokens`` an aggregate's metadata states (0: none).
+
+    Raises
+    ------
+    FitError
+        A value that is not a whole number >= 0.
+    """
+    text = str(meta.get("shared_prefix_tokens", "0"))
+    if not (text.isascii() and text.isdigit()):
+        raise FitError(f"{path}: metadata shared_prefix_tokens {text[:40]!r} is not a whole number of tokens >= 0")
+    return int(text)
 
 
 def not_identified(runs: list[Run]) -> list[str]:
@@ -139,8 +168,12 @@ def not_identified(runs: list[Run]) -> list[str]:
                    "only by the spread of lengths within it; fit several levels (concurrencies or rates)")
     if not any("tpot_s" in r.targets or "e2e_s" in r.targets for r in runs):
         out.append("no TPOT or E2E statistic: the decode is not constrained")
-    out.append("prefix-cache hits are unknown (an aggregate records no prompts): they are folded into the "
-               "fitted prefill speed")
+    if any("block_hashes" in r.trace for r in runs):
+        out.append(f"prefix cache: the prompts of a level share their first {shared_prefix_tokens(runs[0].metadata, '')}"
+                   " tokens as stated at import (--shared-prefix-tokens), not as measured")
+    else:
+        out.append("prefix-cache hits are unknown (an aggregate records no prompts): they are folded into the "
+                   "fitted prefill speed (state a shared prefix with traces import summary --shared-prefix-tokens)")
     out.append("time outside the engine (network, API front end; all of it for a hosted API) is folded into "
                "TTFT and into the fitted terms")
     return out

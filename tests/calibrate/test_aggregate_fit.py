@@ -71,6 +71,24 @@ def test_lengths_known_by_their_mean_alone_are_that_mean_and_the_fit_says_so():
     assert "same lengths" in said and "one load level" in said and "prefix-cache hits are unknown" in said
 
 
+def test_a_stated_shared_prefix_is_hit_in_the_prefix_cache():
+    """--shared-prefix-tokens 1024 at import: every prompt opens with the level's 64 blocks, the
+    rest unique; the replay then finds 1024 cached tokens for every request after the first."""
+    lengths = [("num_prompt_tokens", "mean", np.nan, 2000), ("num_prompt_tokens", "std", np.nan, 300),
+               ("num_output_tokens", "mean", np.nan, 8)]
+    [run] = aggregate_runs("agg.parquet", _level("constant_rate", 0.5, 20, lengths),
+                           {"shared_prefix_tokens": "1024"}, ReplayConfig.from_options(enable_prefix_caching=True), 0)
+    hashes = run.trace["block_hashes"].tolist()
+    assert all(h[:64] == list(range(64)) for h in hashes)
+    rest = [x for h in hashes for x in h[64:]]
+    assert len(rest) == len(set(rest)) == sum(p // 16 - 64 for p in run.trace["num_prompt_tokens"])
+    res, _ = replay_frame(run.trace, _model(TRUTH), run.config, run.metadata)
+    assert res["pred_num_cached_tokens"].tolist() == [0] + [1024] * 19
+    assert "share their first 1024 tokens" in " ".join(not_identified([run]))
+    with pytest.raises(Exception, match="shared_prefix_tokens 'x'"):
+        aggregate_runs("agg.parquet", _level(lengths=lengths), {"shared_prefix_tokens": "x"}, ReplayConfig(), 0)
+
+
 def test_targets_are_the_reported_percentiles_in_range_and_the_means():
     t = level_targets(_level())
     np.testing.assert_array_equal(t["ttft_s"][0], [10.0, 50.0, 90.0])  # p5 and p99 are tails: not matched

@@ -219,8 +219,12 @@ def import_csv_cmd(src, output, mapping, time_unit, filters, invalid):
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(["llmperf", "guidellm", "vllm-bench", "sglang-bench"]))
 @click.argument("sources", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @OUTPUT
+@click.option("--shared-prefix-tokens", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Tokens every prompt of a level opens with (a shared system prompt, GuideLLM's prefix_tokens): "
+                   "the fit's synthesized prompts share them, so the prefix cache hits as measured. An aggregate "
+                   "does not record it.")
 @file_errors
-def import_summary_cmd(fmt, sources, output):
+def import_summary_cmd(fmt, sources, output, shared_prefix_tokens):
     """A benchmark's aggregate results (percentiles per load level, no per-request rows)
     -> aggregate_targets/1, which 'calibrate fit' matches by replaying each level.
 
@@ -236,6 +240,7 @@ def import_summary_cmd(fmt, sources, output):
     from ..io import write_trace
 
     frame, meta = import_summaries(sources, fmt)
+    meta["shared_prefix_tokens"] = str(shared_prefix_tokens)
     write_trace(frame, AGGREGATE_TARGETS, output, meta, source=meta["source"])
     levels = frame.drop_duplicates("level")
     click.echo(f"{output}: {len(levels)} level(s) ("
