@@ -237,7 +237,7 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
     from traces.io import read_trace
 
     from .request_fit import engine_settings
-    from .runs import in_source, load_runs, score_runs, share_requests
+    from .runs import check_scorable, in_source, load_runs, score_runs, share_requests
     from .step_fit import set_ci95
     from .summary import to_calibration
 
@@ -251,6 +251,8 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
         cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, pp)
         cfg = replay_config(replay_kwargs)
     train, test = load_runs(fit_on, cfg, read_trace, keep=set_here), load_runs(score_on, cfg, read_trace, keep=set_here)
+    for r in test:
+        check_scorable(r)  # before the fit
     fixed, free_names, variants, held_why, cm = held_and_free(fix, fix_from, free, variants, cm)
     seen = [r for r in test if any(share_requests(r, f) for f in train)]
     if seen:  # scored as what it is: in sample

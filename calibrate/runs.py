@@ -172,6 +172,13 @@ def _with_engine_metadata(cfg: ReplayConfig, meta: dict, path, keep=frozenset())
     return cfg.with_options(**changes) if changes else cfg
 
 
+def check_scorable(run: Run) -> None:
+    """Raise :class:`FitError` for a run of an aggregate: it has no measured requests to score."""
+    if run.targets is not None:
+        raise FitError(f"{run.name}: an aggregate has no measured requests to score; score on a request log "
+                       "(--score-on), fit on the aggregate (--fit-on)")
+
+
 def score_runs(runs: list[Run], cost_model) -> pd.DataFrame:
     """Measured vs predicted on every run: one row per run and metric with the p50/p90
     relative errors (``err_p50``, ``err_p90``) and the absolute ones in ms where the
@@ -181,12 +188,13 @@ def score_runs(runs: list[Run], cost_model) -> pd.DataFrame:
     ------
     FitError
         A run none of whose scored requests the engine completes (all rejected: its settings
-        admit none), naming the run and why.
+        admit none), naming the run and why; a run of an aggregate (nothing measured to score).
     """
     from schemas.status import OK
 
     rows = []
     for run in runs:
+        check_scorable(run)
         res, _ = replay_frame(run.trace, cost_model, replace(run.config, record=RecordOptions()), run.metadata)
         scored = run.scored_rows(res)
         if not (scored["pred_status"] == OK).any():

@@ -242,7 +242,10 @@ def import_summary_cmd(fmt, sources, output, shared_prefix_tokens):
     frame, meta = import_summaries(sources, fmt)
     meta["shared_prefix_tokens"] = str(shared_prefix_tokens)
     write_trace(frame, AGGREGATE_TARGETS, output, meta, source=meta["source"])
+    from schemas.text import wrap
+
     levels = frame.drop_duplicates("level")
-    click.echo(f"{output}: {len(levels)} level(s) ("
-               + ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in zip(levels["level_kind"], levels["level_value"]))
-               + f"), {len(frame)} statistics (aggregate_targets/1)")
+    click.echo(wrap(f"{output}: {len(levels)} level(s) ("
+                    + ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in zip(levels["level_kind"],
+                                                                               levels["level_value"]))
+                    + f"), {len(frame)} statistics (aggregate_targets/1)"))
