@@ -2,6 +2,7 @@
 synthesized workload follows the recorded lengths and load, a fit on the aggregates of a known
 cluster's runs holds the truth in its intervals, and the fit says what an aggregate cannot tell."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -173,3 +174,23 @@ def test_calibrate_fit_on_the_llmperf_summary_says_it_is_from_aggregates(real_da
         assert words in said, words
     assert set(fit["residual_by_run"][f"{agg}#0"]) == {"ttft_s", "e2e_s"}
     assert set(fit["residual_by_run"][f"{agg}#0"]["ttft_s"]) == {"p25", "p50", "p75", "p90", "mean"}
+
+
+def test_run_specs_an_aggregate_cannot_honour_are_refused(tmp_path):
+    from calibrate.errors import FitError
+    from calibrate.runs import load_runs
+    from traces.io import read_trace
+
+    agg = tmp_path / "agg.parquet"
+    data = Path(__file__).parents[1] / "data" / "vllm_bench_summary.json"
+    assert invoke_servecal("traces", "import", "summary", "vllm-bench", data, "-o", agg).exit_code == 0
+    [run] = load_runs([str(agg)], ReplayConfig(), read_trace)
+    assert run.name == f"{agg}#0" and run.config.closed_loop.concurrency is None and len(run.trace) == 200
+    with pytest.raises(FitError, match=r"#3: no level 3 \(the file has 0\)"):
+        load_runs([f"{agg}#3"], ReplayConfig(), read_trace)
+    with pytest.raises(FitError, match="an aggregate has no arrival times to window"):
+        load_runs([f"{agg}@0:10"], ReplayConfig(), read_trace)
+    res = invoke_servecal("calibrate", "validate", "--fit-on", agg, "--score-on", agg, "--model", "llama-3.1-8b",
+                          "--gpu", "h100-80gb")
+    assert res.exit_code == 1 and "an aggregate has no measured requests to score" in " ".join(res.output.split())
+    assert "fitting" not in res.output  # refused before the fit

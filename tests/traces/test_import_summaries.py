@@ -1,6 +1,7 @@
 """``traces import summary``: aggregate results read to the values in the files, levels with
 the load each benchmark ran at, and one clear error per bad file (issue #21 item 7)."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -11,7 +12,7 @@ from traces.errors import TraceFormatError
 from traces.importers.summaries import import_summaries
 from traces.io import read_trace
 
-DATA = pytest.importorskip("pathlib").Path(__file__).parents[1] / "data"
+DATA = Path(__file__).parents[1] / "data"
 LLMPERF = "llmperf_leaderboard_anyscale_llama2_70b_summary.json"
 SWEEP = "guidellm_results_codellama34b_prefill_sweep.json"
 
