@@ -268,7 +268,8 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
     names = parse_names(variants, list(VARIANTS), "--variants")
     fits = fit_request_runs(train, cm, names, free_names, fixed, jobs, None, verbose, held_why)
     fitted = cm.with_params(fits[0].cost_params())
-    table = pd.concat([score_runs(train + seen, fitted).assign(sample="in"),
+    logs = [r for r in train if r.targets is None]  # an aggregate has no requests to score
+    table = pd.concat([score_runs(logs + seen, fitted).assign(sample="in"),
                        score_runs(test, fitted).assign(sample="out")], ignore_index=True)
     click.echo(format_validation(table))
     if output:
