@@ -10,7 +10,7 @@ from traces.cli.support import FoldedGroup, user_errors, version_option
 from schemas.text import wrap
 from schemas.cost_params import VARIANTS
 from schemas.errors import SpecError
-from schemas.kinds import REQUEST_TRACE, STEP_TRACE
+from schemas.kinds import AGGREGATE_TARGETS, REQUEST_TRACE, STEP_TRACE
 from schemas.specs import catalog_key, list_gpus, list_models
 from replay.cli.engine_settings import check_limits, replay_config, taken_settings_checked
 from replay.cli.options import replay_options
@@ -81,6 +81,14 @@ def quality(fit) -> str:
     word = "good" if med < 0.05 else "fair" if med < 0.15 else "poor"
     return (f"{word}: median quantile error {med:.1%}, worst {worst:.1%}; {st.get('n_runs', 1)} run(s), "
             f"{st.get('n_requests')} requests, {st.get('n_replays')} replays")
+
+
+def fit_method(runs) -> str:
+    """How a request-log fit of ``runs`` was made, in words (recorded with the calibration)."""
+    if any(r.targets is not None for r in runs):
+        return ("simulation in the loop: lmfit least_squares on relative errors of reported aggregate statistics "
+                "(percentiles, means), each level's workload synthesized from its recorded lengths")
+    return "simulation in the loop: lmfit least_squares on relative quantile errors"
 
 
 def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose, held_why=None):
@@ -196,10 +204,8 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, pp,
         names = parse_names(variants, list(VARIANTS), "--variants")
         fits = fit_request_runs(runs, cm, names, free_names, fixed, jobs, ray_address, verbose, held_why)
         set_ci95(fits[0], ci_method)
-        on = ("reported aggregate statistics (percentiles, means) of synthesized workloads"
-              if any(r.targets is not None for r in runs) else "relative quantile errors")
-        cal = to_calibration(fits[0], cm, f"simulation in the loop: lmfit least_squares on {on}",
-                             source, engine=engine_settings(runs[0].config), variants=fits)
+        cal = to_calibration(fits[0], cm, fit_method(runs), source, engine=engine_settings(runs[0].config),
+                             variants=fits)
     cal.write(output)
     click.echo(f"wrote {output}")
 
@@ -274,9 +280,9 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
     click.echo(format_validation(table))
     if output:
         set_ci95(fits[0], "stderr")
-        to_calibration(fits[0], cm, "simulation in the loop: lmfit least_squares on relative quantile errors",
-                       {"paths": list(fit_on), "kind": REQUEST_TRACE}, engine=engine_settings(train[0].config),
-                       variants=fits).write(output)
+        kind = AGGREGATE_TARGETS if len(logs) < len(train) else REQUEST_TRACE
+        to_calibration(fits[0], cm, fit_method(train), {"paths": list(fit_on), "kind": kind},
+                       engine=engine_settings(train[0].config), variants=fits).write(output)
         click.echo(f"wrote {output}")
     if table_out:
         from replay.sweep import write_sweep_table

@@ -160,20 +160,27 @@ def test_a_fit_on_aggregates_is_not_told_the_wrong_cluster(cluster_fit):
     assert not all(fit.params[n].ci95[0] <= TRUTH[n] <= fit.params[n].ci95[1] for n in ("eta_compute", "eta_mem"))
 
 
-def test_calibrate_fit_on_the_llmperf_summary_says_it_is_from_aggregates(real_data_dir, tmp_path):
-    agg, cal = tmp_path / "agg.parquet", tmp_path / "cal.json"
+def test_a_calibration_from_the_llmperf_summary_says_so_and_scores_on_the_runs_requests(real_data_dir, tmp_path):
+    """calibrate validate: fitted on the summary, scored on the same run's per-request file."""
+    agg, log, cal = tmp_path / "agg.parquet", tmp_path / "log.parquet", tmp_path / "cal.json"
     invoke_servecal("traces", "import", "summary", "llmperf",
                     real_data_dir / "llmperf_leaderboard_anyscale_llama2_70b_summary.json", "-o", agg)
-    res = invoke_servecal("calibrate", "fit", agg, "--model", "llama-2-70b", "--gpu", "a100-80gb", "--tp", "4",
-                          "--variants", "max", "--jobs", "1", "-o", cal)
+    invoke_servecal("traces", "import", "llmperf", real_data_dir / "llmperf_leaderboard_anyscale_llama2_70b_individual.json",
+                    "--concurrency", "5", "-o", log)
+    res = invoke_servecal("calibrate", "validate", "--fit-on", agg, "--score-on", log, "--concurrency", "5",
+                          "--model", "llama-2-70b", "--gpu", "h100-80gb", "--tp", "4", "--variants", "max",
+                          "--jobs", "1", "-o", cal)
     assert res.exit_code == 0, res.output
-    fit = json.loads(cal.read_text())["fit"]
-    assert "aggregate" in fit["method"]
+    saved = json.loads(cal.read_text())
+    fit = saved["fit"]
+    assert "aggregate statistics" in fit["method"] and saved["source"]["kind"] == "aggregate_targets/1"
     said = " ".join(fit["warnings"])
     for words in ("fitted from aggregates", "one load level", "hosted API", "prefix-cache hits are unknown"):
         assert words in said, words
     assert set(fit["residual_by_run"][f"{agg}#0"]) == {"ttft_s", "e2e_s"}
     assert set(fit["residual_by_run"][f"{agg}#0"]["ttft_s"]) == {"p25", "p50", "p75", "p90", "mean"}
+    rows = [line.split() for line in res.output.splitlines() if line.startswith(str(log)[-34:])]
+    assert len(rows) == 1 and rows[0][1] == "out"  # the requests the fit never saw, only their summary
 
 
 def test_run_specs_an_aggregate_cannot_honour_are_refused(tmp_path):
