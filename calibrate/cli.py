@@ -144,7 +144,10 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, pp,
     candidate parameters under the replay options below (the measured engine's
     settings; a log's recorded settings where an option is not given) until the predicted
     TTFT and TPOT quantiles (p10..p90) of all logs match. FILE#K takes benchmark K of a
-    GuideLLM sweep; a sweep file without #K is one run per benchmark.
+    GuideLLM sweep; a sweep file without #K is one run per benchmark. An aggregate
+    (aggregate_targets/1, from 'traces import summary') is one run per load level (FILE#K:
+    level K): a workload synthesized from its lengths, replayed at its concurrency or rate,
+    matched to its reported percentiles and means (TTFT, TPOT, E2E).
 
     \b
     Example:
