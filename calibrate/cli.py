@@ -9,7 +9,7 @@ from traces.cli.support import FoldedGroup, user_errors, version_option
 from schemas.text import wrap
 from schemas.cost_params import VARIANTS
 from schemas.errors import SpecError
-from schemas.kinds import REQUEST_TRACE
+from schemas.kinds import AGGREGATE_TARGETS, REQUEST_TRACE
 from schemas.specs import catalog_key, list_gpus, list_models
 from replay.cli.engine_settings import check_limits, replay_config, taken_settings_checked
 from replay.cli.options import replay_options
@@ -85,12 +85,13 @@ def fitting_message(runs, variants) -> None:
 
 
 def fit_request_runs(runs, cm, variants, free, fixed, jobs, ray_address, verbose, held_why=None):
-    """Fit the runs by simulation in the loop; print the summary; return the fits."""
-    from .request_fit import fit_requests
+    """Fit the runs (request logs or aggregates) by simulation in the loop; print the summary;
+    return the fits."""
+    from .aggregate_runs import fit_runs
     from .traces_fit import mark_held
 
     fitting_message(runs, variants)
-    fits = fit_requests(runs, cm, variants=variants, free=free, fixed=fixed, jobs=jobs, ray_address=ray_address)
+    fits = fit_runs(runs, cm, variants=variants, free=free, fixed=fixed, jobs=jobs, ray_address=ray_address)
     mark_held(fits, held_why)
     print_fits(fits, verbose)
     return fits
@@ -128,7 +129,10 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, pp,
     candidate parameters under the replay options below (the measured engine's
     settings; a log's recorded settings where an option is not given) until the predicted
     TTFT and TPOT quantiles (p10..p90) of all logs match. FILE#K takes benchmark K of a
-    GuideLLM sweep; a sweep file without #K is one run per benchmark.
+    GuideLLM sweep; a sweep file without #K is one run per benchmark. An aggregate
+    (aggregate_targets/1, from 'traces import summary') is one run per load level (FILE#K:
+    level K): a workload synthesized from its lengths, replayed at its concurrency or rate,
+    matched to its reported percentiles and means (TTFT, TPOT, E2E).
 
     \b
     Example:
@@ -203,7 +207,8 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
     from traces.io import read_trace
 
     from .request_fit import engine_settings
-    from .runs import in_source, load_runs, score_runs, share_requests
+    from .runs import check_scorable, in_source, load_runs, score_runs, share_requests
+    from .traces_fit import METHODS
     from .step_fit import set_ci95
     from .summary import to_calibration
 
@@ -217,6 +222,8 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
         cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, pp)
         cfg = replay_config(replay_kwargs)
     train, test = load_runs(fit_on, cfg, read_trace, keep=set_here), load_runs(score_on, cfg, read_trace, keep=set_here)
+    for r in test:
+        check_scorable(r)  # before the fit
     fixed, free_names, variants, held_why, cm = held_and_free(fix, fix_from, free, variants, cm)
     seen = [r for r in test if any(share_requests(r, f) for f in train)]
     if seen:  # scored as what it is: in sample
@@ -232,14 +239,15 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
     names = parse_names(variants, list(VARIANTS), "--variants")
     fits = fit_request_runs(train, cm, names, free_names, fixed, jobs, None, verbose, held_why)
     fitted = cm.with_params(fits[0].cost_params())
-    table = pd.concat([score_runs(train + seen, fitted).assign(sample="in"),
+    logs = [r for r in train if r.targets is None]  # an aggregate has no requests to score
+    table = pd.concat([score_runs(logs + seen, fitted).assign(sample="in"),
                        score_runs(test, fitted).assign(sample="out")], ignore_index=True)
     click.echo(format_validation(table))
     if output:
         set_ci95(fits[0], "stderr")
-        to_calibration(fits[0], cm, "simulation in the loop: lmfit least_squares on relative quantile errors",
-                       {"paths": list(fit_on), "kind": REQUEST_TRACE}, engine=engine_settings(train[0].config),
-                       variants=fits).write(output)
+        kind = AGGREGATE_TARGETS if len(logs) < len(train) else REQUEST_TRACE
+        to_calibration(fits[0], cm, METHODS[kind], {"paths": list(fit_on), "kind": kind},
+                       engine=engine_settings(train[0].config), variants=fits).write(output)
         click.echo(f"wrote {output}")
     if table_out:
         from replay.sweep import write_sweep_table

@@ -37,11 +37,11 @@ def model_error(runs, cost_model, quantiles) -> dict:
         ``{"ttft_s": 0.12, ...}`` (fractions) for the metrics of :data:`METRICS` some run
         measured; 0 where the misfit is within sampling noise.
     """
-    from .request_fit import _has, _QuantileResidual
+    from .request_fit import _QuantileResidual
 
     out = {}
     for m in METRICS:
-        measured = [r for r in runs if _has(r.scored_rows(r.trace), m)]
+        measured = [r for r in runs if r.measures(m)]
         if not measured:
             continue
         res = _QuantileResidual(measured, cost_model, (m,), quantiles)

@@ -59,6 +59,11 @@ class Run:
     scored : numpy bool array, optional
         Rows whose latencies are matched or scored (a time window); all rows are replayed,
         as they all shared the engine in the measured run. None: every row.
+    targets : dict, optional
+        Reported statistics matched instead of the trace's measured latencies (a run built
+        from an aggregate, :mod:`calibrate.aggregate_runs`, whose trace is a synthesized
+        workload): metric -> (percentiles, NaN for a mean; values in seconds), float arrays
+        of one shape.
     """
 
     name: str
@@ -67,10 +72,43 @@ class Run:
     metadata: dict
     note: str | None = None
     scored: np.ndarray | None = None
+    targets: dict | None = None
 
     def scored_rows(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The rows of ``frame`` (this run's trace or its replay result) that are scored."""
         return frame if self.scored is None else frame[self.scored]
+
+    def measures(self, metric: str) -> bool:
+        """Whether the run has a measured value of ``metric`` to match (a target, or a latency in its trace)."""
+        if self.targets is not None:
+            return metric in self.targets
+        return _has(self.scored_rows(self.trace), metric)
+
+    def measured(self, metric: str, quantiles) -> tuple[np.ndarray, np.ndarray]:
+        """``(percentiles, values)`` matched for ``metric``: the targets', or ``quantiles`` of the trace."""
+        if self.targets is not None:
+            return self.targets[metric]
+        q = np.asarray(quantiles, float)
+        return q, statistics(_finite(self.scored_rows(self.trace)[metric]), q)
+
+
+def statistics(values: np.ndarray, pcts: np.ndarray, axis=None) -> np.ndarray:
+    """Percentiles ``pcts`` of ``values`` (numpy's linear method), the mean where a percentile is
+    NaN; along ``axis`` (NaN values ignored there: a resample)."""
+    finite = ~np.isnan(pcts)
+    if axis is None:
+        out = np.full(pcts.shape, np.mean(values) if values.size else np.nan)
+        out[finite] = np.percentile(values, pcts[finite]) if values.size else np.nan
+        return out
+    out = np.repeat(np.nanmean(values, axis=axis)[..., None], pcts.size, axis=-1)
+    if finite.any():
+        out[..., finite] = np.moveaxis(np.nanpercentile(values, pcts[finite], axis=axis), 0, -1)
+    return out
+
+
+def stat_label(pct: float) -> str:
+    """``p50``, ``p99.9``, or ``mean`` for NaN."""
+    return "mean" if np.isnan(pct) else f"p{pct:g}"
 
 
 class _QuantileResidual:
@@ -79,29 +117,36 @@ class _QuantileResidual:
 
     def __init__(self, runs, cost_model, metrics, quantiles):
         self.runs, self.cost_model, self.metrics, self.quantiles = runs, cost_model, metrics, quantiles
-        self.meas = [{m: np.percentile(_finite(r.scored_rows(r.trace)[m]), quantiles) for m in metrics
-                      if _has(r.scored_rows(r.trace), m)} for r in runs]
+        #: per run, metric -> (percentiles, NaN for a mean; measured values)
+        self.meas = [{m: r.measured(m, quantiles) for m in metrics if r.measures(m)} for r in runs]
 
     def sampling_cov(self, num_samples: int = 200, seed: int = 0) -> np.ndarray:
         """Covariance of the residual vector from the sampling of the measured requests: a
         moving-block bootstrap of each run's measured latencies (blocks of consecutive
         requests in arrival order, about n^(1/3) long, since the latencies of a busy period
         move together; Kuensch 1989), each resample's quantiles relative to the measured ones.
-        Runs are resampled independently, so the matrix is block diagonal."""
+        Runs are resampled independently, so the matrix is block diagonal. A run of targets
+        (an aggregate) has no measured requests: its replay at the cost model's values stands
+        for them, with the level's count of requests (a parametric bootstrap)."""
         rng = np.random.default_rng(seed)
         blocks = []
         for r, meas in zip(self.runs, self.meas):
             rows = r.scored_rows(r.trace)
+            if r.targets is not None:
+                res, _ = replay_frame(r.trace, self.cost_model, r.config, r.metadata)
+                rows = res.assign(**{m: res[f"pred_{m}"] for m in meas})
             n = len(rows)
             size = max(1, int(round(n ** (1 / 3))))
             starts = rng.integers(0, max(n - size, 0) + 1, (num_samples, -(-n // size)))
             idx = (starts[:, :, None] + np.arange(size)).reshape(num_samples, -1)[:, :n]
             draws = []
-            for m, q_meas in meas.items():
+            for m, (pcts, q_meas) in meas.items():
                 v = pd.to_numeric(rows[m], errors="coerce").to_numpy(float)
                 with np.errstate(all="ignore"), warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)  # a resample without a measured value
-                    q = np.nanpercentile(v[idx], self.quantiles, axis=1).T
+                    q = statistics(v[idx], pcts, axis=1)
+                if r.targets is not None:  # the spread of the replayed sample around its own statistics
+                    q = q - statistics(_finite(rows[m]), pcts) + q_meas
                 draws.append((q - q_meas) / np.maximum(q_meas, 1e-3))
             draws = np.hstack(draws)
             draws = draws[np.all(np.isfinite(draws), axis=1)]  # resamples with no measured value of a metric
@@ -121,9 +166,9 @@ class _QuantileResidual:
             res, _ = replay_frame(run.trace, cm, run.config, run.metadata)
             res = run.scored_rows(res)
             errs = {}
-            for m, q_meas in meas.items():
+            for m, (pcts, q_meas) in meas.items():
                 pv = _finite(res[f"pred_{m}"])
-                q = np.percentile(pv, self.quantiles) if pv.size else np.full(len(self.quantiles), 1e9)
+                q = statistics(pv, pcts) if pv.size else np.full(len(pcts), 1e9)
                 errs[m] = (q - q_meas) / np.maximum(q_meas, 1e-3)
             out.append(errs)
         return out
@@ -214,7 +259,7 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
     """
     runs = [_prepared(r, cost_model, metrics) for r in runs]
     residual = _QuantileResidual(runs, cost_model, metrics, quantiles)
-    n_res = sum(len(m) for m in residual.meas) * len(quantiles)
+    n_res = sum(len(pcts) for meas in residual.meas for pcts, _ in meas.values())
     not_seen = {n: "not fitted from request logs (give --free to fit it)" for n in PARAMS
                 if n not in free and n != "overlap"}
 
@@ -222,8 +267,8 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
         import lmfit
 
         errs = residual.errors(CostParams(**{k: p.value for k, p in params.items()}))
-        by_run = {run.name: {m: dict(zip((f"p{q}" for q in quantiles), np.round(e, 4).tolist()))
-                             for m, e in run_errs.items()} for run, run_errs in zip(runs, errs)}
+        by_run = {run.name: {m: dict(zip(map(stat_label, meas[m][0]), np.round(e, 4).tolist()))
+                             for m, e in run_errs.items()} for run, run_errs, meas in zip(runs, errs, residual.meas)}
         cost = float(sum(np.sum(e ** 2) for run_errs in errs for e in run_errs.values()))
         n_free = sum(p.vary for p in params.values())
         stats = {"n_requests": int(sum(len(r.trace) for r in runs)), "n_runs": len(runs),
@@ -265,7 +310,7 @@ def _prepared(run: Run, cost_model: RooflineCostModel, metrics) -> Run:
         No measured metric in the run, every request rejected (or failed in the trace), or
         engine settings recorded in the file that cannot run (a KV cache without a block).
     """
-    if not any(_has(run.scored_rows(run.trace), m) for m in metrics):
+    if not any(run.measures(m) for m in metrics):
         raise FitError(f"{run.name}: no measured {' or '.join(metrics)}; a request-log fit needs measured latencies")
     cfg = replace(run.config, record=RecordOptions())
     try:
@@ -284,9 +329,9 @@ def _prepared(run: Run, cost_model: RooflineCostModel, metrics) -> Run:
     note = (f"{run.name}: {int(rejected.sum())} request(s) rejected by the engine (too long for "
             "max_model_len or the KV cache) are left out of the fit") if rejected.any() else None
     if not rejected.any():
-        return Run(run.name, run.trace, cfg, run.metadata, None, run.scored)
-    return Run(run.name, run.trace[~rejected].reset_index(drop=True), cfg, run.metadata, note,
-               None if run.scored is None else run.scored[~rejected])
+        return replace(run, config=cfg, note=None)
+    return replace(run, trace=run.trace[~rejected].reset_index(drop=True), config=cfg, note=note,
+                   scored=None if run.scored is None else run.scored[~rejected])
 
 
 def engine_settings(cfg: ReplayConfig) -> dict:

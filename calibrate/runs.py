@@ -9,7 +9,7 @@ import pandas as pd
 from replay.analysis.compare import compare
 from replay.config import ReplayConfig, RecordOptions
 from replay.simulate import replay_frame
-from schemas.tables import REQUEST_TRACE
+from schemas.tables import AGGREGATE_TARGETS, REQUEST_TRACE
 from schemas.text import wrap_error
 
 from .errors import FitError, RunSpecError
@@ -57,20 +57,31 @@ def load_runs(specs, cfg: ReplayConfig, read_trace, keep=frozenset()) -> list[Ru
     command line or taken from the server's log: they win). With a window, every request is replayed
     (later arrivals share the engine with the window's requests, as they did in the measured
     run) and only the latencies of those arriving inside it are matched or scored
-    (:attr:`Run.scored`): a fit on a window sees no latency from outside it.
+    (:attr:`Run.scored`): a fit on a window sees no latency from outside it. An aggregate
+    (``aggregate_targets/1``) gives one run per load level, or level K for ``FILE#K``
+    (:func:`calibrate.aggregate_runs.aggregate_runs`).
 
     Raises
     ------
     FitError
-        A file that is not a request log, a benchmark not in the file, an empty window.
+        A file that is not a request log or an aggregate, a benchmark or level not in the
+        file, an empty window, a window on an aggregate.
     """
+    from .aggregate_runs import aggregate_runs
+
     runs = []
     for spec in specs:
         path, k, span = parse_run_spec(spec)
         kind, frame, meta = read_trace(path)
-        if kind != REQUEST_TRACE:
-            raise FitError(f"{path}: is a {kind}; only request logs can be fitted together or validated on")
+        if kind not in (REQUEST_TRACE, AGGREGATE_TARGETS):
+            raise FitError(f"{path}: is a {kind}; only request logs and aggregates can be fitted together "
+                           "or validated on")
         run_cfg = _with_engine_metadata(cfg, meta, path, keep)
+        if kind == AGGREGATE_TARGETS:
+            if span is not None:
+                raise FitError(f"{spec}: an aggregate has no arrival times to window; give FILE or FILE#K")
+            runs.extend(aggregate_runs(path, frame, meta, run_cfg, k))
+            continue
         parts = [(path, frame)]
         if k is not None or ("benchmark" in frame and frame["benchmark"].nunique() > 1):
             if "benchmark" not in frame:
@@ -161,6 +172,13 @@ def _with_engine_metadata(cfg: ReplayConfig, meta: dict, path, keep=frozenset())
     return cfg.with_options(**changes) if changes else cfg
 
 
+def check_scorable(run: Run) -> None:
+    """Raise :class:`FitError` for a run of an aggregate: it has no measured requests to score."""
+    if run.targets is not None:
+        raise FitError(f"{run.name}: an aggregate has no measured requests to score; score on a request log "
+                       "(--score-on), fit on the aggregate (--fit-on)")
+
+
 def score_runs(runs: list[Run], cost_model) -> pd.DataFrame:
     """Measured vs predicted on every run: one row per run and metric with the p50/p90
     relative errors (``err_p50``, ``err_p90``) and the absolute ones in ms where the
@@ -170,12 +188,13 @@ def score_runs(runs: list[Run], cost_model) -> pd.DataFrame:
     ------
     FitError
         A run none of whose scored requests the engine completes (all rejected: its settings
-        admit none), naming the run and why.
+        admit none), naming the run and why; a run of an aggregate (nothing measured to score).
     """
     from schemas.status import OK
 
     rows = []
     for run in runs:
+        check_scorable(run)
         res, _ = replay_frame(run.trace, cost_model, replace(run.config, record=RecordOptions()), run.metadata)
         scored = run.scored_rows(res)
         if not (scored["pred_status"] == OK).any():

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 from schemas.cost_params import REQUEST_FIT_FREE, VARIANTS
-from schemas.kinds import REQUEST_TRACE, STEP_TRACE
+from schemas.kinds import AGGREGATE_TARGETS, REQUEST_TRACE, STEP_TRACE
 
 from .errors import FitError, RunSpecError
 
@@ -21,7 +21,10 @@ if TYPE_CHECKING:
 
 #: ``method`` of the calibration of each kind of fit.
 METHODS = {STEP_TRACE: "lmfit least_squares of step durations, relative residuals",
-           REQUEST_TRACE: "simulation in the loop: lmfit least_squares on relative quantile errors"}
+           REQUEST_TRACE: "simulation in the loop: lmfit least_squares on relative quantile errors",
+           AGGREGATE_TARGETS: ("simulation in the loop: lmfit least_squares on relative errors of reported aggregate "
+                               "statistics (percentiles, means), each level's workload synthesized from its recorded "
+                               "lengths")}
 
 
 class Loaded(NamedTuple):
@@ -123,14 +126,17 @@ def fit_traces(traces: Sequence, cost_model: RooflineCostModel, config: ReplayCo
                                    ci_samples, seed)
         mark_held(fits, held_why)
         return TracesFit(_calibration(fits, cost_model, STEP_TRACE, source), fits, dropped, loaded)
-    from .request_fit import engine_settings, fit_requests
+    from .aggregate_runs import fit_runs
+    from .request_fit import engine_settings
     from .step_fit import set_ci95
 
-    fits = fit_requests(loaded.runs, cost_model, variants=tuple(variants), free=tuple(free), fixed=fixed, jobs=jobs,
-                        ray_address=ray_address)
+    fits = fit_runs(loaded.runs, cost_model, variants=tuple(variants), free=tuple(free), fixed=fixed, jobs=jobs,
+                    ray_address=ray_address)
     mark_held(fits, held_why)
     set_ci95(fits[0], ci)
-    cal = _calibration(fits, cost_model, REQUEST_TRACE, source, engine_settings(loaded.runs[0].config))
+    if any(r.targets is not None for r in loaded.runs):
+        source["kind"] = AGGREGATE_TARGETS
+    cal = _calibration(fits, cost_model, source["kind"], source, engine_settings(loaded.runs[0].config))
     return TracesFit(cal, fits, {}, loaded)
 
 

@@ -2,7 +2,7 @@
 
 Every table is Parquet with key ``servecal.schema`` in the file metadata naming its
 kind and version (``request_trace/1``, ``step_trace/1``, ``replay_result/1``,
-``vllm_stats/1``).
+``vllm_stats/1``, ``aggregate_targets/1``).
 Times are float64 seconds; token counts int64. Files are written atomically
 (:mod:`schemas.atomic`).
 """
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from .atomic import atomic_output
 from .errors import SchemaError
-from .kinds import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE, VLLM_STATS
+from .kinds import AGGREGATE_TARGETS, REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE, VLLM_STATS
 from .step_record import STEP_RECORD
 from .text import wrap_error
 
@@ -88,11 +88,33 @@ VLLM_STATS_COLUMNS: dict[str, tuple[pa.DataType, bool]] = {
     "prefix_cache_hit_rate_frac": (_f64, False),           # [0, 1]; null when the line has none
 }
 
+#: Columns of a benchmark's aggregate results (a summary without per-request rows: LLMPerf's
+#: ``*_summary.json``, GuideLLM's metrics, ``vllm bench serve``/SGLang ``bench_serving``
+#: results): one row per load level x metric x statistic (``traces import summary``).
+AGGREGATE_COLUMNS: dict[str, tuple[pa.DataType, bool]] = {
+    "level": (_i64, True),            # 0-based load level (benchmark) of the file; FILE#K picks it
+    "level_kind": (_str, True),       # 'concurrency' (closed loop), 'poisson_rate' or 'constant_rate' (open loop)
+    "level_value": (_f64, True),      # clients, or requests per second
+    "num_requests": (_i64, True),     # completed requests the level's statistics are over
+    "metric": (_str, True),           # ttft_s, tpot_s, e2e_s (latencies); num_prompt_tokens, num_output_tokens
+    "statistic": (_str, True),        # 'quantile', 'mean', 'std', 'min', 'max'
+    "quantile_pct": (_f64, False),    # the percentile, 0..100, for statistic 'quantile'; else null
+    "value_s": (_f64, False),         # a latency statistic, seconds (null for a token count)
+    "value_tokens": (_f64, False),    # a length statistic, tokens (null for a latency)
+}
+
+#: The metrics of an aggregate: latencies (``value_s``) and lengths (``value_tokens``).
+AGGREGATE_LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
+AGGREGATE_LENGTHS = ("num_prompt_tokens", "num_output_tokens")
+AGGREGATE_LEVEL_KINDS = ("concurrency", "poisson_rate", "constant_rate")
+AGGREGATE_STATISTICS = ("quantile", "mean", "std", "min", "max")
+
 COLUMNS_BY_KIND = {
     REQUEST_TRACE: REQUEST_COLUMNS,
     STEP_TRACE: STEP_COLUMNS,
     REPLAY_RESULT: {**REQUEST_COLUMNS, **PREDICTED_COLUMNS},
     VLLM_STATS: VLLM_STATS_COLUMNS,
+    AGGREGATE_TARGETS: AGGREGATE_COLUMNS,
 }
 
 #: Measured latency columns shared by request traces and replay results.

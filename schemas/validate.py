@@ -15,7 +15,9 @@ import pyarrow.compute as pc
 from .errors import Problem, ValidationError
 from .status import OK
 from .step_record import FEATURE_NAMES
-from .tables import COLUMNS_BY_KIND, REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE, VLLM_STATS, table_kind
+from .tables import (AGGREGATE_LATENCIES, AGGREGATE_LENGTHS, AGGREGATE_LEVEL_KINDS, AGGREGATE_STATISTICS,
+                     AGGREGATE_TARGETS, COLUMNS_BY_KIND, REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE, VLLM_STATS,
+                     table_kind)
 
 _MAX_ROWS = 5
 #: Relative times must stay below this (31 years): larger values are absolute timestamps,
@@ -30,7 +32,7 @@ MAX_TOKENS = 10 ** 9
 _REL_TOL = 1e-9
 
 #: Columns that must be > 0, >= 0, and >= 1 (numbers), by kind.
-_POSITIVE = {STEP_TRACE: ("step_duration_s",)}
+_POSITIVE: dict[str, tuple[str, ...]] = {STEP_TRACE: ("step_duration_s",)}
 _NONNEG = {
     REQUEST_TRACE: ("arrival_time_s", "queue_wait_s", "ttft_s", "tpot_s", "e2e_s",
                     "num_cached_tokens", "slo_ttft_s", "slo_tpot_s", "replica_id"),
@@ -39,6 +41,8 @@ _NONNEG = {
 _NONNEG[REPLAY_RESULT] = _NONNEG[REQUEST_TRACE]
 _NONNEG[VLLM_STATS] = ("t_s", "engine", "prompt_throughput_tokens_per_s", "generation_throughput_tokens_per_s",
                        "running", "waiting", "kv_cache_usage_frac", "prefix_cache_hit_rate_frac")
+_NONNEG[AGGREGATE_TARGETS] = ("level", "value_s", "value_tokens")
+_POSITIVE[AGGREGATE_TARGETS] = ("level_value", "num_requests")
 _AT_LEAST_ONE = {REQUEST_TRACE: ("num_output_tokens", "num_prompt_tokens"),
                  REPLAY_RESULT: ("num_output_tokens", "num_prompt_tokens")}
 #: Measured columns that may be null (a failed request has no latency).
@@ -50,7 +54,9 @@ _NULLABLE = {"queue_wait_s", "ttft_s", "tpot_s", "e2e_s", "token_times_s", "num_
              "pred_arrival_time_s", "pred_kv_transfer_s", "pred_decode_queue_wait_s", "pred_decode_replica_id",
              "pred_frontend_s", "pred_stream_s",
              # a vLLM stats line without a prefix-cache field
-             "prefix_cache_hit_rate_frac"}
+             "prefix_cache_hit_rate_frac",
+             # an aggregate's row holds a percentile only for a quantile, one of the two values
+             "quantile_pct", "value_s", "value_tokens"}
 
 
 def _rows(mask: np.ndarray) -> tuple[tuple[int, ...], int]:
@@ -122,6 +128,8 @@ def validate(table: pa.Table, path: str, kind: str | None = None) -> pa.Table:
     _magnitude_rules(num, problems)
     if kind in (REQUEST_TRACE, REPLAY_RESULT):
         _request_rules(cols, num, problems)
+    if kind == AGGREGATE_TARGETS and not problems:
+        _aggregate_rules(table.select(list(cols)).to_pandas(), problems)
     if problems:
         raise ValidationError(path, problems)
     out = table
@@ -204,6 +212,37 @@ def _magnitude_rules(num, problems: list[Problem]) -> None:
         v = num(name)
         if v is not None and (bad := np.nan_to_num(v) > MAX_TOKENS).any():
             problems.append(_problem(f"is above {MAX_TOKENS:.0e}", name, bad, "a plausible count of tokens"))
+
+
+def _aggregate_rules(df, problems: list[Problem]) -> None:
+    """An aggregate's rows: known names, a percentile exactly for a quantile, the value in the
+    column of its metric's unit, one description per level, no statistic given twice."""
+    for name, allowed in (("level_kind", AGGREGATE_LEVEL_KINDS), ("statistic", AGGREGATE_STATISTICS),
+                          ("metric", AGGREGATE_LATENCIES + AGGREGATE_LENGTHS)):
+        if (bad := ~df[name].isin(allowed).to_numpy()).any():
+            problems.append(_problem("is not a known name", name, bad, f"one of {', '.join(allowed)}"))
+    q = df["quantile_pct"].to_numpy(float) if "quantile_pct" in df else np.full(len(df), np.nan)
+    is_q = (df["statistic"] == "quantile").to_numpy()
+    bad = (is_q & ~((q >= 0) & (q <= 100))) | (~is_q & ~np.isnan(q))
+    if bad.any():
+        problems.append(_problem("does not fit the statistic", "quantile_pct", bad,
+                                 "a percentile in [0, 100] for statistic 'quantile', null otherwise"))
+    for col, metrics in (("value_s", AGGREGATE_LATENCIES), ("value_tokens", AGGREGATE_LENGTHS)):
+        v = df[col].to_numpy(float) if col in df else np.full(len(df), np.nan)
+        mine = df["metric"].isin(metrics).to_numpy()
+        bad = (mine & ~np.isfinite(v)) | (~mine & ~np.isnan(v))
+        if bad.any():
+            problems.append(_problem("does not fit the metric", col, bad,
+                                     f"a finite value for {', '.join(metrics)}, null for the other metrics"))
+    per_level = df.groupby("level")[["level_kind", "level_value", "num_requests"]].nunique()
+    if (per_level > 1).any(axis=None):
+        bad = df["level"].isin(per_level.index[(per_level > 1).any(axis=1)]).to_numpy()
+        problems.append(_problem("describes one level twice", "level", bad,
+                                 "one level_kind, level_value and num_requests per level"))
+    dup = df.assign(q=df.get("quantile_pct")).duplicated(["level", "metric", "statistic", "q"], keep=False)
+    if dup.any():
+        problems.append(_problem("repeats a statistic", "statistic", dup.to_numpy(),
+                                 "each level x metric x statistic (x quantile) once"))
 
 
 def _not_ok_rows(cols, n: int) -> np.ndarray:

@@ -551,6 +551,25 @@ def importer_targets(real: Path | None) -> list[Target]:
         guidellm_json = (real / "guidellm_results_codellama34b_prefill_sweep.json").read_bytes()
         T.append(Target("guidellm", {"g.json": guidellm_json},
                         imp("guidellm"), ["g.json"], {"g.json": "json"}))
+    # aggregate results (traces import summary): the real LLMPerf summary, the real GuideLLM
+    # report's aggregate metrics (those read; its per-request lists left out: 8 kB, not 4 MB),
+    # the vLLM and SGLang fixtures
+    summary = {"llmperf": ("l.json", (real / "llmperf_leaderboard_anyscale_llama2_70b_summary.json").read_bytes()),
+               "vllm-bench": ("v.json", (DATA / "vllm_bench_summary.json").read_bytes()),
+               "sglang-bench": ("s.jsonl", (DATA / "sglang_bench_small.jsonl").read_bytes())}
+    if (real / "guidellm_results_codellama34b_prefill_sweep.json").exists():
+        report = json.loads((real / "guidellm_results_codellama34b_prefill_sweep.json").read_text())
+        read = ("time_to_first_token_ms", "request_latency", "prompt_token_count", "output_token_count")
+        report["benchmarks"] = [{"config": {"strategy": b["config"]["strategy"]},
+                                 "metrics": {k: {"successful": b["metrics"][k]["successful"]} for k in read}}
+                                for b in report["benchmarks"]]
+        summary["guidellm"] = ("g.json", json.dumps(report, indent=1).encode())
+    for fmt, (name, data) in summary.items():
+        T.append(Target(f"summary-{fmt}", {name: data},
+                        lambda d, f, rng, fmt=fmt: ["traces", "import", "summary", fmt, *map(str, f.values()),
+                                                    "-o", str(d / "out.parquet")],
+                        [name], {name: "jsonl" if name.endswith("jsonl") else "json"},
+                        output_kind="aggregate_targets/1"))
     if (real / "vllm_otlp_spans_codellama34b_prefill_sweep.jsonl").exists():
         T.append(Target("vllm-otlp", {"o.jsonl": _head(real / "vllm_otlp_spans_codellama34b_prefill_sweep.jsonl", 60)},
                         imp("vllm-otlp"), ["o.jsonl"], {"o.jsonl": "jsonl"}))

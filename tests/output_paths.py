@@ -25,6 +25,7 @@ OUTPUTS = [
         ("blis-observe", "in.yaml"), ("vllm-otlp", "in.jsonl"), ("vllm-log", "in.log")]],
     (("traces", "import", "csv"), ["in.csv", "--map", "a=arrival_time_s"], "-o"),
     (("traces", "import", "llmperf"), ["in.json", "--concurrency", "2"], "-o"),
+    (("traces", "import", "summary"), ["llmperf", "in.json"], "-o"),
     (("traces", "import", "vllm-log"), ["in.log", "-o", "new.parquet"], "--timeseries-csv"),
     (("traces", "describe"), ["t.parquet"], "--plot"),
     (("traces", "export", "vidur"), ["t.parquet"], "-o"),

@@ -224,9 +224,11 @@ def test_import_summaries_fit_100_columns(real_data_dir, tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     runs = (("guidellm", "guidellm_results_codellama34b_prefill_sweep.json", "block_hashes:"),
-            ("vllm-log", "blis_eval_codellama34b_prefill_sweep_vllm.log", "engine: max_num_seqs=32"))
+            ("vllm-log", "blis_eval_codellama34b_prefill_sweep_vllm.log", "engine: max_num_seqs=32"),
+            ("summary", "guidellm_results_codellama34b_prefill_sweep.json", "5 level(s)"))
     for fmt, name, said in runs:
-        res = CliRunner().invoke(servecal, ["traces", "import", fmt, str(real_data_dir / name),
+        importer = ["summary", "guidellm"] if fmt == "summary" else [fmt]
+        res = CliRunner().invoke(servecal, ["traces", "import", *importer, str(real_data_dir / name),
                                             "-o", f"{fmt}.parquet"])
         assert res.exit_code == 0, res.output
         assert said in res.output and widest(res.output) <= WIDTH, res.output

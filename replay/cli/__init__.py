@@ -210,7 +210,7 @@ def _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, sett
 
 def _set_kv_blocks(run: ReplayInputs) -> None:
     """Warn when the trace exceeds the engine's limits; size the KV cache from the trace's log when
-    it records one and this replays the measured run (:func:`replay.kv_capacity_log.kv_blocks_from_logs`)."""
+    it records one and this replays the measured run (:func:`replay.analysis.kv_capacity_log.kv_blocks_from_logs`)."""
     settings = run.settings
     warning = check_limits(str(run.trace), run.frame, settings["max_num_seqs"], run.cost_model.dp)
     if warning:

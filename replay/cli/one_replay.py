@@ -146,7 +146,7 @@ def write_outputs(run: ReplayInputs, cfg: ReplayConfig, result, engine, output, 
 def print_comparison(run: ReplayInputs, result, pred_band, wide: bool):
     """Print the measured-vs-predicted table (the what-if table when ``run.differences``), the
     band's coverage, or why there is nothing to compare; return the comparison
-    (:func:`replay.compare.compare`, empty: nothing compared)."""
+    (:func:`replay.analysis.compare.compare`, empty: nothing compared)."""
     from ..analysis.band_tables import band_coverage
     from ..analysis.compare import METRICS, compare, format_table
     from ..analysis.whatif_table import format_whatif_table

@@ -35,7 +35,7 @@ class ReportBody:
 
 
 def prediction_section(body: ReportBody, band, band_note: str | None) -> None:
-    """The predicted percentiles with their 95 % bands (``band``: :class:`replay.bands.Band`)."""
+    """The predicted percentiles with their 95 % bands (``band``: :class:`replay.analysis.bands.Band`)."""
     from ..analysis.band_tables import band_legend, prediction_cells
 
     body.blocks += [("h2", "Prediction"), ("table", *prediction_cells(band)),
@@ -46,7 +46,7 @@ def prediction_section(body: ReportBody, band, band_note: str | None) -> None:
 
 def comparison_section(body: ReportBody, result_df: pd.DataFrame, table: pd.DataFrame,
                        differences: list[str] | None, band) -> None:
-    """Measured vs predicted (``table``: :func:`replay.compare.compare` of ``result_df``), or baseline
+    """Measured vs predicted (``table``: :func:`replay.analysis.compare.compare` of ``result_df``), or baseline
     vs what-if under ``differences``, with the counts of requests compared and excluded."""
     n_compared = int(compared_rows(result_df).sum())
     counts = (f"Requests: {len(result_df)} in the result, {n_compared} compared (completed on both sides), "
@@ -87,7 +87,7 @@ def benchmark_section(body: ReportBody, result_df: pd.DataFrame) -> None:
 
 def benchmark_cells(result_df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """The per-benchmark table of a replay result with a ``benchmark`` column (a GuideLLM
-    sweep): a row per benchmark (in order of first appearance), :func:`replay.compare.compare`
+    sweep): a row per benchmark (in order of first appearance), :func:`replay.analysis.compare.compare`
     on its rows, measured, predicted and error of p50 and p90 of TTFT, TPOT and E2E (ms)."""
     head = ["benchmark", "n"] + [f"{m}_{side}_p{q}" for m in BENCHMARK_METRICS for q in BENCHMARK_PERCENTILES
                                  for side in ("meas", "pred", "err")]

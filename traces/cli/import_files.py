@@ -6,7 +6,7 @@ import click
 
 from .support import user_errors
 from schemas.errors import SchemaError
-from schemas.kinds import REQUEST_TRACE, STEP_TRACE
+from schemas.kinds import AGGREGATE_TARGETS, REQUEST_TRACE, STEP_TRACE
 
 from ..errors import MappingError, TraceError
 from ._shared import INVALID, OUTPUT, file_errors, pairs, progress, write_requests
@@ -214,3 +214,38 @@ def import_csv_cmd(src, output, mapping, time_unit, filters, invalid):
                                  invalid=invalid, progress=bar)
     write_requests(frame, meta, output)
 
+
+@import_.command("summary")
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(["llmperf", "guidellm", "vllm-bench", "sglang-bench"]))
+@click.argument("sources", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@OUTPUT
+@click.option("--shared-prefix-tokens", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Tokens every prompt of a level opens with (a shared system prompt, GuideLLM's prefix_tokens): "
+                   "the fit's synthesized prompts share them, so the prefix cache hits as measured. An aggregate "
+                   "does not record it.")
+@file_errors
+def import_summary_cmd(fmt, sources, output, shared_prefix_tokens):
+    """A benchmark's aggregate results (percentiles per load level, no per-request rows)
+    -> aggregate_targets/1, which 'calibrate fit' matches by replaying each level.
+
+    One level per LLMPerf summary, per GuideLLM benchmark, per vLLM result file, per line
+    of an SGLang output file; FILE#K in 'calibrate fit' takes level K (0-based, in order).
+
+    \b
+    Example:
+      traces import summary llmperf anyscale_70b_summary.json -o agg.parquet
+      traces import summary vllm-bench rate2.json rate4.json rate8.json -o agg.parquet
+    """
+    from ..importers.summaries import import_summaries
+    from ..io import write_trace
+
+    frame, meta = import_summaries(sources, fmt)
+    meta["shared_prefix_tokens"] = str(shared_prefix_tokens)
+    write_trace(frame, AGGREGATE_TARGETS, output, meta, source=meta["source"])
+    from schemas.text import wrap
+
+    levels = frame.drop_duplicates("level")
+    click.echo(wrap(f"{output}: {len(levels)} level(s) ("
+                    + ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in zip(levels["level_kind"],
+                                                                               levels["level_value"]))
+                    + f"), {len(frame)} statistics (aggregate_targets/1)"))

@@ -1,0 +1,204 @@
+"""Fits from aggregate results (issue #21 item 7): the statistics matched are numpy's, the
+synthesized workload follows the recorded lengths and load, a fit on the aggregates of a known
+cluster's runs holds the truth in its intervals, and the fit says what an aggregate cannot tell."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibrate.aggregate_runs import aggregate_runs, level_targets, level_trace, not_identified
+from calibrate.demo import NoisyCostModel
+from calibrate.request_fit import Run, fit_requests, statistics
+from helpers import invoke_servecal
+from replay.config import EngineOptions, ReplayConfig
+from replay.cost.cost_model import RooflineCostModel
+from replay.simulate import replay_frame
+from schemas.cost_params import CostParams
+from schemas.specs import get_gpu, get_model
+from traces.synth import synth_requests
+
+TRUTH = CostParams(eta_compute=0.55, n_half_tokens=64.0, eta_mem=0.80, t_step_s=4e-4, t_seq_s=2e-5)
+LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
+
+
+def _model(params: CostParams | None = None):
+    return RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), params or CostParams())
+
+
+def test_statistics_are_numpys_percentiles_and_mean():
+    v = np.random.default_rng(0).lognormal(0, 1, 101)
+    pcts = np.array([10.0, np.nan, 50.0, 90.0])
+    assert statistics(v, pcts) == pytest.approx([np.percentile(v, 10), v.mean(), np.median(v), np.percentile(v, 90)],
+                                                rel=1e-15)
+    rows = np.vstack([v, v[::-1] * 2])
+    assert statistics(rows, pcts, axis=1) == pytest.approx(np.vstack([statistics(v, pcts), 2 * statistics(v, pcts)]))
+
+
+def _level(kind="concurrency", value=4.0, n=1000, lengths=()):
+    base = {"level": 0, "level_kind": kind, "level_value": value, "num_requests": n}
+    rows = [{**base, "metric": "ttft_s", "statistic": "quantile", "quantile_pct": q, "value_s": 0.1 * q,
+             "value_tokens": np.nan} for q in (5.0, 10.0, 50.0, 90.0, 99.0)]
+    rows.append({**base, "metric": "e2e_s", "statistic": "mean", "quantile_pct": np.nan, "value_s": 3.0,
+                 "value_tokens": np.nan})
+    rows += [{**base, "metric": m, "statistic": s, "quantile_pct": q, "value_s": np.nan, "value_tokens": v}
+             for m, s, q, v in lengths]
+    return pd.DataFrame(rows)
+
+
+def test_synthesized_lengths_follow_the_reported_percentiles():
+    lengths = [("num_prompt_tokens", "quantile", q, v) for q, v in ((25.0, 200), (50.0, 400), (75.0, 800))] + \
+              [("num_prompt_tokens", "min", np.nan, 100), ("num_prompt_tokens", "max", np.nan, 1600),
+               ("num_output_tokens", "mean", np.nan, 150), ("num_output_tokens", "std", np.nan, 30)]
+    trace = level_trace(_level(lengths=lengths), "x", seed=0)
+    p = trace["num_prompt_tokens"].to_numpy()
+    assert len(trace) == 1000 and p.min() >= 100 and p.max() <= 1600
+    # the inverse CDF through (0,100) (25,200) (50,400) (75,800) (100,1600) at one point per 1/1000 of it
+    assert np.percentile(p, [25, 50, 75]) == pytest.approx([200, 400, 800], abs=2)
+    assert np.percentile(p, 87.5) == pytest.approx(1200, abs=3)  # halfway between p75 and the max
+    o = trace["num_output_tokens"].to_numpy()
+    assert abs(o.mean() - 150) < 3 * 30 / np.sqrt(1000) + 0.5 and o.std() == pytest.approx(30, rel=0.1)
+
+
+def test_lengths_known_by_their_mean_alone_are_that_mean_and_the_fit_says_so():
+    lengths = [("num_prompt_tokens", "mean", np.nan, 512.4), ("num_output_tokens", "mean", np.nan, 64)]
+    frame = _level("constant_rate", 2.5, 40, lengths)
+    [run] = aggregate_runs("agg.parquet", frame, {}, ReplayConfig(), None)
+    assert set(run.trace["num_prompt_tokens"]) == {512} and set(run.trace["num_output_tokens"]) == {64}
+    assert run.trace["arrival_time_s"].to_numpy() == pytest.approx(np.arange(40) / 2.5, abs=0)
+    assert run.config.closed_loop.concurrency is None
+    said = " ".join(not_identified([run]))
+    assert "same lengths" in said and "one load level" in said and "prefix-cache hits are unknown" in said
+
+
+def test_a_stated_shared_prefix_is_hit_in_the_prefix_cache():
+    """--shared-prefix-tokens 1024 at import: every prompt opens with the level's 64 blocks, the
+    rest unique; the replay then finds 1024 cached tokens for every request after the first."""
+    lengths = [("num_prompt_tokens", "mean", np.nan, 2000), ("num_prompt_tokens", "std", np.nan, 300),
+               ("num_output_tokens", "mean", np.nan, 8)]
+    [run] = aggregate_runs("agg.parquet", _level("constant_rate", 0.5, 20, lengths),
+                           {"shared_prefix_tokens": "1024"}, ReplayConfig.from_options(enable_prefix_caching=True), 0)
+    hashes = run.trace["block_hashes"].tolist()
+    assert all(h[:64] == list(range(64)) for h in hashes)
+    rest = [x for h in hashes for x in h[64:]]
+    assert len(rest) == len(set(rest)) == sum(p // 16 - 64 for p in run.trace["num_prompt_tokens"])
+    res, _ = replay_frame(run.trace, _model(TRUTH), run.config, run.metadata)
+    assert res["pred_num_cached_tokens"].tolist() == [0] + [1024] * 19
+    assert "share their first 1024 tokens" in " ".join(not_identified([run]))
+    with pytest.raises(Exception, match="shared_prefix_tokens 'x'"):
+        aggregate_runs("agg.parquet", _level(lengths=lengths), {"shared_prefix_tokens": "x"}, ReplayConfig(), 0)
+
+
+def test_targets_are_the_reported_percentiles_in_range_and_the_means():
+    t = level_targets(_level())
+    np.testing.assert_array_equal(t["ttft_s"][0], [10.0, 50.0, 90.0])  # p5 and p99 are tails: not matched
+    assert t["ttft_s"][1] == pytest.approx([1.0, 5.0, 9.0])
+    assert np.isnan(t["e2e_s"][0]).all() and t["e2e_s"][1] == pytest.approx([3.0])
+    [run] = aggregate_runs("agg.parquet", _level(lengths=[("num_prompt_tokens", "mean", np.nan, 100),
+                                                          ("num_output_tokens", "mean", np.nan, 10)]),
+                           {}, ReplayConfig(), 0)
+    assert run.config.closed_loop.concurrency == 4 and run.name == "agg.parquet#0"
+
+
+def _aggregate_of(level: int, kind: str, value: float, measured: pd.DataFrame) -> pd.DataFrame:
+    """The aggregate a benchmark would report of ``measured`` (a per-request log): p10..p90 and
+    the mean of each latency, min/max and p5..p95 of each length."""
+    base = {"level": level, "level_kind": kind, "level_value": value, "num_requests": len(measured)}
+    rows = []
+    for m in LATENCIES:
+        v = measured[m].dropna().to_numpy(float)
+        rows += [{**base, "metric": m, "statistic": "quantile", "quantile_pct": float(q),
+                  "value_s": float(np.percentile(v, q))} for q in range(10, 100, 10)]
+        rows.append({**base, "metric": m, "statistic": "mean", "value_s": float(v.mean())})
+    for m in ("num_prompt_tokens", "num_output_tokens"):
+        v = measured[m].to_numpy(float)
+        rows += [{**base, "metric": m, "statistic": "quantile", "quantile_pct": float(q),
+                  "value_tokens": float(np.percentile(v, q))} for q in range(5, 100, 5)]
+        rows += [{**base, "metric": m, "statistic": s, "value_tokens": float(f(v))} for s, f in (("min", np.min),
+                                                                                                 ("max", np.max))]
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def cluster_fit():
+    """A known cluster (the demo's truth, 3 % step noise) measured at 2 and 24 clients; only the
+    aggregates of its logs are given to the fit."""
+    cfg = ReplayConfig(engine=EngineOptions(max_num_seqs=64, max_num_batched_tokens=2048))
+    frames = []
+    for k, clients in enumerate((2, 24)):
+        trace = synth_requests(300, 1.0, "lognormal:mean=800,sigma=0.8", "lognormal:mean=200,sigma=0.7", seed=k)
+        measured, _ = replay_frame(trace, NoisyCostModel(_model(TRUTH), 0.03, np.random.default_rng(k)),
+                                   cfg.with_options(concurrency=clients))
+        measured = trace.assign(**{m: measured[f"pred_{m}"] for m in LATENCIES})
+        frames.append(_aggregate_of(k, "concurrency", float(clients), measured))
+    frame = pd.concat(frames, ignore_index=True)
+    runs = aggregate_runs("cluster.parquet", frame, {}, cfg, None)
+    fixed = {"n_half_tokens": 64.0, "t_step_s": 4e-4, "t_seq_s": 2e-5}
+    return runs, fit_requests(runs, _model(), ("max",), metrics=LATENCIES, free=("eta_compute", "eta_mem"),
+                              fixed=fixed, jobs=1)[0]
+
+
+def test_a_fit_on_aggregates_holds_the_known_cluster_in_its_intervals(cluster_fit):
+    runs, fit = cluster_fit
+    assert [r.config.closed_loop.concurrency for r in runs] == [2, 24]
+    for n in ("eta_compute", "eta_mem"):
+        p = fit.params[n]
+        assert p.vary and p.ci95[0] <= TRUTH[n] <= p.ci95[1], (n, p.value, p.ci95)
+    # the residuals are per level, per matched statistic (p10..p90 and the mean)
+    assert set(fit.stats["residual_by_run"]["cluster.parquet#1"]["ttft_s"]) == \
+        {f"p{q}" for q in range(10, 100, 10)} | {"mean"}
+
+
+def test_a_fit_on_aggregates_is_not_told_the_wrong_cluster(cluster_fit):
+    """The power check: the same aggregates with every latency 30 % slower do not hold the truth."""
+    runs, _ = cluster_fit
+    slow = [Run(r.name, r.trace, r.config, r.metadata, None, None,
+                {m: (q, 1.3 * v) for m, (q, v) in r.targets.items()}) for r in runs]
+    fit = fit_requests(slow, _model(), ("max",), metrics=LATENCIES, free=("eta_compute", "eta_mem"),
+                       fixed={"n_half_tokens": 64.0, "t_step_s": 4e-4, "t_seq_s": 2e-5}, jobs=1)[0]
+    assert not all(fit.params[n].ci95[0] <= TRUTH[n] <= fit.params[n].ci95[1] for n in ("eta_compute", "eta_mem"))
+
+
+def test_a_calibration_from_the_llmperf_summary_says_so_and_scores_on_the_runs_requests(real_data_dir, tmp_path):
+    """calibrate validate: fitted on the summary, scored on the same run's per-request file."""
+    agg, log, cal = tmp_path / "agg.parquet", tmp_path / "log.parquet", tmp_path / "cal.json"
+    invoke_servecal("traces", "import", "summary", "llmperf",
+                    real_data_dir / "llmperf_leaderboard_anyscale_llama2_70b_summary.json", "-o", agg)
+    invoke_servecal("traces", "import", "llmperf",
+                    real_data_dir / "llmperf_leaderboard_anyscale_llama2_70b_individual.json",
+                    "--concurrency", "5", "-o", log)
+    res = invoke_servecal("calibrate", "validate", "--fit-on", agg, "--score-on", log, "--concurrency", "5",
+                          "--model", "llama-2-70b", "--gpu", "h100-80gb", "--tp", "4", "--variants", "max",
+                          "--jobs", "1", "-o", cal)
+    assert res.exit_code == 0, res.output
+    saved = json.loads(cal.read_text())
+    fit = saved["fit"]
+    assert "aggregate statistics" in fit["method"] and saved["source"]["kind"] == "aggregate_targets/1"
+    said = " ".join(fit["warnings"])
+    for words in ("fitted from aggregates", "one load level", "hosted API", "prefix-cache hits are unknown"):
+        assert words in said, words
+    assert set(fit["residual_by_run"][f"{agg}#0"]) == {"ttft_s", "e2e_s"}
+    assert set(fit["residual_by_run"][f"{agg}#0"]["ttft_s"]) == {"p25", "p50", "p75", "p90", "mean"}
+    rows = [line.split() for line in res.output.splitlines() if line.startswith(str(log)[-34:])]
+    assert len(rows) == 1 and rows[0][1] == "out"  # the requests the fit never saw, only their summary
+
+
+def test_run_specs_an_aggregate_cannot_honour_are_refused(tmp_path):
+    from calibrate.errors import FitError
+    from calibrate.runs import load_runs
+    from traces.io import read_trace
+
+    agg = tmp_path / "agg.parquet"
+    data = Path(__file__).parents[1] / "data" / "vllm_bench_summary.json"
+    assert invoke_servecal("traces", "import", "summary", "vllm-bench", data, "-o", agg).exit_code == 0
+    [run] = load_runs([str(agg)], ReplayConfig(), read_trace)
+    assert run.name == f"{agg}#0" and run.config.closed_loop.concurrency is None and len(run.trace) == 200
+    with pytest.raises(FitError, match=r"#3: no level 3 \(the file has 0\)"):
+        load_runs([f"{agg}#3"], ReplayConfig(), read_trace)
+    with pytest.raises(FitError, match="an aggregate has no arrival times to window"):
+        load_runs([f"{agg}@0:10"], ReplayConfig(), read_trace)
+    res = invoke_servecal("calibrate", "validate", "--fit-on", agg, "--score-on", agg, "--model", "llama-3.1-8b",
+                          "--gpu", "h100-80gb")
+    assert res.exit_code == 1 and "an aggregate has no measured requests to score" in " ".join(res.output.split())
+    assert "fitting" not in res.output  # refused before the fit
