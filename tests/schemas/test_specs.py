@@ -6,6 +6,7 @@ import json
 import pytest
 
 from schemas.errors import SpecError
+from schemas.hf_identity import SpecNote
 from schemas.specs import (
     CATALOG_DIR,
     GpuSpec,
@@ -151,7 +152,8 @@ def test_hf_config_qwen2_biases_and_tied_embeddings(tmp_path):
     cfg = {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960,
            "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
            "vocab_size": 151936, "max_position_embeddings": 131072, "tie_word_embeddings": True}
-    m = model_from_hf_config(write_json(tmp_path / "q" / "config.json", cfg))
+    with pytest.warns(SpecNote, match="named 'q' after its folder, a guess"):
+        m = model_from_hf_config(write_json(tmp_path / "q" / "config.json", cfg))
     assert m.num_params == 1_543_714_304          # Qwen2.5-1.5B, incl. q/k/v biases
     assert m.dtype_bytes == 2                     # no torch_dtype: bf16 assumed
 
@@ -163,7 +165,8 @@ def test_hf_config_qwen3_moe(tmp_path):
            "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
            "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
            "tie_word_embeddings": False, "decoder_sparse_step": 1, "mlp_only_layers": []}
-    m = model_from_hf_config(write_json(tmp_path / "a3b" / "config.json", cfg))
+    with pytest.warns(SpecNote, match="named 'a3b' after its folder, a guess"):
+        m = model_from_hf_config(write_json(tmp_path / "a3b" / "config.json", cfg))
     assert m.num_params == pytest.approx(30.5e9, rel=0.01)
     assert m.num_active_params == pytest.approx(3.3e9, rel=0.03)
     assert m.kv_bytes_per_token == 2 * 48 * 4 * 128 * 2
