@@ -158,7 +158,36 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
     stages (:mod:`replay.core.pipeline`); such a replay always takes the exact path (every step
     through the event heap), so ``exact_steps`` changes nothing there.
     """
-    eng, sched, closed, rec = cfg.engine, cfg.scheduling, cfg.closed_loop, cfg.record
+    sched, closed, rec = cfg.scheduling, cfg.closed_loop, cfg.record
+    engine, cost_model = _build_engine(cost_model, cfg, metadata)
+    frontend_s, stream_s = frontend_delays(cost_model, df)
+    with _gc_paused():  # no cycles here; collections would rescan every live request again and again
+        reqs = requests_from_frame(df, rec.token_times, sched.slo_ttft_s, sched.slo_tpot_s, frontend_s)
+        loop = None
+        if closed.concurrency is None:
+            engine.run(reqs if frontend_s is None else sorted(reqs, key=attrgetter("arrival_time_s")))
+        else:
+            loop = ClosedLoop(engine, reqs, closed.concurrency, closed.think_time_s, frontend_s, stream_s)
+            loop.run()
+        result = result_frame(df, reqs, rec.token_times, frontend_s, stream_s)
+        if loop is not None:
+            result["pred_arrival_time_s"] = send_times_column(len(df), loop.sent_at_s)
+        _add_engine_columns(result, engine, reqs, cfg.engine)
+        del reqs  # freed by reference counting before collections resume
+    return result, engine
+
+
+def _build_engine(cost_model: StepCostModel, cfg: ReplayConfig,
+                  metadata: dict | None) -> tuple[Engine, StepCostModel]:
+    """The engine :func:`replay_frame` runs (colocated, disaggregated, pipelined or both) and the
+    cost model of its (prefill) replicas, which prices the front end.
+
+    Raises
+    ------
+    ConfigError
+        As :func:`replay_frame`.
+    """
+    eng, sched = cfg.engine, cfg.scheduling
     decode_cost_model = None
     if cfg.disagg is not None:
         # each pool with its own TP (BR-23); the prefill pool's sizes the cache and swap time below
@@ -176,6 +205,38 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
         raise ConfigError("--pp with --data-parallel-size is not modelled (DP ranks step in lock step here)",
                           options=("pp", "dp"))
     pipelined = pp > 1 or pp_decode > 1
+    sched_cfg, engine_cfg = _engine_configs(cost_model, cfg, metadata, dp, pp, pipelined)
+    if decode_cost_model is not None:
+        m, pools = cost_model.model, cfg.disagg
+        decode_blocks = (resolve_num_gpu_blocks(eng, m, decode_cost_model.gpu, decode_cost_model.tp, pp_decode)
+                         // pp_decode)
+        if decode_blocks < 1:
+            raise ConfigError(f"--pp-decode {pp_decode}: each virtual engine needs at least one KV block")
+        kw = dict(model=m, decode_num_gpu_blocks=decode_blocks, link=link, prefill_replicas=pools.prefill_replicas,
+                  decode_replicas=pools.decode_replicas, first_token_from=pools.first_token_from,
+                  router=get_router(sched.router))
+        if pipelined:
+            return PipelineDisaggEngine(cost_model, decode_cost_model, sched_cfg, engine_cfg, pp_prefill=pp,
+                                        pp_decode=pp_decode, **kw), cost_model
+        return DisaggEngine(cost_model, decode_cost_model, sched_cfg, engine_cfg, **kw), cost_model
+    if pipelined:
+        return PipelineEngine(cost_model, factory, sched_cfg, engine_cfg, num_replicas=sched.replicas, pp=pp,
+                              router=get_router(sched.router)), cost_model
+    return Engine(cost_model, factory, sched_cfg, engine_cfg, num_replicas=sched.replicas,
+                  router=get_router(sched.router)), cost_model
+
+
+def _engine_configs(cost_model: StepCostModel, cfg: ReplayConfig, metadata: dict | None, dp: int, pp: int,
+                    pipelined: bool) -> tuple[SchedulerConfig, EngineConfig]:
+    """The scheduler's and the engine's settings of one (virtual) engine of a replica of ``dp``
+    lock-step ranks or ``pp`` pipeline stages (its KV blocks, limits and swap time per block, s).
+
+    Raises
+    ------
+    ConfigError
+        A KV cache of no block (per virtual engine).
+    """
+    eng, rec = cfg.engine, cfg.record
     # each of vLLM v0's pp virtual engines has its own scheduler and 1/pp of the replica's blocks
     blocks = resolve_num_gpu_blocks(eng, cost_model.model, cost_model.gpu, cost_model.tp, pp) * dp // pp
     if blocks < 1:
@@ -199,51 +260,24 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
                               record_step_requests=rec.step_requests, exact_steps=cfg.exact_steps or pipelined,
                               spec_acceptance_rate=eng.spec_acceptance_rate or 0.0, seed=eng.seed,
                               max_request_blocks=blocks // dp if dp > 1 else None)
-    if decode_cost_model is not None:
-        m, pools = cost_model.model, cfg.disagg
-        decode_blocks = (resolve_num_gpu_blocks(eng, m, decode_cost_model.gpu, decode_cost_model.tp, pp_decode)
-                         // pp_decode)
-        if decode_blocks < 1:
-            raise ConfigError(f"--pp-decode {pp_decode}: each virtual engine needs at least one KV block")
-        kw = dict(model=m, decode_num_gpu_blocks=decode_blocks, link=link, prefill_replicas=pools.prefill_replicas,
-                  decode_replicas=pools.decode_replicas, first_token_from=pools.first_token_from,
-                  router=get_router(sched.router))
-        if pipelined:
-            engine = PipelineDisaggEngine(cost_model, decode_cost_model, sched_cfg, engine_cfg, pp_prefill=pp,
-                                          pp_decode=pp_decode, **kw)
-        else:
-            engine = DisaggEngine(cost_model, decode_cost_model, sched_cfg, engine_cfg, **kw)
-    elif pipelined:
-        engine = PipelineEngine(cost_model, factory, sched_cfg, engine_cfg, num_replicas=sched.replicas, pp=pp,
-                                router=get_router(sched.router))
-    else:
-        engine = Engine(cost_model, factory, sched_cfg, engine_cfg, num_replicas=sched.replicas,
-                        router=get_router(sched.router))
-    frontend_s, stream_s = frontend_delays(cost_model, df)
-    with _gc_paused():  # no cycles here; collections would rescan every live request again and again
-        reqs = requests_from_frame(df, rec.token_times, sched.slo_ttft_s, sched.slo_tpot_s, frontend_s)
-        loop = None
-        if closed.concurrency is None:
-            engine.run(reqs if frontend_s is None else sorted(reqs, key=attrgetter("arrival_time_s")))
-        else:
-            loop = ClosedLoop(engine, reqs, closed.concurrency, closed.think_time_s, frontend_s, stream_s)
-            loop.run()
-        result = result_frame(df, reqs, rec.token_times, frontend_s, stream_s)
-        if loop is not None:
-            result["pred_arrival_time_s"] = send_times_column(len(df), loop.sent_at_s)
-        if isinstance(engine, DisaggEngine):
-            for col, values in engine.result_columns(len(df)).items():
-                result[col] = values
-        if eng.num_speculative_tokens:
-            for col, values in spec_columns(engine, len(df)).items():
-                result[col] = values
-        if eng.enable_prefix_caching:
-            cached = np.zeros(len(df), np.int64)
-            for r in reqs:
-                cached[r.index] = r.num_cached_tokens
-            result["pred_num_cached_tokens"] = cached
-        del reqs  # freed by reference counting before collections resume
-    return result, engine
+    return sched_cfg, engine_cfg
+
+
+def _add_engine_columns(result: pd.DataFrame, engine: Engine, reqs: list[Request], eng: EngineOptions) -> None:
+    """Add to ``result`` (one row per trace row) the columns of a disaggregated engine, of
+    speculative decoding and of prefix caching (``pred_num_cached_tokens``, tokens)."""
+    n = len(result)
+    if isinstance(engine, DisaggEngine):
+        for col, values in engine.result_columns(n).items():
+            result[col] = values
+    if eng.num_speculative_tokens:
+        for col, values in spec_columns(engine, n).items():
+            result[col] = values
+    if eng.enable_prefix_caching:
+        cached = np.zeros(n, np.int64)
+        for r in reqs:
+            cached[r.index] = r.num_cached_tokens
+        result["pred_num_cached_tokens"] = cached
 
 
 def run(trace, calibration, config: ReplayConfig | None = None, *, model: str | ModelSpec | None = None,

@@ -178,8 +178,25 @@ def iter_chrome_trace(engine, result: pd.DataFrame, window: tuple[float, float] 
     if len(engine.step_requests) != len(engine.steps):
         raise ValueError("the chrome trace needs an engine run with record_steps and record_step_requests")
     start, end = window if window is not None else (-math.inf, math.inf)
+    rows, num_in_window, end = _requests_in_window(result, start, end, max_requests)
+    for pid, name in enumerate(_process_names(engine)):
+        yield f'{{"ph":"M","name":"process_name","pid":{pid},"tid":0,"args":{{"name":"{name}"}}}}'
+        yield f'{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":0,"args":{{"sort_index":{pid}}}}}'
+        yield f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{_STEPS_TID},"args":{{"name":"steps"}}}}'
+    steps, step_ids = engine.steps, engine.step_requests
+    written = [k for k, (_, s, dur, *_) in enumerate(steps) if s <= end and s + dur >= start]
+    yield from _step_events(steps, step_ids, written, progress)
+    yield from _request_events(engine, result, rows, written, progress)
+    if summary is not None:
+        summary.update(num_requests=int(rows.size), num_in_window=num_in_window, num_steps=len(written),
+                       start_s=float(start), end_s=float(end))
 
-    # the requests: completed ones whose lifetime overlaps the window, by arrival
+
+def _requests_in_window(result: pd.DataFrame, start: float, end: float,
+                        max_requests: int | None) -> tuple[np.ndarray, int, float]:
+    """The rows of the completed requests whose lifetime overlaps ``[start, end]`` (seconds), by
+    arrival and cut to the first ``max_requests``; the count before the cut; the window's end
+    (the arrival of the first request cut, else ``end``)."""
     ok = (result["pred_status"] == OK).to_numpy(bool)
     arrival = result["arrival_time_s"].to_numpy(float)
     done = arrival + result["pred_e2e_s"].to_numpy(float)
@@ -189,24 +206,11 @@ def iter_chrome_trace(engine, result: pd.DataFrame, window: tuple[float, float] 
     if max_requests and rows.size > max_requests:
         end = float(arrival[rows[max_requests]])  # the window ends where the first request left out arrives
         rows = rows[:max_requests]
-    ids = result["request_id"].astype(str).to_numpy()
+    return rows, num_in_window, end
 
-    names = _process_names(engine)
-    for pid, name in enumerate(names):
-        yield f'{{"ph":"M","name":"process_name","pid":{pid},"tid":0,"args":{{"name":"{name}"}}}}'
-        yield f'{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":0,"args":{{"sort_index":{pid}}}}}'
-        yield f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{_STEPS_TID},"args":{{"name":"steps"}}}}'
 
-    # steps overlapping the window
-    steps, step_ids = engine.steps, engine.step_requests
-    written = [k for k, (_, s, dur, *_) in enumerate(steps) if s <= end and s + dur >= start]
-    # the first and the last written step of every request (dict updates run in C: the last write wins)
-    last_step: dict[str, int] = {}
-    first_step: dict[str, int] = {}
-    for k in written:
-        last_step.update(dict.fromkeys(step_ids[k], k))
-    for k in reversed(written):
-        first_step.update(dict.fromkeys(step_ids[k], k))
+def _step_events(steps: list, step_ids: list, written: list[int], progress):
+    """A slice on the ``steps`` thread and a ``tokens`` counter per written step (indices ``written``)."""
     dumps = json.dumps
     pf_at, dec_at = FIELD_INDEX["num_prefill_tokens"], FIELD_INDEX["num_decode_seqs"]
     kinds = step_kind([steps[k][pf_at] for k in written], [steps[k][dec_at] for k in written]).tolist()
@@ -224,18 +228,44 @@ def iter_chrome_trace(engine, result: pd.DataFrame, window: tuple[float, float] 
                f'"args":{{"prefill_tokens":{step[pf_at]},"decode_seqs":{step[dec_at]}}}}}')
         if progress is not None and n % _CHUNK == 0:
             progress.update(_CHUNK)
-    num_steps = len(written)
 
-    def step_where(k: int) -> tuple[int, float]:
-        """The process of step ``k`` and its middle, us: a flow binds there (its start is also
-        the previous step's end)."""
-        rid, s, dur = steps[k][:3]
-        return rid, (s + dur / 2) * _US
 
-    # requests on lanes; disaggregated, the decode side on the decode process
+def _first_last_steps(step_ids: list, written: list[int]) -> tuple[dict[str, int], dict[str, int]]:
+    """The first and the last written step of every request id (str)."""
+    # dict updates run in C: the last write wins
+    last_step: dict[str, int] = {}
+    first_step: dict[str, int] = {}
+    for k in written:
+        last_step.update(dict.fromkeys(step_ids[k], k))
+    for k in reversed(written):
+        first_step.update(dict.fromkeys(step_ids[k], k))
+    return first_step, last_step
+
+
+def _flow_events(steps: list, name: str, rq: str, pid: int, tid: int, a: float, k0: int, k1: int):
+    """A request's flow (JSON name ``name``, id ``rq``, lane ``tid`` of process ``pid``) from its
+    arrival ``a`` (seconds) to the middle of its first step ``k0`` and of its last step ``k1``
+    (a step's middle: its start is also the previous step's end)."""
+    fid = json.dumps(f"{pid}:{rq}")
+    yield f'{{"ph":"s","name":{name},"cat":"request","id":{fid},"pid":{pid},"tid":{tid},"ts":{a * _US:.3f}}}'
+    if k1 != k0:
+        p0, s0, d0 = steps[k0][:3]
+        yield (f'{{"ph":"t","name":{name},"cat":"request","id":{fid},"pid":{p0},"tid":{_STEPS_TID},'
+               f'"ts":{(s0 + d0 / 2) * _US:.3f}}}')
+    p1, s1, d1 = steps[k1][:3]
+    yield (f'{{"ph":"f","bp":"e","name":{name},"cat":"request","id":{fid},"pid":{p1},"tid":{_STEPS_TID},'
+           f'"ts":{(s1 + d1 / 2) * _US:.3f}}}')
+
+
+def _request_events(engine, result: pd.DataFrame, rows: np.ndarray, written: list[int], progress):
+    """The requests of ``rows`` on lanes with their parts and flows; disaggregated, the decode side
+    of each on its decode process (after all the prefill sides)."""
+    first_step, last_step = _first_last_steps(engine.step_requests, written)
+    steps, dumps = engine.steps, json.dumps
     transfers = getattr(engine, "transfers", None) or {}
     lanes, meta = _Lanes(), []
     # Python numbers (their repr is JSON), not numpy scalars
+    ids = result["request_id"].astype(str).to_numpy()
     queue = result["pred_queue_wait_s"].to_numpy(float).tolist()
     ttft = result["pred_ttft_s"].to_numpy(float).tolist()
     e2e = result["pred_e2e_s"].to_numpy(float).tolist()
@@ -243,15 +273,14 @@ def iter_chrome_trace(engine, result: pd.DataFrame, window: tuple[float, float] 
     prompt = result["num_prompt_tokens"].to_numpy(np.int64).tolist()
     output = result["num_output_tokens"].to_numpy(np.int64).tolist()
     preempt = result["pred_num_preemptions"].to_numpy(np.int64).tolist()
-    arrival_list = arrival.tolist()
+    arrival_list = result["arrival_time_s"].to_numpy(float).tolist()
     decode_side = []
     for n, i in enumerate(rows.tolist(), 1):
         rq, pid, a = ids[i], replica[i], arrival_list[i]
         sched, first, fin = a + queue[i], a + ttft[i], a + e2e[i]
         name = dumps(rq)
         t = transfers.get(i)
-        own_end = t.end_time_s if t is not None else fin
-        tid = lanes.take(pid, a, own_end, meta)
+        tid = lanes.take(pid, a, t.end_time_s if t is not None else fin, meta)
         yield from meta
         meta.clear()
         args = (f'{{"num_prompt_tokens":{prompt[i]},"num_output_tokens":{output[i]},"ttft_s":{ttft[i]!r},'
@@ -269,17 +298,9 @@ def iter_chrome_trace(engine, result: pd.DataFrame, window: tuple[float, float] 
         for part, x, y in parts:
             if y > x:
                 yield _x(f'"{part}"', "request", pid, tid, x, y)
-        k0, k1 = first_step.get(rq), last_step.get(rq)  # (step ids are the request ids as str)
+        k0 = first_step.get(rq)  # (step ids are the request ids as str)
         if k0 is not None:
-            fid = dumps(f"{pid}:{rq}")
-            yield f'{{"ph":"s","name":{name},"cat":"request","id":{fid},"pid":{pid},"tid":{tid},"ts":{a * _US:.3f}}}'
-            if k1 != k0:
-                p0, m0 = step_where(k0)
-                yield (f'{{"ph":"t","name":{name},"cat":"request","id":{fid},"pid":{p0},"tid":{_STEPS_TID},'
-                       f'"ts":{m0:.3f}}}')
-            p1, m1 = step_where(k1)
-            yield (f'{{"ph":"f","bp":"e","name":{name},"cat":"request","id":{fid},"pid":{p1},"tid":{_STEPS_TID},'
-                   f'"ts":{m1:.3f}}}')
+            yield from _flow_events(steps, name, rq, pid, tid, a, k0, last_step[rq])
         if progress is not None and n % _CHUNK == 0:
             progress.update(_CHUNK)
 
@@ -294,10 +315,6 @@ def iter_chrome_trace(engine, result: pd.DataFrame, window: tuple[float, float] 
         for part, x, y in (("decode queue", x_end, admitted), ("decode", admitted, fin)):
             if y > x:
                 yield _x(f'"{part}"', "request", pid, tid, x, y)
-
-    if summary is not None:
-        summary.update(num_requests=int(rows.size), num_in_window=num_in_window, num_steps=num_steps,
-                       start_s=float(start), end_s=float(end))
 
 
 def chrome_trace_events(engine, result: pd.DataFrame, window=None, max_requests: int | None = None) -> dict:

@@ -132,8 +132,8 @@ class DisaggEngine(Engine):
         self.model, self.link, self.first_token_from = model, link, first_token_from
         self.prefill_cost_model, self.decode_cost_model = prefill_cost_model, decode_cost_model
         self.cost_models = [prefill_cost_model] * p + [decode_cost_model] * d
-        self.schedulers = ([PrefillScheduler(first_token_from) for _ in range(p)]
-                           + [DecodeScheduler(self._decode_inputs_pending) for _ in range(d)])
+        self.prefill_schedulers = [PrefillScheduler(first_token_from) for _ in range(p)]
+        self.schedulers = [*self.prefill_schedulers, *(DecodeScheduler(self._decode_inputs_pending) for _ in range(d))]
         for state in self.replicas[p:]:
             state.kv = make_kv_cache(decode_num_gpu_blocks, engine_config.block_size)
         self.transfers: dict[int, Transfer] = {}
@@ -167,7 +167,7 @@ class DisaggEngine(Engine):
     def _after_step(self, rid: int, now: float) -> None:
         p = self.num_prefill_replicas
         if rid < p:
-            sched = self.schedulers[rid]
+            sched = self.prefill_schedulers[rid]
             moving = [r for r in sched.handed_over if r.status != OK]  # OK: a one-token request ended here
             sched.handed_over = []
             if moving:
@@ -177,7 +177,7 @@ class DisaggEngine(Engine):
                 for req in moving:
                     self._start_transfer(req, rid, now)
         elif self._unadmitted[rid - p]:
-            for req in self._batches[rid].requests:
+            for req in self._batches[rid].requests:  # type: ignore[union-attr]  # set: the step that just ended
                 t = self.transfers.get(req.index)
                 if t is not None and t.decode_admitted_time_s != t.decode_admitted_time_s:  # NaN: first time here
                     t.decode_admitted_time_s = req.last_scheduled_time_s
@@ -252,8 +252,10 @@ def pool_cost_models(cost_model: RooflineCostModel, tp_prefill: int | None, tp_d
         for opt, v in ((f"--tp-{name}", tp), (f"--pp-{name}", pp)):
             if v is not None and v < 1:
                 raise ConfigError(f"{opt} must be >= 1, not {v}")
-        changes = {k: v for k, v in (("tp", tp), ("pp", pp)) if v is not None and v != getattr(cost_model, k, 1)}
-        out.append(replace(cost_model, **changes) if changes else cost_model)
+        tp_pool = cost_model.tp if tp is None else tp
+        pp_pool = cost_model.pp if pp is None else pp
+        same = tp_pool == cost_model.tp and pp_pool == cost_model.pp
+        out.append(cost_model if same else replace(cost_model, tp=tp_pool, pp=pp_pool))
     return out[0], out[1]
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
@@ -91,9 +92,9 @@ class Engine:
         check_settings(engine_config, scheduler_config, num_replicas)
         self.cost_model = cost_model
         self.cost_models: list[StepCostModel] = [cost_model] * num_replicas
-        self.on_step_end = None
-        self.on_request_done = None
-        self.arrival_bound = None
+        self.on_step_end: Callable[[int, float], None] | None = None
+        self.on_request_done: Callable[[Request, float], None] | None = None
+        self.arrival_bound: Callable[[], float] | None = None
         self.config = engine_config
         self.replicas = [ReplicaState(i, scheduler_config,
                                       make_kv_cache(engine_config.num_gpu_blocks, engine_config.block_size,

@@ -33,12 +33,35 @@ and the fast path then agree by construction.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
 from schemas.step_record import step_features
 
 from .disagg import DisaggEngine
 from .engine import Engine, _not_finite
 from .events import STEP_END, WAKE
 from .routing import RoundRobinRouter, replica_load
+
+if TYPE_CHECKING:
+    from ..cost.cost_model import StepCostModel
+
+    class PipelinedCostModel(StepCostModel, Protocol):
+        """A cost model of a pipelined replica: a stage's step time and the transfer between stages."""
+
+        def pp_transfer_s(self, num_tokens: int) -> float:
+            """Time of one stage-to-stage activation transfer of ``num_tokens`` tokens, seconds."""
+            ...
+
+    # the mixin reads and overrides the engine's attributes and methods: typed as an Engine, a plain class at run time
+    _EngineBase = Engine
+else:
+    _EngineBase = object
+
+
+def _no_transfer(num_tokens: int) -> float:
+    """The stage-to-stage transfer of a replica of one stage: none (0 s; no stage boundary)."""
+    return 0.0
 
 
 class _Sized:
@@ -78,7 +101,7 @@ class ReplicaGroupView:
         self.kv = _GroupKV(members)
 
 
-class PipelineMixin:
+class PipelineMixin(_EngineBase):
     """The pipeline over an :class:`~replay.core.engine.Engine`'s replicas (module docstring).
 
     The engine's replicas are the virtual engines; consecutive ones form a pipelined replica
@@ -87,17 +110,21 @@ class PipelineMixin:
     replica id a request, a step row or a transfer reports (the group's).
     """
 
-    def _setup_pipeline(self, groups: list[tuple[int, int, object]], arrival_groups: int, router=None) -> None:
+    def _setup_pipeline(self, groups: list[tuple[int, int, PipelinedCostModel]], arrival_groups: int,
+                        router=None) -> None:
         """``groups``: ``(pp, virtual engines, cost model)`` per replica in replica-id order (the
         virtual engines are the next ``pp`` of :attr:`replicas`); arrivals go to the first
         ``arrival_groups`` of them, chosen by ``router`` (round robin by default)."""
-        self.group_of, self._stage_free, self._transfer_s, self._group_members = [], [], [], []
+        self.group_of: list[int] = []  # the replica (group) of each virtual engine
+        self._stage_free: list[list[float]] = []  # per group, when each stage is free, s
+        self._transfer_s: list[Callable[[int], float]] = []  # per group, tokens -> stage-to-stage transfer, s
+        self._group_members: list[list[int]] = []  # per group, its virtual engines
         for g, (pp, count, cost_model) in enumerate(groups):
             first = len(self.group_of)
             self.group_of.extend([g] * count)
             self._group_members.append(list(range(first, first + count)))
             self._stage_free.append([float("-inf")] * pp)
-            self._transfer_s.append(cost_model.pp_transfer_s if pp > 1 else None)
+            self._transfer_s.append(cost_model.pp_transfer_s if pp > 1 else _no_transfer)
         assert len(self.group_of) == len(self.replicas), "one group entry per virtual engine"
         self._views = [ReplicaGroupView(g, [self.replicas[v] for v in self._group_members[g]])
                        for g in range(arrival_groups)]

@@ -13,6 +13,7 @@ from schemas.status import NOT_SIMULATED, OK, because
 from schemas.step_record import FEATURE_NAMES, StepRow
 
 if TYPE_CHECKING:
+    from ..cost.cost_model import StepCostModel
     from .engine import Engine
     from .request import Request
 
@@ -89,7 +90,7 @@ def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = Fals
         stream = stream_per_token_s * np.maximum(out_tokens - 1, 0)
         ttft, e2e = ttft + fe, e2e + fe + stream
         outside = (np.where(np.isfinite(e2e), fe, np.nan), np.where(np.isfinite(e2e), stream, np.nan))
-    times = None
+    times: list[list[float] | None] | None = None  # per row, its token times relative to arrival, s
     if token_times:
         times = [None] * n
         for r in reqs:
@@ -149,7 +150,7 @@ def _recorded_cost_models(engine: Engine) -> list:
     group_of = getattr(engine, "group_of", None)
     if group_of is None:
         return engine.cost_models
-    first = {}
+    first: dict[int, StepCostModel] = {}
     for rid, g in enumerate(group_of):
         first.setdefault(g, engine.cost_models[rid])
     return [first[g] for g in sorted(first)]
