@@ -32,14 +32,3 @@ def real_data_dir() -> Path:
         pytest.skip(f"real data not found at {REAL_DATA_DIR}")
     return REAL_DATA_DIR
 
-
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``-n``, ``--dist loadgroup``), keep together the tests of a module that
-    builds a module-scoped fixture (an expensive fit, a real log imported once, a local Ray): one
-    worker builds it once. Every other test is spread over the workers one by one."""
-    shared = {item.module.__name__ for item in items
-              if any(d.scope in ("module", "package")
-                     for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs)}
-    for item in items:
-        if item.module.__name__ in shared:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
