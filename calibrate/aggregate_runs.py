@@ -118,11 +118,10 @@ def aggregate_runs(path: str, frame: pd.DataFrame, meta: dict, cfg, level: int |
         A level not in the file, a level with no latency statistic in :data:`MATCHED_PCT` or
         mean, or one whose lengths have no statistic.
     """
-    have = sorted(frame["level"].unique())
-    if level is not None and level not in have:
-        raise FitError(f"{path}#{level}: no level {level} (the file has {', '.join(map(str, have))})")
+    from .runs import chosen
+
     runs = []
-    for k in [level] if level is not None else have:
+    for k in chosen(frame, "level", level, f"{path}#{level}", "level"):
         rows = frame[frame["level"] == k]
         name = f"{path}#{k}"
         targets = level_targets(rows)

@@ -49,6 +49,15 @@ def parse_run_spec(spec: str) -> tuple[str, int | None, tuple[float, float] | No
     return path, (int(k) if sep else None), span
 
 
+def chosen(frame: pd.DataFrame, column: str, k: int | None, where: str, noun: str) -> list:
+    """The values of ``column`` a run spec ``FILE#K`` takes: ``[k]``, or every one in order
+    when ``k`` is None. Raises FitError naming ``where`` when the file has no ``k``."""
+    have = sorted(frame[column].unique())
+    if k is not None and k not in have:
+        raise FitError(f"{where}: no {noun} {k} (the file has {', '.join(str(x) for x in have)})")
+    return [k] if k is not None else have
+
+
 def load_runs(specs, cfg: ReplayConfig, read_trace, keep=frozenset()) -> list[Run]:
     """The runs of ``specs`` (``FILE[#K][@START:END]``, :func:`parse_run_spec`): one per file,
     or one per value of a log's ``benchmark`` column (GuideLLM sweeps), each replayed under
@@ -86,11 +95,8 @@ def load_runs(specs, cfg: ReplayConfig, read_trace, keep=frozenset()) -> list[Ru
         if k is not None or ("benchmark" in frame and frame["benchmark"].nunique() > 1):
             if "benchmark" not in frame:
                 raise FitError(f"{spec}: the file has no 'benchmark' column; give the file without #{k}")
-            have = sorted(frame["benchmark"].unique())
-            if k is not None and k not in have:
-                raise FitError(f"{spec}: no benchmark {k} (the file has {', '.join(str(x) for x in have)})")
             parts = []
-            for b in [k] if k is not None else have:
+            for b in chosen(frame, "benchmark", k, spec, "benchmark"):
                 part = frame[frame["benchmark"] == b]
                 part = part.assign(arrival_time_s=part["arrival_time_s"] - part["arrival_time_s"].min())
                 parts.append((f"{path}#{b}", part.sort_values("arrival_time_s", kind="stable").reset_index(drop=True)))
