@@ -21,7 +21,7 @@ import time
 
 from replay.config import ReplayConfig
 from replay.cost.cost_model import cost_model_from_calibration
-from replay.cost.cost_terms import ALL_TERMS
+from replay.cost.cost_terms import DEFAULT_TERMS
 from replay.plan import Axes, Calibrations, parse_slo, plan_deployments
 from replay.simulate import replay_frame
 from schemas.calibration import Calibration, FittedParam
@@ -38,7 +38,7 @@ SLO = "ttft_p90=500ms,tpot_p90=50ms"
 def calibration() -> Calibration:
     params = {k: FittedParam(v, ci95=CI[k]) for k, v in VALUES.items()}
     points = [{k: end} for k, (lo, hi) in CI.items() for end in (lo, hi)]
-    return Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, params, terms=list(ALL_TERMS),
+    return Calibration(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, params, terms=list(DEFAULT_TERMS),
                        engine=dict(ENGINE), band_points=points)
 
 

@@ -11,7 +11,7 @@ from schemas.specs import get_gpu, get_model, gpu_from_json, model_from_hf_confi
 from schemas.text import wrap, wrap_error
 from replay.cli.engine_settings import engine_sources, fill_engine_options
 from replay.cli.options import HARDWARE_SETTINGS, hardware_options as parallelism_options
-from replay.cost.cost_terms import ALL_TERMS, TERMS
+from replay.cost.cost_terms import DEFAULT_TERMS, TERMS
 from traces.cli.support import DataError
 
 
@@ -119,7 +119,7 @@ def hardware_options(fn):
         click.option("--gpu-spec", type=click.Path(dir_okay=False), default=None,
                      help="A JSON with name, peak_flops, mem_bandwidth_bytes_per_s, mem_bytes instead of --gpu."),
         parallelism,
-        click.option("--terms", default=",".join(ALL_TERMS), show_default=True,
+        click.option("--terms", default=",".join(DEFAULT_TERMS), show_default=True,
                      help="Cost terms of the step time (replay/cost/cost_terms.py)."),
         click.option("--fix", multiple=True, metavar="NAME=VALUE", help="Hold a parameter fixed (repeatable)."),
         click.option("--fix-from", type=click.Path(dir_okay=False), default=None, metavar="CAL",

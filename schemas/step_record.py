@@ -5,18 +5,26 @@ took, and its *features* (:data:`STEP_FEATURES`), the aggregates of its batch th
 model prices. The engine records a step as a plain tuple in this order (cheap in its hot
 loop); the step trace's columns (:data:`schemas.tables.STEP_COLUMNS`), the fits' inputs, the
 cost model's arguments and every reader that wants a field by name (:class:`StepRow`,
-:data:`FIELD_INDEX`) come from this one declaration. A feature's name is also the attribute
-of the engine's batch (:class:`replay.schedulers.base.Batch`) that holds it and the keyword
-of :meth:`replay.cost.cost_model.RooflineCostModel.step_time_s`.
+:data:`FIELD_INDEX`) come from this one declaration.
 
-Adding a feature: one :class:`StepField` in :data:`STEP_FEATURES` (the batch keeps its
-aggregate), then a cost term that reads it (:mod:`replay.cost.cost_terms`).
+A feature is *kept* or *derived*. A kept feature's name is the attribute of the engine's
+batch (:class:`replay.schedulers.base.Batch`) that sums it as requests are added, and a
+keyword of :meth:`replay.cost.cost_model.RooflineCostModel.step_time_s` (:data:`KEPT_NAMES`).
+A derived feature is a function of the kept ones (:attr:`StepField.derive`), evaluated
+wherever a step is priced: the step time computes it from its arguments (a step trace may
+omit its column) and the engine records it.
+
+Adding a derived feature and the term that prices it: one :class:`StepField` with its
+``derive`` in :data:`STEP_FEATURES`, one term class (:mod:`replay.cost.cost_terms`) that
+adds seconds per unit of it (``Coefficients.per_feature``), and their test. A kept feature
+also needs its sum in ``Batch.add``.
 """
 from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Callable
 
 import numpy as np
 
@@ -40,8 +48,13 @@ class StepField:
         Whether a step trace file must have the column; an optional feature missing from a
         file takes its :attr:`default`.
     default : str
-        How an absent optional feature is filled: ``"zero"``, ``"one_per_prefill"`` (1 when the
-        step has prefill tokens, else 0) or ``"num_decode_seqs"`` (equal to that feature).
+        How an absent optional kept feature is filled: ``"zero"``, ``"one_per_prefill"`` (1 when
+        the step has prefill tokens, else 0) or ``"num_decode_seqs"`` (equal to that feature).
+    derive : callable or None
+        None for a kept feature. For a derived one, ``derive(x) -> count``: ``x`` the kept
+        features (a :data:`KeptFeatures`, Python ints or int64 arrays of one shape, with
+        ``num_decode_tokens`` filled), the result of the same kind. A derived feature is
+        optional in a step trace and always computed from the kept ones when priced.
     """
 
     name: str
@@ -50,6 +63,7 @@ class StepField:
     doc: str
     required: bool = True
     default: str = "zero"
+    derive: Callable | None = None
 
     @property
     def is_time(self) -> bool:
@@ -84,27 +98,50 @@ STEP_FEATURES = (
 STEP_RECORD = STEP_WHERE_WHEN + STEP_FEATURES
 #: Names of the features, in record order.
 FEATURE_NAMES = tuple(f.name for f in STEP_FEATURES)
+#: The kept features (summed by the batch; the step time's arguments) and the derived ones.
+KEPT_FEATURES = tuple(f for f in STEP_FEATURES if f.derive is None)
+DERIVED_FEATURES = tuple(f for f in STEP_FEATURES if f.derive is not None)
+KEPT_NAMES = tuple(f.name for f in KEPT_FEATURES)
+if FEATURE_NAMES[:len(KEPT_NAMES)] != KEPT_NAMES:
+    raise TypeError("STEP_FEATURES declares the kept features first, then the derived ones")
 #: Position of each field in a recorded step tuple.
 FIELD_INDEX = {f.name: i for i, f in enumerate(STEP_RECORD)}
 #: A recorded step read by name (``StepRow._make(t)`` of an engine's tuple ``t``).
 StepRow = namedtuple("StepRow", [f.name for f in STEP_RECORD])  # type: ignore[misc]  # fields: STEP_RECORD
+#: The kept features by name: what a derived feature's ``derive`` reads.
+KeptFeatures = namedtuple("KeptFeatures", KEPT_NAMES)  # type: ignore[misc]  # fields: KEPT_NAMES
 
-#: The features of an object that holds them as attributes of the same names (the engine's
-#: batch), as a tuple in record order: ``(rid, start, duration) + step_features(batch)`` is a
-#: recorded step.
-step_features = attrgetter(*FEATURE_NAMES)
-
-_CONTEXT = FEATURE_NAMES.index("decode_context_tokens")
+_kept_of = attrgetter(*KEPT_NAMES)
+_CONTEXT = KEPT_NAMES.index("decode_context_tokens")
 
 
-def around_decode_context(features: tuple) -> tuple[tuple, tuple]:
-    """The features before and after ``decode_context_tokens`` (a run of decode steps that
-    differ only in it is recorded as ``before + (context,) + after``)."""
-    return features[:_CONTEXT], features[_CONTEXT + 1:]
+def step_features(batch) -> tuple:
+    """The features of an object that holds the kept ones as attributes of the same names (the
+    engine's batch), as a tuple in record order: ``(rid, start, duration) + step_features(batch)``
+    is a recorded step."""
+    kept = _kept_of(batch)
+    return kept + derived_features(kept) if DERIVED_FEATURES else kept
+
+
+def derived_features(kept: tuple) -> tuple:
+    """The derived features of a step whose kept features are ``kept`` (record order), as a tuple."""
+    x = KeptFeatures._make(kept)
+    return tuple(f.derive(x) for f in DERIVED_FEATURES)  # type: ignore[misc]  # derive is set on these
+
+
+def decode_run_features(batch, contexts: list) -> list[tuple]:
+    """The features of a run of decode steps of ``batch`` that differ only in their decode
+    context, ``contexts[i]`` tokens at step ``i``: one tuple per step, record order (the
+    derived features computed for each)."""
+    kept = _kept_of(batch)
+    before, after = kept[:_CONTEXT], kept[_CONTEXT + 1:]
+    if not DERIVED_FEATURES:
+        return [before + (c,) + after for c in contexts]
+    return [k + derived_features(k) for k in (before + (c,) + after for c in contexts)]
 
 
 def feature_arrays(columns) -> dict[str, np.ndarray]:
-    """The features of a step trace's rows, by name, as int64 arrays.
+    """The kept features of a step trace's rows (the step time's arguments), by name, as int64 arrays.
 
     Parameters
     ----------
@@ -115,12 +152,12 @@ def feature_arrays(columns) -> dict[str, np.ndarray]:
     Returns
     -------
     dict
-        Every feature of :data:`STEP_FEATURES`; an absent optional one filled by its
-        :attr:`StepField.default`.
+        Every kept feature (:data:`KEPT_NAMES`); an absent optional one filled by its
+        :attr:`StepField.default`. A derived feature is not read: the step time computes it.
     """
     out: dict[str, np.ndarray] = {}
     num_rows = len(columns[STEP_FEATURES[0].name])  # the first feature is required
-    for f in STEP_FEATURES:  # in record order: a default refers to an earlier feature
+    for f in KEPT_FEATURES:  # in record order: a default refers to an earlier feature
         given = np.asarray(columns[f.name], float) if f.name in columns else None
         if f.default == "one_per_prefill":
             fill = (out["num_prefill_tokens"] > 0).astype(np.int64)
@@ -130,3 +167,4 @@ def feature_arrays(columns) -> dict[str, np.ndarray]:
             fill = np.zeros(num_rows, np.int64)
         out[f.name] = fill if given is None else np.where(np.isnan(given), fill, given).astype(np.int64)
     return out
+

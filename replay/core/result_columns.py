@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from schemas.status import NOT_SIMULATED, OK, because
-from schemas.step_record import FEATURE_NAMES, StepRow
+from schemas.step_record import KEPT_NAMES, StepRow
 
 if TYPE_CHECKING:
     from ..cost.cost_model import StepCostModel
@@ -138,7 +138,7 @@ def steps_frame(engine: Engine) -> pd.DataFrame:
     parts: dict[str, np.ndarray] = {}
     for rid in np.unique(replica) if len(set(map(id, models))) > 1 else [None]:
         rows = slice(None) if rid is None else replica == rid
-        features = {name: frame[name].to_numpy(np.int64)[rows] for name in FEATURE_NAMES if name in frame}
+        features = {name: frame[name].to_numpy(np.int64)[rows] for name in KEPT_NAMES if name in frame}
         for term, t in models[0 if rid is None else rid].eval_components(**features).items():
             parts.setdefault(term, np.zeros(len(frame)))[rows] = t
     return frame.assign(**{f"t_{term}_s": t for term, t in parts.items()})

@@ -15,7 +15,7 @@ from schemas.calibration import Calibration
 from schemas.cost_params import PARAMS, CostParams
 from schemas.specs import GpuSpec, Link, ModelSpec, link_presets
 
-from .cost_terms import ALL_TERMS, TERMS, Coefficients, ReplicaShape
+from .cost_terms import DEFAULT_TERMS, TERMS, Coefficients, ReplicaShape
 from ..errors import ConfigError
 from .step_time import feature_arrays, step_time_function, unfolded
 
@@ -127,7 +127,7 @@ class RooflineCostModel:
     tp_link: Link = None  # type: ignore[assignment]  # None: the GPU's preset, set by __post_init__
     dp: int = 1
     expert_parallel: bool = False
-    terms: tuple = ALL_TERMS
+    terms: tuple = DEFAULT_TERMS
     pp: int = 1
     pp_link: Link = None  # type: ignore[assignment]  # None: tp_link, set by __post_init__
     if TYPE_CHECKING:  # set by __post_init__, not fields (pickled as the fields: __reduce__)

@@ -16,11 +16,17 @@ prefill chunks attend to. Derived (:data:`~replay.cost.step_time.FORMULA`): ``N`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from schemas.specs import GpuSpec, Link, ModelSpec
+from schemas.step_record import DERIVED_FEATURES
 
 from schemas.cost_params import CostParams
+
+
+#: Where a derived feature's time goes (:meth:`Coefficients.add_per_feature`).
+PARTS = ("compute", "memory", "serial")
+DERIVED_NAMES = tuple(f.name for f in DERIVED_FEATURES)
 
 
 @dataclass(frozen=True)
@@ -92,21 +98,39 @@ class Coefficients:
     overlap: float = 0.0
     comm_s: float = 0.0
     comm_per_token_s: float = 0.0
+    per_feature: dict = field(default_factory=dict)
 
     def as_tuple(self) -> tuple:
-        """The coefficients in declaration order (the hot path unpacks this)."""
-        return tuple(getattr(self, f.name) for f in fields(self))
+        """The scalar coefficients in declaration order (the hot path unpacks this)."""
+        return tuple(getattr(self, f.name) for f in fields(self) if f.name != "per_feature")
+
+    def add_per_feature(self, part: str, feature: str, seconds_per_unit: float) -> None:
+        """Add ``seconds_per_unit`` per unit of the derived feature ``feature`` to ``part``
+        (``"compute"``, ``"memory"`` or ``"serial"``).
+
+        Raises
+        ------
+        ValueError
+            An unknown part, or a feature that is not a derived one of the step record.
+        """
+        if part not in PARTS:
+            raise ValueError(f"part {part!r}: expected one of {', '.join(PARTS)}")
+        if feature not in DERIVED_NAMES:
+            raise ValueError(f"{feature!r} is not a derived feature of the step record ({', '.join(DERIVED_NAMES)})")
+        self.per_feature[part, feature] = self.per_feature.get((part, feature), 0.0) + seconds_per_unit
 
 
 class CostTerm:
     """One mechanism of the step time.
 
     Subclasses set ``name`` (the identifier stored in a calibration), ``params`` (the
-    names of :data:`replay.cost_params.PARAMS` they read) and implement :meth:`fold`.
+    names of :data:`replay.cost_params.PARAMS` they read) and implement :meth:`fold`; an
+    ``optional`` term is not in :data:`DEFAULT_TERMS` (``--terms`` names it to use it).
     """
 
     name: str = ""
     params: tuple = ()
+    optional: bool = False
 
     def fold(self, shape: ReplicaShape, p: CostParams, coef: Coefficients) -> None:
         """Add this term's contribution to ``coef`` for ``shape`` and parameter values ``p``."""
@@ -322,5 +346,5 @@ TERMS: dict[str, CostTerm] = {t.name: t for t in (
     TensorParallelComm(), ExpertParallelComm())}
 #: The seed's roofline (theory.md section 1) with a TP all-reduce: no attention FLOPs.
 SEED_TERMS = ("step_overhead", "dense_compute", "weight_memory", "kv_memory", "overlap", "tp_comm", "ep_comm")
-#: The full model, the default of fits and replays.
-ALL_TERMS = tuple(TERMS)
+#: The default of fits and replays: every term but the optional ones.
+DEFAULT_TERMS = tuple(name for name, term in TERMS.items() if not term.optional)

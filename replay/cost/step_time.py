@@ -8,7 +8,9 @@ same lines; only two operations are spelled apart (the fold's ``max``/``min``, w
 the same floats as numpy's, and the experts' ``miss ** N``, Python's ``pow`` on both), so
 the paths agree bit for bit.
 
-The features are the step record's (:data:`schemas.step_record.STEP_FEATURES`).
+The features are the step record's (:data:`schemas.step_record.STEP_FEATURES`): the kept
+ones are the arguments; a derived one a term prices (``Coefficients.per_feature``) is
+computed here from them.
 """
 from __future__ import annotations
 
@@ -16,20 +18,24 @@ from dataclasses import replace
 
 import numpy as np
 
+from schemas.step_record import DERIVED_FEATURES, KeptFeatures
+
 #: The folded step time, seconds, for a step of ``N > 0`` tokens (a step with none takes
 #: 0 s), in Python syntax: the coefficients (:class:`~replay.cost.cost_terms.Coefficients`, names
 #: without their ``_s`` unit) times the step's features ``P`` prefill tokens in ``S`` chunks,
 #: ``D`` decodes feeding ``Q`` positions (``Q = D`` without speculative decoding), ``C_d``
-#: the decodes' context and ``C_p`` the chunks' KV history. The README quotes it and a test
-#: evaluates it against the code.
+#: the decodes' context and ``C_p`` the chunks' KV history; ``c_x``, ``m_x`` and ``serial_x``
+#: the sums over the derived features ``x`` a term prices (``Coefficients.per_feature``; 0
+#: without such a term) of their seconds per unit times the step's ``x``. The README quotes
+#: it and a test evaluates it against the code.
 FORMULA = """\
 N = P + Q
 A = C_d + (Q - D) * (C_d / max(D, 1) + Q / (2 * max(D, 1))) + (P * C_p + P * P / 2) / max(S, 1)
 C = C_d + C_p + (Q - D)
-c = compute_per_token * N + compute + compute_per_pair * A
+c = compute_per_token * N + compute + compute_per_pair * A + c_x
 m = (memory + memory_per_context_token * C + memory_per_prefill_context_token * C_p
-     + memory_expert * (1 - expert_miss ** N))
-step = fixed + per_seq * (S + D) + max(c, m) + overlap * min(c, m) + (comm + comm_per_token * N)"""
+     + memory_expert * (1 - expert_miss ** N) + m_x)
+step = fixed + serial_x + per_seq * (S + D) + max(c, m) + overlap * min(c, m) + (comm + comm_per_token * N)"""
 
 
 def _pow_each(base: float, exponents: np.ndarray) -> np.ndarray:
@@ -87,6 +93,7 @@ def step_time_function(coef):
     for each (the same floats), and the engine's per-step call costs one Python call.
     """
     fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, overlap, k_0, k_tok = coef.as_tuple()
+    derived = _priced_derived(coef)
 
     def step_time_s(num_prefill_tokens, num_decode_seqs, decode_context_tokens, prefill_context_tokens=0,
                     num_prefill_seqs=None, num_decode_tokens=None):
@@ -113,14 +120,29 @@ def step_time_function(coef):
         m = m_0 + m_ctx * ctx + m_pctx * cp
         if m_exp:
             m = m + m_exp * (1.0 - (miss ** tokens if scalar else _pow_each(miss, tokens)))
+        start = fixed
+        if derived:
+            x = KeptFeatures._make((p, s, d, cd, cp, d if q is None else q))
+            for derive, k_c, k_m, k_serial in derived:
+                value = derive(x)
+                c, m, start = c + k_c * value, m + k_m * value, start + k_serial * value
         if scalar:
             body = c + overlap * m if c > m else m + overlap * c
         else:
             body = np.maximum(c, m) + overlap * np.minimum(c, m)
-        t = fixed + per_seq * (s + d) + body + (k_0 + k_tok * tokens)
+        t = start + per_seq * (s + d) + body + (k_0 + k_tok * tokens)
         return t if scalar else np.where(tokens > 0, t, 0.0)
 
     return step_time_s
+
+
+def _priced_derived(coef) -> tuple:
+    """``(derive, compute, memory, serial)`` seconds per unit of each derived feature ``coef``
+    prices (:attr:`~replay.cost.cost_terms.Coefficients.per_feature`), in record order."""
+    k = coef.per_feature
+    return tuple((f.derive, k.get(("compute", f.name), 0.0), k.get(("memory", f.name), 0.0),
+                  k.get(("serial", f.name), 0.0))
+                 for f in DERIVED_FEATURES if any((part, f.name) in k for part in ("compute", "memory", "serial")))
 
 
 def unfolded(coef):

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.cost.cost_model import RooflineCostModel
-from replay.cost.cost_terms import ALL_TERMS, TERMS
+from replay.cost.cost_terms import DEFAULT_TERMS, TERMS
 from schemas.cost_params import PARAMS, CostParams
 from schemas.specs import GpuSpec, Link, ModelSpec, get_gpu, get_model
 
@@ -209,7 +209,7 @@ def test_frontend_delays_request_latencies(tmp_path):
 
     trace = pd.DataFrame({"request_id": ["a", "b"], "arrival_time_s": [0.0, 10.0], "num_prompt_tokens": [100, 2000],
                           "num_output_tokens": [5, 5]})
-    base = _cm(ALL_TERMS, eta_compute=0.5, eta_mem=0.8)
+    base = _cm(DEFAULT_TERMS, eta_compute=0.5, eta_mem=0.8)
     fe = base.with_params(base.params.replace(t_frontend_s=0.02, t_frontend_per_prompt_token_s=1e-5,
                                               t_stream_per_token_s=1e-3))
     cfg = ReplayConfig(record=RecordOptions(token_times=True))

@@ -15,7 +15,7 @@ from calibrate.umbrella import main as servecal
 from replay.analysis.bands import prediction_row
 from replay.config import ReplayConfig
 from replay.cost.cost_model import RooflineCostModel, cost_model_from_calibration
-from replay.cost.cost_terms import ALL_TERMS
+from replay.cost.cost_terms import DEFAULT_TERMS
 from replay.cost.kv_capacity import kv_capacity_blocks
 from replay.plan import Axes, Calibrations, base_options, parse_slo, plan_deployments
 from replay.plan.advice import deciding_parameters, not_identified
@@ -47,7 +47,7 @@ def calibration(band_points=(), **params) -> Calibration:
     fitted["eta_compute"] = FittedParam(values["eta_compute"], identifiable=False, vary=False, ci95=(0.25, 1.0),
                                         bound="NOT IDENTIFIED (no effect on these data: any value in [0.25, 1] "
                                               "fits them equally); held at its declared value")
-    return Calibration(MODEL, GPU, 1, fitted, terms=list(ALL_TERMS), engine=dict(ENGINE),
+    return Calibration(MODEL, GPU, 1, fitted, terms=list(DEFAULT_TERMS), engine=dict(ENGINE),
                        band_points=[dict(p) for p in band_points])
 
 

@@ -152,7 +152,7 @@ def test_cost_model_prices_k_plus_1_positions_per_decode():
         full.step_time_s(0, 4, 400, num_decode_tokens=3)
 
 
-from replay.cost.cost_terms import ALL_TERMS as TERMS_ALL  # noqa: E402
+from replay.cost.cost_terms import DEFAULT_TERMS as TERMS_ALL  # noqa: E402
 
 
 def test_cost_model_without_drafts_is_bit_equal():

@@ -9,14 +9,14 @@ import pytest
 
 from replay.config import EngineOptions, RecordOptions, ReplayConfig
 from replay.cost.cost_model import RooflineCostModel
-from replay.cost.cost_terms import TERMS
+from replay.cost.cost_terms import DEFAULT_TERMS, TERMS
 from replay.report.step_terms import term_time_cells
 from replay.core.result_columns import steps_frame
 from replay.simulate import replay_frame
 from replay.cost.step_time import FORMULA
 from schemas.cost_params import CostParams
 from schemas.specs import GpuSpec, Link, ModelSpec, get_model
-from schemas.step_record import FEATURE_NAMES, STEP_RECORD, StepRow, feature_arrays
+from schemas.step_record import FEATURE_NAMES, KEPT_NAMES, STEP_RECORD, StepRow, feature_arrays
 from schemas.tables import STEP_COLUMNS
 
 GPU = GpuSpec(name="g", peak_flops=1e15, mem_bandwidth_bytes_per_s=2e12, mem_bytes=80 * 2**30)
@@ -29,8 +29,8 @@ def test_step_trace_columns_are_the_record():
     assert list(STEP_COLUMNS) == [f.name for f in STEP_RECORD] == list(StepRow._fields)
     assert STEP_COLUMNS["step_duration_s"][0].equals(STEP_COLUMNS["step_start_time_s"][0])  # float64 seconds
     assert str(STEP_COLUMNS["num_decode_tokens"][0]) == "int64" and not STEP_COLUMNS["num_decode_tokens"][1]
-    assert FEATURE_NAMES == ("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "decode_context_tokens",
-                             "prefill_context_tokens", "num_decode_tokens")
+    assert KEPT_NAMES == ("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "decode_context_tokens",
+                          "prefill_context_tokens", "num_decode_tokens") == FEATURE_NAMES[:6]
 
 
 def test_absent_optional_features_take_their_defaults():
@@ -44,10 +44,11 @@ def test_absent_optional_features_take_their_defaults():
     assert no_seqs["num_prefill_seqs"].tolist() == [0, 1]  # one chunk per step with prefill tokens
 
 
-def _evaluate_formula(coef, **features) -> float:
-    """FORMULA as written (the README's), on the coefficients' values (names without ``_s``)."""
-    names = {f.removesuffix("_s"): v for f, v in vars(coef).items()}
-    scope = {**names, **features}
+def _evaluate_formula(coef, c_x=0.0, m_x=0.0, serial_x=0.0, **features) -> float:
+    """FORMULA as written (the README's), on the coefficients' values (names without ``_s``);
+    ``c_x``, ``m_x``, ``serial_x`` the derived features' time by part."""
+    names = {f.removesuffix("_s"): v for f, v in vars(coef).items() if f != "per_feature"}
+    scope = {**names, **features, "c_x": c_x, "m_x": m_x, "serial_x": serial_x}
     exec(FORMULA, {}, scope)
     return scope["step"]
 
@@ -61,7 +62,7 @@ def test_the_written_formula_is_the_code(features):
     cm = RooflineCostModel(get_model("qwen3-30b-a3b"), GPU, CostParams(t_step_s=3e-4, t_seq_s=2e-5, overlap=0.3,
                                                                        n_half_tokens=50), tp=2, dp=2,
                            expert_parallel=True, tp_link=Link("l", 100e9, 5e-6))
-    assert all(v for v in vars(cm.coefficients).values())
+    assert all(cm.coefficients.as_tuple())
     f = features
     code = cm.step_time_s(f["P"], f["D"], f["C_d"], f["C_p"], f["S"], num_decode_tokens=f["Q"])
     assert code == pytest.approx(_evaluate_formula(cm.coefficients, **features), rel=1e-12)
@@ -109,7 +110,7 @@ def test_the_simulated_step_trace_has_each_terms_time():
     _, engine = replay_frame(trace, cm, cfg)
     steps = steps_frame(engine)
     assert list(steps.columns) == [n for n in StepRow._fields if n != "num_decode_tokens"] + [
-        f"t_{t}_s" for t in TERMS if t != "overlap"] + ["t_overlap_s"]
+        f"t_{t}_s" for t in DEFAULT_TERMS if t != "overlap"] + ["t_overlap_s"]
     terms = steps.filter(regex=r"^t_\w+_s$").sum(axis=1)
     np.testing.assert_allclose(terms, steps["step_duration_s"], rtol=1e-12)
     assert steps["num_prefill_tokens"].iloc[0] == 2048 and steps["t_overlap_s"].iloc[0] < 0
