@@ -19,14 +19,12 @@ import math
 from dataclasses import dataclass, field, fields
 
 from schemas.specs import GpuSpec, Link, ModelSpec
-from schemas.step_record import DERIVED_FEATURES
 
 from schemas.cost_params import CostParams
 
 
 #: Where a derived feature's time goes (:meth:`Coefficients.add_per_feature`).
 PARTS = ("compute", "memory", "serial")
-DERIVED_NAMES = tuple(f.name for f in DERIVED_FEATURES)
 
 
 @dataclass(frozen=True)
@@ -113,10 +111,13 @@ class Coefficients:
         ValueError
             An unknown part, or a feature that is not a derived one of the step record.
         """
+        from schemas.step_record import DERIVED_FEATURES  # here: the step record imports numpy, --help must not
+
         if part not in PARTS:
             raise ValueError(f"part {part!r}: expected one of {', '.join(PARTS)}")
-        if feature not in DERIVED_NAMES:
-            raise ValueError(f"{feature!r} is not a derived feature of the step record ({', '.join(DERIVED_NAMES)})")
+        derived = [f.name for f in DERIVED_FEATURES]
+        if feature not in derived:
+            raise ValueError(f"{feature!r} is not a derived feature of the step record ({', '.join(derived)})")
         self.per_feature[part, feature] = self.per_feature.get((part, feature), 0.0) + seconds_per_unit
 
 
