@@ -12,7 +12,8 @@ batch (:class:`replay.schedulers.base.Batch`) that sums it as requests are added
 keyword of :meth:`replay.cost.cost_model.RooflineCostModel.step_time_s` (:data:`KEPT_NAMES`).
 A derived feature is a function of the kept ones (:attr:`StepField.derive`), evaluated
 wherever a step is priced: the step time computes it from its arguments (a step trace may
-omit its column) and the engine records it.
+omit its column); the engine records the kept features and the step trace gets the derived
+ones from them (:func:`derived_columns`).
 
 Adding a derived feature and the term that prices it: one :class:`StepField` with its
 ``derive`` in :data:`STEP_FEATURES`, one term class (:mod:`replay.cost.cost_terms`) that
@@ -104,40 +105,40 @@ DERIVED_FEATURES = tuple(f for f in STEP_FEATURES if f.derive is not None)
 KEPT_NAMES = tuple(f.name for f in KEPT_FEATURES)
 if FEATURE_NAMES[:len(KEPT_NAMES)] != KEPT_NAMES:
     raise TypeError("STEP_FEATURES declares the kept features first, then the derived ones")
-#: Position of each field in a recorded step tuple.
-FIELD_INDEX = {f.name: i for i, f in enumerate(STEP_RECORD)}
+#: The fields the engine records for a step, as a tuple in this order (the derived features
+#: are computed from them when the step trace is built: :func:`derived_columns`).
+RECORDED = STEP_WHERE_WHEN + KEPT_FEATURES
+#: Position of each recorded field in a recorded step tuple.
+FIELD_INDEX = {f.name: i for i, f in enumerate(RECORDED)}
 #: A recorded step read by name (``StepRow._make(t)`` of an engine's tuple ``t``).
-StepRow = namedtuple("StepRow", [f.name for f in STEP_RECORD])  # type: ignore[misc]  # fields: STEP_RECORD
+StepRow = namedtuple("StepRow", [f.name for f in RECORDED])  # type: ignore[misc]  # fields: RECORDED
 #: The kept features by name: what a derived feature's ``derive`` reads.
 KeptFeatures = namedtuple("KeptFeatures", KEPT_NAMES)  # type: ignore[misc]  # fields: KEPT_NAMES
 
-_kept_of = attrgetter(*KEPT_NAMES)
+#: The kept features of an object that holds them as attributes of the same names (the
+#: engine's batch), as a tuple in record order: ``(rid, start, duration) + step_features(batch)``
+#: is a recorded step.
+step_features = attrgetter(*KEPT_NAMES)
+
 _CONTEXT = KEPT_NAMES.index("decode_context_tokens")
 
 
-def step_features(batch) -> tuple:
-    """The features of an object that holds the kept ones as attributes of the same names (the
-    engine's batch), as a tuple in record order: ``(rid, start, duration) + step_features(batch)``
-    is a recorded step."""
-    kept = _kept_of(batch)
-    return kept + derived_features(kept) if DERIVED_FEATURES else kept
+def around_decode_context(features: tuple) -> tuple[tuple, tuple]:
+    """The kept features before and after ``decode_context_tokens`` (a run of decode steps that
+    differ only in it is recorded as ``before + (context,) + after``)."""
+    return features[:_CONTEXT], features[_CONTEXT + 1:]
 
 
-def derived_features(kept: tuple) -> tuple:
-    """The derived features of a step whose kept features are ``kept`` (record order), as a tuple."""
-    x = KeptFeatures._make(kept)
-    return tuple(f.derive(x) for f in DERIVED_FEATURES)  # type: ignore[misc]  # derive is set on these
+def derived_columns(kept) -> dict[str, np.ndarray]:
+    """The derived features of steps, by name, as int64 arrays, in record order.
 
-
-def decode_run_features(batch, contexts: list) -> list[tuple]:
-    """The features of a run of decode steps of ``batch`` that differ only in their decode
-    context, ``contexts[i]`` tokens at step ``i``: one tuple per step, record order (the
-    derived features computed for each)."""
-    kept = _kept_of(batch)
-    before, after = kept[:_CONTEXT], kept[_CONTEXT + 1:]
-    if not DERIVED_FEATURES:
-        return [before + (c,) + after for c in contexts]
-    return [k + derived_features(k) for k in (before + (c,) + after for c in contexts)]
+    Parameters
+    ----------
+    kept : mapping name -> int64 array, every kept feature (:func:`feature_arrays`'s result
+        or a recorded step table's columns)
+    """
+    x = KeptFeatures(*(np.asarray(kept[name], np.int64) for name in KEPT_NAMES))
+    return {f.name: np.asarray(f.derive(x), np.int64) for f in DERIVED_FEATURES}  # type: ignore[misc]  # derived
 
 
 def feature_arrays(columns) -> dict[str, np.ndarray]:

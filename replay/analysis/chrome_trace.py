@@ -34,7 +34,7 @@ import pandas as pd
 from schemas.atomic import atomic_output
 from schemas.metrics import step_kind
 from schemas.status import OK
-from schemas.step_record import FEATURE_NAMES, FIELD_INDEX, STEP_WHERE_WHEN
+from schemas.step_record import FIELD_INDEX, KEPT_NAMES, STEP_WHERE_WHEN
 
 from ..errors import ConfigError
 
@@ -214,7 +214,7 @@ def _step_events(steps: list, step_ids: list, written: list[int], progress):
     dumps = json.dumps
     pf_at, dec_at = FIELD_INDEX["num_prefill_tokens"], FIELD_INDEX["num_decode_seqs"]
     kinds = step_kind([steps[k][pf_at] for k in written], [steps[k][dec_at] for k in written]).tolist()
-    features = ",".join(f'"{name}":{{}}' for name in FEATURE_NAMES)  # the step's features, in record order
+    features = ",".join(f'"{name}":{{}}' for name in KEPT_NAMES)  # the step's recorded features, in record order
     first = len(STEP_WHERE_WHEN)
     for n, k in enumerate(written, 1):
         step = steps[k]

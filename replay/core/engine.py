@@ -33,7 +33,7 @@ from functools import partial
 import numpy as np
 
 from schemas.status import REJECTED, because
-from schemas.step_record import decode_run_features, step_features
+from schemas.step_record import around_decode_context, step_features
 
 from ..cost.cost_model import StepCostModel
 from .decode_runs import DecodeRuns
@@ -341,8 +341,9 @@ class Engine:
         self._busy[rid] = True
         self._batches[rid] = batch
         if self.config.record_steps:  # the first step's features, the decode context of each
-            self.steps.extend((rid, s, d) + f for s, d, f in zip([now, *batch.run_end_times_s[:-1]], durations.tolist(),
-                                                                 decode_run_features(batch, ctx.tolist())))
+            before, after = around_decode_context(step_features(batch))
+            self.steps.extend((rid, s, d) + before + (c,) + after for s, d, c in
+                              zip([now, *batch.run_end_times_s[:-1]], durations.tolist(), ctx.tolist()))
             if self.config.record_step_requests:
                 ids = [r.request_id for r in reqs]
                 self.step_requests.extend([ids] * k)

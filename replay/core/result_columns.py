@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from schemas.status import NOT_SIMULATED, OK, because
-from schemas.step_record import KEPT_NAMES, StepRow
+from schemas.step_record import KEPT_NAMES, StepRow, derived_columns
 
 if TYPE_CHECKING:
     from ..cost.cost_model import StepCostModel
@@ -129,6 +129,7 @@ def steps_frame(engine: Engine) -> pd.DataFrame:
         preemption, which the engine adds to its step.
     """
     frame = pd.DataFrame(engine.steps, columns=list(StepRow._fields))
+    frame = frame.assign(**derived_columns(frame))
     if not engine.spec_tokens:
         frame = frame.drop(columns="num_decode_tokens")
     models = _recorded_cost_models(engine)

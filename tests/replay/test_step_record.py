@@ -16,7 +16,7 @@ from replay.simulate import replay_frame
 from replay.cost.step_time import FORMULA
 from schemas.cost_params import CostParams
 from schemas.specs import GpuSpec, Link, ModelSpec, get_model
-from schemas.step_record import FEATURE_NAMES, KEPT_NAMES, STEP_RECORD, StepRow, feature_arrays
+from schemas.step_record import DERIVED_FEATURES, FEATURE_NAMES, KEPT_NAMES, STEP_RECORD, StepRow, feature_arrays
 from schemas.tables import STEP_COLUMNS
 
 GPU = GpuSpec(name="g", peak_flops=1e15, mem_bandwidth_bytes_per_s=2e12, mem_bytes=80 * 2**30)
@@ -26,7 +26,8 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_step_trace_columns_are_the_record():
-    assert list(STEP_COLUMNS) == [f.name for f in STEP_RECORD] == list(StepRow._fields)
+    derived = [f.name for f in DERIVED_FEATURES]
+    assert list(STEP_COLUMNS) == [f.name for f in STEP_RECORD] == [*StepRow._fields, *derived]
     assert STEP_COLUMNS["step_duration_s"][0].equals(STEP_COLUMNS["step_start_time_s"][0])  # float64 seconds
     assert str(STEP_COLUMNS["num_decode_tokens"][0]) == "int64" and not STEP_COLUMNS["num_decode_tokens"][1]
     assert KEPT_NAMES == ("num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "decode_context_tokens",
@@ -109,7 +110,7 @@ def test_the_simulated_step_trace_has_each_terms_time():
     cfg = ReplayConfig(EngineOptions(max_num_batched_tokens=2048), record=RecordOptions(steps=True))
     _, engine = replay_frame(trace, cm, cfg)
     steps = steps_frame(engine)
-    assert list(steps.columns) == [n for n in StepRow._fields if n != "num_decode_tokens"] + [
+    assert list(steps.columns) == [n for n in STEP_COLUMNS if n != "num_decode_tokens"] + [
         f"t_{t}_s" for t in DEFAULT_TERMS if t != "overlap"] + ["t_overlap_s"]
     terms = steps.filter(regex=r"^t_\w+_s$").sum(axis=1)
     np.testing.assert_allclose(terms, steps["step_duration_s"], rtol=1e-12)

@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from schemas.tables import STEP_COLUMNS, STEP_TRACE, to_table
+from schemas.step_record import StepRow
+from schemas.tables import STEP_TRACE, to_table
 from traces.errors import TraceFormatError
 from traces.importers.llmservingsim_profile import (
     import_llmservingsim_profile,
@@ -109,7 +110,7 @@ def test_real_durations_positive_and_monotone_in_n_decode(real):
 
 def test_real_rows_are_sequential_and_valid(real):
     df, _ = real
-    assert list(df.columns) == list(STEP_COLUMNS)
+    assert list(df.columns) == list(StepRow._fields)  # the recorded fields (a profile has no CUDA graph)
     assert (df.replica_id == 0).all()
     assert df.step_start_time_s.iloc[0] == 0.0
     np.testing.assert_allclose(
@@ -218,7 +219,7 @@ def test_tiny_tool_layout(tiny):
     assert meta["rows_by_kind"] == {"prefill_only": 1, "decode_only": 3, "mixed": 1}
     assert meta["dropped_out_of_range"]["count"] == 1
     assert meta["source_files"]["attention"] == str(tiny / "tp1" / "attention.csv")
-    assert list(df.columns) == list(STEP_COLUMNS)
+    assert list(df.columns) == list(StepRow._fields)  # the recorded fields (a profile has no CUDA graph)
     # (T, S, attention) per kept row; the mixed row has T = 6, interpolated 4..8.
     expected = [_expected_us(1, 1, 2.0, 2), _expected_us(2, 2, 3.0, 2),
                 _expected_us(4, 4, 5.0, 2), _expected_us(4, 1, 4.0, 2),
@@ -231,7 +232,7 @@ def test_tiny_tool_layout(tiny):
     assert df.num_decode_seqs.tolist() == [1, 2, 4, 0, 2]
     assert df.decode_context_tokens.tolist() == [16, 32, 128, 0, 64]
     assert df.prefill_context_tokens.tolist() == [0, 0, 0, 0, 16]
-    assert all(df[c].dtype == np.int64 for c in STEP_COLUMNS if c.startswith(("num_", "decode",
+    assert all(df[c].dtype == np.int64 for c in StepRow._fields if c.startswith(("num_", "decode",
                                                                               "prefill", "replica")))
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from schemas.metrics import STEP_KINDS, step_kind
-from schemas.tables import STEP_COLUMNS
+from schemas.step_record import StepRow
 
 from ...errors import TraceError, TraceFormatError
 from .compose import (COMPOSITION, PER_LAYER_DENSE_CALLS, PER_STEP_DENSE, PER_STEP_SEQUENCE, covered_range,
@@ -166,7 +166,7 @@ def import_llmservingsim_profile(
         "prefill_context_tokens": kp.astype(np.int64),
         "num_decode_tokens": nd.astype(np.int64),  # no speculative decoding: one position per decode
     }
-    steps = pd.DataFrame({c: data[c] for c in STEP_COLUMNS})
+    steps = pd.DataFrame({c: data[c] for c in StepRow._fields})
     return steps, _metadata(meta, num_layers, tp, files, kind, dropped, ranges)
 
 
