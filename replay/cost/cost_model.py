@@ -146,6 +146,9 @@ class RooflineCostModel:
         unknown = [t for t in self.terms if t not in TERMS]
         if unknown:
             raise ConfigError(f"unknown cost term(s) {', '.join(unknown)}; known: {', '.join(TERMS)}")
+        missing = [f"{t} needs {r}" for t in self.terms for r in TERMS[t].requires if r not in self.terms]
+        if missing:
+            raise ConfigError(f"cost terms: {'; '.join(missing)} (it adds to that term's time)", options=("terms",))
         if not isinstance(self.params, CostParams):
             object.__setattr__(self, "params", CostParams(**self.params))
         if self.tp_link is None:  # the GPU's own interconnect

@@ -126,12 +126,14 @@ class CostTerm:
 
     Subclasses set ``name`` (the identifier stored in a calibration), ``params`` (the
     names of :data:`replay.cost_params.PARAMS` they read) and implement :meth:`fold`; an
-    ``optional`` term is not in :data:`DEFAULT_TERMS` (``--terms`` names it to use it).
+    ``optional`` term is not in :data:`DEFAULT_TERMS` (``--terms`` names it to use it); a term
+    that adds to another's time ``requires`` it (a cost model naming it alone is refused).
     """
 
     name: str = ""
     params: tuple = ()
     optional: bool = False
+    requires: tuple = ()
 
     def fold(self, shape: ReplicaShape, p: CostParams, coef: Coefficients) -> None:
         """Add this term's contribution to ``coef`` for ``shape`` and parameter values ``p``."""

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.cost.cost_model import RooflineCostModel
-from replay.cost.cost_terms import DEFAULT_TERMS, TERMS
+from replay.cost.cost_terms import DEFAULT_TERMS, TERMS, CostTerm
+from replay.errors import ConfigError
 from schemas.cost_params import PARAMS, CostParams
 from schemas.specs import GpuSpec, Link, ModelSpec, get_gpu, get_model
 
@@ -236,6 +237,7 @@ _features = st.tuples(st.integers(0, 8192), st.integers(0, 512), st.integers(0, 
 @st.composite
 def _cost_models(draw):
     terms = draw(st.sets(st.sampled_from(list(TERMS)), min_size=1))
+    terms |= {r for t in terms for r in TERMS[t].requires}
     params = {n: draw(s) for n, s in _param.items()}
     params["eta_compute"] = max(params["eta_compute"], PARAMS["eta_compute"].lower)
     params["eta_mem"] = max(params["eta_mem"], PARAMS["eta_mem"].lower)
@@ -334,3 +336,17 @@ def test_dp_a_request_needs_room_on_one_rank():
     res, _ = replay_frame(trace, cm, ReplayConfig(EngineOptions(max_num_seqs=8, max_num_batched_tokens=2048,
                                                                 num_gpu_blocks=200)))
     assert res["pred_status"].tolist() == ["rejected: exceeds KV cache capacity", "ok"]
+
+
+def test_a_term_that_adds_to_another_is_refused_without_it(monkeypatch):
+    class OnTopOfCompute(CostTerm):
+        name, requires = "on_top", ("dense_compute",)
+
+        def fold(self, shape, p, coef):
+            coef.compute_per_token_s += 1e-6
+
+    monkeypatch.setitem(TERMS, "on_top", OnTopOfCompute())
+    with pytest.raises(ConfigError, match="on_top needs dense_compute"):
+        RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), terms=("on_top", "weight_memory"))
+    assert RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-80gb"),
+                             terms=("dense_compute", "on_top")).coefficients.compute_per_token_s > 1e-6
