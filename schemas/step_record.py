@@ -22,6 +22,7 @@ also needs its sum in ``Batch.add``.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import namedtuple
 from dataclasses import dataclass
 from operator import attrgetter
@@ -79,6 +80,36 @@ STEP_WHERE_WHEN = (
     StepField("step_duration_s", "s", "", "duration of the step (forward pass, sampling, scheduling), seconds"),
 )
 
+#: vLLM v1's CUDA-graph capture sizes, tokens, at ``--max-num-seqs`` 256 or more (its default):
+#: 1, 2, 4, the multiples of 8 below 256, the multiples of 16 up to ``min(2 max_num_seqs, 512)``
+#: (vLLM's ``set_cudagraph_sizes``, v0.11).
+CUDAGRAPH_CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))
+_CAPTURE_SIZES = np.array(CUDAGRAPH_CAPTURE_SIZES)
+
+
+def cudagraph_padding_tokens(x):
+    """Tokens a step is padded with to replay the CUDA graph of the next capture size.
+
+    Parameters
+    ----------
+    x : KeptFeatures (Python ints or int64 arrays of one shape)
+
+    Returns
+    -------
+    int or int64 array
+        ``size - N`` for the smallest :data:`CUDAGRAPH_CAPTURE_SIZES` ``size >= N``, ``N = P + Q``
+        the step's tokens; 0 for a step of no tokens or of more than the largest size (run
+        without a graph). vLLM v1 pads a step's input to the graph's size (``pad_for_cudagraph``),
+        mixed and prefill steps too under its default ``FULL_AND_PIECEWISE`` mode.
+    """
+    n = x.num_prefill_tokens + x.num_decode_tokens
+    largest = CUDAGRAPH_CAPTURE_SIZES[-1]
+    if isinstance(n, np.ndarray):
+        size = _CAPTURE_SIZES[np.minimum(np.searchsorted(_CAPTURE_SIZES, n), len(_CAPTURE_SIZES) - 1)]
+        return np.where((n > 0) & (n <= largest), size - n, 0)
+    return CUDAGRAPH_CAPTURE_SIZES[bisect_left(CUDAGRAPH_CAPTURE_SIZES, n)] - n if 0 < n <= largest else 0
+
+
 #: The features of a step: the aggregates of its batch the cost model prices.
 STEP_FEATURES = (
     StepField("num_prefill_tokens", "tokens", "P", "prompt tokens computed in the step (all chunks)"),
@@ -93,6 +124,9 @@ STEP_FEATURES = (
               "positions the decodes feed: one each plus the draft tokens they verify (speculative "
               "decoding, vLLM's num_speculative_tokens); equal to num_decode_seqs without it", required=False,
               default="num_decode_seqs"),
+    StepField("num_padded_tokens", "tokens", "G",
+              "padding rows up to the step's CUDA-graph capture size (vLLM v1; cudagraph_padding_tokens)",
+              required=False, derive=cudagraph_padding_tokens),
 )
 
 #: Every field of a step, in record (and column) order.

@@ -175,10 +175,40 @@ class DenseCompute(CostTerm):
     params = ("eta_compute", "n_half_tokens")
 
     def fold(self, shape, p, coef):
-        per_token = 2.0 * shape.model.num_active_params / (
-            p["eta_compute"] * shape.gpu.peak_flops * shape.num_gpus * shape.pp)
+        per_token = _gemm_s_per_token(shape, p)
         coef.compute_per_token_s += per_token
         coef.compute_s += per_token * p["n_half_tokens"]
+
+
+def _gemm_s_per_token(shape: ReplicaShape, p: CostParams) -> float:
+    """Seconds of GEMM FLOPs per token, ``2 P_active / (eta_compute peak)`` over the replica's
+    GPUs, one stage's layers (seed section 1)."""
+    return 2.0 * shape.model.num_active_params / (p["eta_compute"] * shape.gpu.peak_flops * shape.num_gpus * shape.pp)
+
+
+class CudaGraphPadding(CostTerm):
+    """The GEMM FLOPs of the rows a CUDA graph pads a step with (optional; adds to dense_compute).
+
+    Notes
+    -----
+    vLLM v1 replays a step of ``N`` tokens, up to its largest capture size, in the CUDA graph
+    captured for the next size: the linear layers compute ``G`` padding rows
+    (:func:`schemas.step_record.cudagraph_padding_tokens`), priced per row as
+    :class:`DenseCompute` prices a token, ``2 P_active / (eta_compute peak)``, in the compute
+    part: with it the GEMMs see ``N + G`` rows, the capture size, never fewer as ``N`` grows.
+    The padding has no context: no attention pairs, no KV read, and the weights are read once
+    anyway. A DP replica is priced with the padding of its whole step (vLLM pads each rank's
+    share to a size the ranks agree on: approximate). Optional: name it in ``--terms`` for an
+    engine with CUDA graphs (not with ``--enforce-eager``).
+    """
+
+    name = "cudagraph_padding"
+    params = ("eta_compute",)
+    optional = True
+    requires = ("dense_compute",)
+
+    def fold(self, shape, p, coef):
+        coef.add_per_feature("compute", "num_padded_tokens", _gemm_s_per_token(shape, p))
 
 
 class AttentionCompute(CostTerm):
@@ -346,7 +376,7 @@ class ExpertParallelComm(CostTerm):
 #: Every term, by name.
 TERMS: dict[str, CostTerm] = {t.name: t for t in (
     StepOverhead(), DenseCompute(), AttentionCompute(), WeightMemory(), KVMemory(), PrefillAttentionKV(), Overlap(),
-    TensorParallelComm(), ExpertParallelComm())}
+    TensorParallelComm(), ExpertParallelComm(), CudaGraphPadding())}
 #: The seed's roofline (theory.md section 1) with a TP all-reduce: no attention FLOPs.
 SEED_TERMS = ("step_overhead", "dense_compute", "weight_memory", "kv_memory", "overlap", "tp_comm", "ep_comm")
 #: The default of fits and replays: every term but the optional ones.
