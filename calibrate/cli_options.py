@@ -104,6 +104,14 @@ def parse_names(text: str, known, option: str) -> tuple:
     return names
 
 
+def parse_terms(text: str) -> tuple:
+    """``--terms``: cost terms by name, or ``+NAME,...`` for the default ones and these."""
+    if not text.strip().startswith("+"):
+        return parse_names(text, list(TERMS), "--terms")
+    added = parse_names(text.replace("+", ""), list(TERMS), "--terms")
+    return DEFAULT_TERMS + tuple(n for n in added if n not in DEFAULT_TERMS)
+
+
 #: ``--tp``... at their declared defaults (1, no expert parallelism).
 parallelism = parallelism_options(pp_help=" (a step trace's durations are then one stage's)")
 
@@ -120,7 +128,8 @@ def hardware_options(fn):
                      help="A JSON with name, peak_flops, mem_bandwidth_bytes_per_s, mem_bytes instead of --gpu."),
         parallelism,
         click.option("--terms", default=",".join(DEFAULT_TERMS), show_default=True,
-                     help="Cost terms of the step time (replay/cost/cost_terms.py)."),
+                     help="Cost terms of the step time (replay/cost/cost_terms.py); +NAME,... adds optional "
+                          f"ones to these ({', '.join(n for n in TERMS if n not in DEFAULT_TERMS)})."),
         click.option("--fix", multiple=True, metavar="NAME=VALUE", help="Hold a parameter fixed (repeatable)."),
         click.option("--fix-from", type=click.Path(dir_okay=False), default=None, metavar="CAL",
                      help="Hold every parameter at this calibration's value (same GPU, any model) but those "
@@ -147,7 +156,7 @@ def cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, t
         raise click.UsageError("give exactly one of --gpu and --gpu-spec")
     gpu_s = get_gpu(gpu) if gpu else gpu_from_json(gpu_spec)
     return RooflineCostModel(model_spec, gpu_s, CostParams(), tp, dp=dp, expert_parallel=expert_parallel,
-                             terms=parse_names(terms, list(TERMS), "--terms"), pp=pp)
+                             terms=parse_terms(terms), pp=pp)
 
 
 def engine_options(replay_kwargs: dict, tp: int, dp: int, expert_parallel: bool, specs=(), pp: int = 1) -> tuple:

@@ -3,11 +3,15 @@ written formula, both evaluation paths, the engine's step trace and a step fit t
 
 The values come from vLLM v1's capture sizes (1, 2, 4, multiples of 8 below 256, of 16 up to
 512) and the dense GEMM FLOPs, ``2 P_active`` per token (seed section 1)."""
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
 from calibrate.step_fit import fit_steps
+from calibrate.umbrella import main as servecal
 from replay.config import EngineOptions, RecordOptions, ReplayConfig
 from replay.core.result_columns import steps_frame
 from replay.cost.cost_model import RooflineCostModel
@@ -18,6 +22,7 @@ from replay.simulate import replay_frame
 from schemas.cost_params import CostParams
 from schemas.specs import GpuSpec, ModelSpec
 from schemas.step_record import KEPT_NAMES, KeptFeatures, cudagraph_padding_tokens
+from schemas.tables import STEP_TRACE, to_table, write_table
 
 GPU = GpuSpec(name="g", peak_flops=1e15, mem_bandwidth_bytes_per_s=2e12, mem_bytes=80 * 2**30)
 LLAMA = ModelSpec(name="8b", num_params=8e9, num_active_params=8e9, num_layers=32, hidden_size=4096,
@@ -108,17 +113,41 @@ def test_the_engine_records_it_on_every_step():
     np.testing.assert_allclose(steps.filter(regex=r"^t_\w+_s$").sum(axis=1), steps["step_duration_s"], rtol=1e-12)
 
 
-def test_a_step_fit_prices_it_from_the_kept_columns():
-    """Steps of 1-600 tokens timed with the term (1 % noise), the padding column dropped: the fit
-    with the term recovers eta_compute within 2 % and fits better than the one without."""
-    rng = np.random.default_rng(2)
-    n = 400
+def _padded_steps(n: int, seed: int) -> pd.DataFrame:
+    """Steps of 1-600 tokens timed with the term, 1 % noise; no padding column."""
+    rng = np.random.default_rng(seed)
     p = np.where(rng.random(n) < 0.6, rng.integers(260, 600, n), 0)
     d = np.where(p > 0, rng.integers(0, 4, n), rng.integers(1, 64, n))
     cd = d * rng.integers(100, 2000, n)
-    steps = pd.DataFrame({"num_prefill_tokens": p, "num_prefill_seqs": (p > 0).astype(int), "num_decode_seqs": d,
-                          "decode_context_tokens": cd, "step_duration_s":
-                              _cm().step_time_s(p, d, cd) * rng.lognormal(0.0, 0.01, n)})
+    return pd.DataFrame({"replica_id": 0, "step_start_time_s": np.arange(n) * 0.05, "num_prefill_tokens": p,
+                         "num_prefill_seqs": (p > 0).astype(int), "num_decode_seqs": d, "decode_context_tokens": cd,
+                         "step_duration_s": _cm().step_time_s(p, d, cd) * rng.lognormal(0.0, 0.01, n)})
+
+
+def test_calibrate_fit_adds_it_to_the_default_terms(tmp_path):
+    steps = tmp_path / "steps.parquet"
+    write_table(to_table(STEP_TRACE, _padded_steps(300, 3)), steps)
+    model = ["--model-config", tmp_path / "config.json", "--gpu-spec", tmp_path / "gpu.json"]
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "torch_dtype": "bfloat16",
+        "max_position_embeddings": 8192}))
+    (tmp_path / "gpu.json").write_text(json.dumps({"name": "g", "peak_flops": 1e15, "mem_bandwidth_bytes_per_s": 2e12,
+                                                   "mem_bytes": 80 * 2**30}))
+    res = CliRunner().invoke(servecal, [str(a) for a in ["calibrate", "fit", steps, *model, "--terms",
+                                                         "+cudagraph_padding", "-o", tmp_path / "cal.json"]])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "cal.json").read_text())["terms"] == [*DEFAULT_TERMS, "cudagraph_padding"]
+    alone = CliRunner().invoke(servecal, [str(a) for a in ["calibrate", "fit", steps, *model, "--terms",
+                                                           "cudagraph_padding", "-o", tmp_path / "c2.json"]])
+    assert alone.exit_code == 2 and "cudagraph_padding needs dense_compute" in alone.output
+    assert not (tmp_path / "c2.json").exists()
+
+
+def test_a_step_fit_prices_it_from_the_kept_columns():
+    """Steps of 1-600 tokens timed with the term (1 % noise), the padding column dropped: the fit
+    with the term recovers eta_compute within 2 % and fits better than the one without."""
+    steps = _padded_steps(400, 2)
     assert set(KEPT_NAMES) - set(steps) == {"prefill_context_tokens", "num_decode_tokens"}
     start = CostParams(eta_compute=0.3, eta_mem=0.6, t_step_s=1e-4, n_half_tokens=0.0)
     fixed = {"n_half_tokens": 0.0, "t_seq_s": 0.0}
