@@ -2,8 +2,8 @@
 
 A step is described by the fields of :data:`STEP_RECORD`: where and when it ran, how long it
 took, and its *features* (:data:`STEP_FEATURES`), the aggregates of its batch that the cost
-model prices. The engine records a step as a plain tuple in this order (cheap in its hot
-loop); the step trace's columns (:data:`schemas.tables.STEP_COLUMNS`), the fits' inputs, the
+model prices. The engine records a step as a plain tuple of its :data:`RECORDED` fields
+(cheap in its hot loop); the step trace's columns (:data:`schemas.tables.STEP_COLUMNS`), the fits' inputs, the
 cost model's arguments and every reader that wants a field by name (:class:`StepRow`,
 :data:`FIELD_INDEX`) come from this one declaration.
 
