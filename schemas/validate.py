@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from .errors import Problem, ValidationError
 from .status import OK
-from .step_record import FEATURE_NAMES
+from .step_record import DERIVED_FEATURES, FEATURE_NAMES, KEPT_NAMES, derived_columns, feature_arrays
 from .tables import (AGGREGATE_LATENCIES, AGGREGATE_LENGTHS, AGGREGATE_LEVEL_KINDS, AGGREGATE_STATISTICS,
                      AGGREGATE_TARGETS, COLUMNS_BY_KIND, REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE, VLLM_STATS,
                      table_kind)
@@ -130,6 +130,8 @@ def validate(table: pa.Table, path: str, kind: str | None = None) -> pa.Table:
         _request_rules(cols, num, problems)
     if kind == AGGREGATE_TARGETS and not problems:
         _aggregate_rules(table.select(list(cols)).to_pandas(), problems)
+    if kind == STEP_TRACE and not problems:
+        _derived_rules(num, problems)
     if problems:
         raise ValidationError(path, problems)
     out = table
@@ -212,6 +214,21 @@ def _magnitude_rules(num, problems: list[Problem]) -> None:
         v = num(name)
         if v is not None and (bad := np.nan_to_num(v) > MAX_TOKENS).any():
             problems.append(_problem(f"is above {MAX_TOKENS:.0e}", name, bad, "a plausible count of tokens"))
+
+
+def _derived_rules(num, problems: list[Problem]) -> None:
+    """A step trace's derived feature columns (:data:`~schemas.step_record.DERIVED_FEATURES`), where
+    present, hold what their ``derive`` gives from the row's kept features (the fits and the step
+    time use the derived value: a file that says otherwise is refused, not silently overridden)."""
+    given = {f.name: v for f in DERIVED_FEATURES if (v := num(f.name)) is not None}
+    if not given:
+        return
+    derived = derived_columns(feature_arrays({n: v for n in KEPT_NAMES if (v := num(n)) is not None}))
+    for name, v in given.items():
+        if (bad := v != derived[name]).any():
+            row = int(np.argmax(bad))
+            problems.append(_problem("differs from its value derived from the row's other features", name, bad,
+                                     f"the derived value (row {row}: {derived[name][row]}), or no column"))
 
 
 def _aggregate_rules(df, problems: list[Problem]) -> None:

@@ -17,7 +17,10 @@ from replay.cost.step_time import FORMULA
 from schemas.cost_params import CostParams
 from schemas.specs import GpuSpec, Link, ModelSpec, get_model
 from schemas.step_record import DERIVED_FEATURES, FEATURE_NAMES, KEPT_NAMES, STEP_RECORD, StepRow, feature_arrays
-from schemas.tables import STEP_COLUMNS
+from schemas.errors import ValidationError
+from schemas.step_record import derived_columns
+from schemas.tables import STEP_COLUMNS, STEP_TRACE, to_table
+from schemas.validate import validate
 
 GPU = GpuSpec(name="g", peak_flops=1e15, mem_bandwidth_bytes_per_s=2e12, mem_bytes=80 * 2**30)
 LLAMA = ModelSpec(name="8b", num_params=8e9, num_active_params=8e9, num_layers=32, hidden_size=4096,
@@ -150,3 +153,18 @@ def test_replay_steps_out_and_report_show_where_the_time_goes(tmp_path, monkeypa
     np.testing.assert_allclose(steps[terms].sum(axis=1), steps["step_duration_s"], rtol=1e-9)
     report = (tmp_path / "r.md").read_text()
     assert "## Where the time goes" in report and "| all steps |" in report
+
+
+def test_a_derived_column_must_be_its_derivation():
+    """A step trace may omit a derived feature; a value its kept features do not give is refused,
+    naming the column, the row and the derived value."""
+    kept = {"num_prefill_tokens": [390, 0, 0], "num_prefill_seqs": [1, 0, 0], "num_decode_seqs": [0, 9, 300],
+            "decode_context_tokens": [0, 900, 30_000]}
+    frame = pd.DataFrame({"replica_id": 0, "step_start_time_s": [0.0, 0.1, 0.2], "step_duration_s": 0.01, **kept})
+    name = DERIVED_FEATURES[0].name
+    derived = derived_columns(feature_arrays(kept))[name]
+    validate(to_table(STEP_TRACE, frame), "ok.parquet")
+    validate(to_table(STEP_TRACE, frame.assign(**{name: derived})), "ok.parquet")
+    with pytest.raises(ValidationError, match=rf"'{name}', row\(s\) 1: differs from its value derived .* "
+                                              rf"\(row 1: {derived[1]}\)"):
+        validate(to_table(STEP_TRACE, frame.assign(**{name: derived + [0, 1, 0]})), "off.parquet")
