@@ -7,6 +7,10 @@ whenever the cost model changes; a change that improves one run and worsens anot
 an improvement.
 
     python bench/fidelity.py [--data ../shared/data/real] [--out bench/FIDELITY.md] [--only NAME]
+                             [--add-terms NAME,...]
+
+``--add-terms`` puts optional cost terms on top of the default ones in every case (an
+experiment: bench/FIDELITY_cudagraph_padding.md is ``--add-terms cudagraph_padding``).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from calibrate.request_fit import fit_requests
 from calibrate.runs import load_runs, score_runs
 from calibrate.step_fit import fit_steps
 from replay.cost.cost_model import RooflineCostModel
+from replay.cost.cost_terms import DEFAULT_TERMS
 from replay.config import DisaggOptions, EngineOptions, ReplayConfig, SchedulingOptions
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
@@ -80,8 +85,12 @@ def imported(data: Path, tmp: Path) -> dict:
     return out
 
 
+#: Optional terms every case adds to the default ones (``--add-terms``).
+ADDED_TERMS: tuple = ()
+
+
 def cost_model(model: str, gpu: str, **kw) -> RooflineCostModel:
-    return RooflineCostModel(get_model(model), get_gpu(gpu), CostParams(), **kw)
+    return RooflineCostModel(get_model(model), get_gpu(gpu), CostParams(), terms=DEFAULT_TERMS + ADDED_TERMS, **kw)
 
 
 def errors(table: pd.DataFrame) -> dict:
@@ -302,7 +311,10 @@ def main():
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "real")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "FIDELITY.md")
     ap.add_argument("--only", default=None, help="Run only cases whose name contains this.")
+    ap.add_argument("--add-terms", default="", help="Optional cost terms added to the default ones, comma-separated.")
     args = ap.parse_args()
+    global ADDED_TERMS
+    ADDED_TERMS = tuple(n for n in args.add_terms.split(",") if n)
     with tempfile.TemporaryDirectory() as tmp:
         rows, slo = [], []
         for case in cases(imported(args.data, Path(tmp))):
