@@ -3,9 +3,9 @@
 A step is described by the fields of :data:`STEP_RECORD`: where and when it ran, how long it
 took, and its *features* (:data:`STEP_FEATURES`), the aggregates of its batch that the cost
 model prices. The engine records a step as a plain tuple of its :data:`RECORDED` fields
-(cheap in its hot loop); the step trace's columns (:data:`schemas.tables.STEP_COLUMNS`), the fits' inputs, the
-cost model's arguments and every reader that wants a field by name (:class:`StepRow`,
-:data:`FIELD_INDEX`) come from this one declaration.
+(cheap in its hot loop); the step trace's columns (:data:`schemas.tables.STEP_COLUMNS`), the
+fits' inputs, the cost model's arguments and every reader that wants a field by name
+(:class:`StepRow`, :data:`FIELD_INDEX`) come from this one declaration.
 
 A feature is *kept* or *derived*. A kept feature's name is the attribute of the engine's
 batch (:class:`replay.schedulers.base.Batch`) that sums it as requests are added, and a

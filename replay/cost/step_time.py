@@ -20,6 +20,8 @@ import numpy as np
 
 from schemas.step_record import DERIVED_FEATURES, KeptFeatures
 
+from .cost_terms import PARTS
+
 #: The folded step time, seconds, for a step of ``N > 0`` tokens (a step with none takes
 #: 0 s), in Python syntax: the coefficients (:class:`~replay.cost.cost_terms.Coefficients`, names
 #: without their ``_s`` unit) times the step's features ``P`` prefill tokens in ``S`` chunks,
@@ -137,12 +139,12 @@ def step_time_function(coef):
 
 
 def _priced_derived(coef) -> tuple:
-    """``(derive, compute, memory, serial)`` seconds per unit of each derived feature ``coef``
-    prices (:attr:`~replay.cost.cost_terms.Coefficients.per_feature`), in record order."""
+    """``(derive, compute, memory, serial)`` for each derived feature ``coef`` prices: its
+    function and its seconds per unit in each of :data:`~replay.cost.cost_terms.PARTS`
+    (:attr:`~replay.cost.cost_terms.Coefficients.per_feature`), in record order."""
     k = coef.per_feature
-    return tuple((f.derive, k.get(("compute", f.name), 0.0), k.get(("memory", f.name), 0.0),
-                  k.get(("serial", f.name), 0.0))
-                 for f in DERIVED_FEATURES if any((part, f.name) in k for part in ("compute", "memory", "serial")))
+    return tuple((f.derive, *(k.get((part, f.name), 0.0) for part in PARTS))
+                 for f in DERIVED_FEATURES if any((part, f.name) in k for part in PARTS))
 
 
 def unfolded(coef):
