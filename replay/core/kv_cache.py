@@ -127,16 +127,18 @@ def prompt_block_keys(block_hashes, num_prompt_tokens: int, block_size: int, has
     """
     if block_hashes is None:
         return []
-    num_hashes = len(block_hashes)
-    n_full = min(num_prompt_tokens, num_hashes * hash_block_size) // block_size
-    keys = []
-    chains: list[int] = []
-    for j in range(n_full):
-        i = ((j + 1) * block_size - 1) // hash_block_size
-        while len(chains) <= i:
-            chains.append(hash((chains[-1] if chains else 0, int(block_hashes[len(chains)]))))
-        keys.append(hash((chains[i], j)))
-    return keys
+    n_full = min(num_prompt_tokens, len(block_hashes) * hash_block_size) // block_size
+    if not n_full:
+        return []
+    used = block_hashes[:(n_full * block_size - 1) // hash_block_size + 1]  # the hash blocks the keys reach
+    chains = []
+    c = 0
+    for h in (used.tolist() if hasattr(used, "tolist") else used):  # an array's items as Python ints, at once
+        c = hash((c, int(h)))
+        chains.append(c)
+    if hash_block_size == block_size:  # one hash per engine block (i = j)
+        return [hash((c, j)) for j, c in enumerate(chains)]
+    return [hash((chains[((j + 1) * block_size - 1) // hash_block_size], j)) for j in range(n_full)]
 
 
 class PrefixCachingKVCache(KVCache):
@@ -250,7 +252,7 @@ class PrefixCachingKVCache(KVCache):
         """:meth:`allocate` if :meth:`can_allocate`; returns whether it did."""
         if not self.can_allocate(req, num_new_tokens, num_cached):
             return False
-        self.allocate(req, num_new_tokens, num_cached)
+        self._take(req, num_new_tokens, num_cached)
         return True
 
     def allocate(self, req: Request, num_new_tokens: int, num_cached: int = 0) -> None:
@@ -260,6 +262,10 @@ class PrefixCachingKVCache(KVCache):
         ``num_cached``. Newly filled full prompt blocks are registered in the cache.
         """
         assert self.can_allocate(req, num_new_tokens, num_cached), "allocate() without can_allocate()"
+        self._take(req, num_new_tokens, num_cached)
+
+    def _take(self, req: Request, num_new_tokens: int, num_cached: int) -> None:
+        """:meth:`allocate` once the blocks are known to be free (checked once, by the caller)."""
         held = self._held.get(req)
         if held is None:
             held = self._held[req] = [[], 0]

@@ -99,18 +99,20 @@ def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = Fals
                 times[r.index] = [t - shift + stream_per_token_s * i for i, t in enumerate(r.token_times_s)]
     from schemas.metrics import tpot_s
 
-    res = df.copy()
-    res["pred_queue_wait_s"] = qw
-    res["pred_ttft_s"] = ttft
-    res["pred_tpot_s"] = tpot_s(ttft, e2e, out_tokens)
-    res["pred_e2e_s"] = e2e
-    res["pred_replica_id"] = scattered(column("replica_id", np.int64), -1)
-    res["pred_num_preemptions"] = scattered(column("num_preemptions", np.int64), 0)
-    res["pred_status"] = scattered(status_sim, because(NOT_SIMULATED, "failed in trace"))
+    pred = {"pred_queue_wait_s": qw, "pred_ttft_s": ttft, "pred_tpot_s": tpot_s(ttft, e2e, out_tokens),
+            "pred_e2e_s": e2e, "pred_replica_id": scattered(column("replica_id", np.int64), -1),
+            "pred_num_preemptions": scattered(column("num_preemptions", np.int64), 0),
+            "pred_status": scattered(status_sim, because(NOT_SIMULATED, "failed in trace"))}
     if times is not None:
-        res["pred_token_times_s"] = times
+        pred["pred_token_times_s"] = times
     if outside is not None:
-        res["pred_frontend_s"], res["pred_stream_s"] = outside
+        pred["pred_frontend_s"], pred["pred_stream_s"] = outside
+    # one concat, not a column at a time (a fit replays thousands of times); a column the trace
+    # already has (a replay's result replayed) is overwritten in its place
+    new = {name: v for name, v in pred.items() if name not in df.columns}
+    res = pd.concat([df, pd.DataFrame(new, index=df.index)], axis=1)
+    for name in pred.keys() - new.keys():
+        res[name] = pred[name]
     return res
 
 

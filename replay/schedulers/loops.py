@@ -85,14 +85,13 @@ def schedule_running(state: ReplicaState, batch: Batch, budget) -> tuple:
             n = threshold  # a partial prefill, capped before the budget (NC-05)
         if n > budget:
             n = budget
-        while not kv.can_allocate(req, n):
+        while not kv.try_allocate(req, n):
             victim = running[-1]
             state.preempt(victim)
             preempted = True
             if victim is req:
                 break
         else:
-            kv.allocate(req, n)
             batch.add(req, n)
             budget -= n
             i += 1
