@@ -154,13 +154,12 @@ KeptFeatures = namedtuple("KeptFeatures", KEPT_NAMES)  # type: ignore[misc]  # f
 #: is a recorded step.
 step_features = attrgetter(*KEPT_NAMES)
 
-_CONTEXT = KEPT_NAMES.index("decode_context_tokens")
-
-
-def around_decode_context(features: tuple) -> tuple[tuple, tuple]:
-    """The kept features before and after ``decode_context_tokens`` (a run of decode steps that
-    differ only in it is recorded as ``before + (context,) + after``)."""
-    return features[:_CONTEXT], features[_CONTEXT + 1:]
+def around(features: tuple, name: str) -> tuple[tuple, tuple]:
+    """The kept ``features`` (a tuple in record order) before and after the one called ``name``:
+    a run of steps that differ only in it (the decode or prefill context) is recorded as
+    ``before + (value,) + after``."""
+    i = KEPT_NAMES.index(name)
+    return features[:i], features[i + 1:]
 
 
 def derived_columns(kept) -> dict[str, np.ndarray]:

@@ -1,12 +1,15 @@
-"""Closed-form decode runs: ``k`` identical decode steps of one replica priced in one call.
+"""Closed-form runs: ``k`` identical steps of one replica priced in one call.
 
-When a policy that declares ``decode_runs`` (:class:`~replay.schedulers.base.Scheduler`)
+Decode runs: when a policy that declares ``decode_runs`` (:class:`~replay.schedulers.base.Scheduler`)
 returns every running request as a decode, the same batch repeats, one token per request and
-step, until the next arrival, the first completion or the KV cache running out. The engine
-(:meth:`~replay.core.engine.Engine._start_decode_run`) asks :meth:`DecodeRuns.plan` how many such
-steps to take at once and when they end, then applies them in one go; the steps' durations
-are computed together and their end times accumulated in the same order as the step-by-step
-path, so both give the same timestamps.
+step, until the next arrival, the first completion or the KV cache running out. Prefill runs:
+when a policy that declares ``prefill_runs`` returns one prompt chunk of the only running
+request, with nothing waiting, the next steps feed its next chunks of the same size until the
+next arrival, its prompt's last chunk or the KV cache running out. The engine
+(:meth:`~replay.core.engine.Engine._start_run`) asks :meth:`DecodeRuns.plan` or
+:meth:`DecodeRuns.plan_prefill` how many such steps to take at once and when they end, then
+applies them in one go; the steps' durations are computed together and their end times
+accumulated in the same order as the step-by-step path, so both give the same timestamps.
 """
 from __future__ import annotations
 
@@ -93,11 +96,48 @@ class DecodeRuns:
                 return None
         ctx = batch.decode_context_tokens + b * np.arange(k, dtype=np.int64)
         durations = step_time_s(np.zeros(k, np.int64), np.full(k, b, np.int64), ctx, np.zeros(k, np.int64))
-        ends = np.cumsum(np.concatenate(([now], durations)))[1:]
-        if next_arrival < math.inf and ends[-1] < math.inf:  # the step ending at/after the next arrival is the last
-            j = int(np.searchsorted(ends, next_arrival, side="left"))
-            if j + 1 < k:
-                k = j + 1
-                if k <= 1:
-                    return None
-        return ends[:k], durations[:k], ctx[:k]
+        return _until_arrival(now, durations, ctx, next_arrival)
+
+    def plan_prefill(self, batch, kv, now: float, next_arrival_time_s) -> tuple | None:
+        """The run of prompt chunks the ``batch`` starting at ``now`` (seconds) can take, or None.
+
+        ``batch`` holds one chunk of ``n`` tokens of the replica's only running request and
+        nothing waits (the caller checked). The run's steps each feed the next ``n`` tokens and
+        none finishes the prompt (its last chunk, which emits the first token, is left to the
+        step-by-step path); it stops at the step that ends at or after the next arrival
+        (``next_arrival_time_s()``, as :meth:`plan`) and before a chunk whose KV blocks are not free.
+
+        Returns
+        -------
+        ends, durations, contexts : numpy.ndarray
+            The ``k >= 2`` steps' end times, durations (seconds) and prefill context tokens
+            (the KV each chunk attends to). The end times may not be finite (the caller checks).
+        """
+        req, n = batch.requests[0], batch.num_new_tokens[0]
+        c = req.num_computed_tokens
+        k = min((req.num_prompt_tokens + req.num_generated_tokens - c - 1) // n,  # chunks before the last
+                ((req.num_blocks + kv.num_free_blocks) * kv.block_size - c) // n)  # chunks whose blocks are free
+        if k < MIN_RUN:
+            return None
+        step_time_s = self.cost_model.step_time_s
+        next_arrival = next_arrival_time_s()
+        if next_arrival < math.inf and now + (MIN_RUN - 1) * step_time_s(n, 0, 0, c, 1) >= next_arrival:
+            return None  # step times only grow within a run (the context does)
+        ctx = c + n * np.arange(k, dtype=np.int64)
+        zeros = np.zeros(k, np.int64)
+        durations = step_time_s(np.full(k, n, np.int64), zeros, zeros, ctx, np.ones(k, np.int64))
+        return _until_arrival(now, durations, ctx, next_arrival)
+
+
+def _until_arrival(now: float, durations: np.ndarray, contexts: np.ndarray, next_arrival: float) -> tuple | None:
+    """End times of steps of ``durations`` from ``now``, accumulated one by one as the event loop
+    does, cut after the step that ends at or after ``next_arrival`` (its last); None below 2 steps."""
+    k = len(durations)
+    ends = np.cumsum(np.concatenate(([now], durations)))[1:]
+    if next_arrival < math.inf and ends[-1] < math.inf:  # the step ending at/after the next arrival is the last
+        j = int(np.searchsorted(ends, next_arrival, side="left"))
+        if j + 1 < k:
+            k = j + 1
+            if k <= 1:
+                return None
+    return ends[:k], durations[:k], contexts[:k]

@@ -33,7 +33,7 @@ from functools import partial
 import numpy as np
 
 from schemas.status import REJECTED, because
-from schemas.step_record import around_decode_context, step_features
+from schemas.step_record import around, step_features
 
 from ..cost.cost_model import StepCostModel
 from .decode_runs import DecodeRuns
@@ -47,7 +47,7 @@ from .request import Request
 from ..schedulers.base import Batch, ReplicaState, Scheduler, SchedulerConfig, capability
 from ..schedulers.implicit_decoders import lazy_decodes_for
 from .spec_decode import check_cost_models, end_spec_step, sample_accepted_drafts
-from .step_end import end_decode_run, end_step
+from .step_end import end_run, end_step
 
 
 class Engine:
@@ -286,12 +286,12 @@ class Engine:
                     self._busy[rid] = False
                     self._batches[rid] = None
                     return
-                if (not batch.num_prefill_seqs and self._decode_runs[rid] is not None and not swap_s
+                if (self._decode_runs[rid] is not None and not swap_s
                         and state.num_preemptions == preemptions  # a preempting step is followed by a re-admission try
-                        and len(batch.requests) == len(state.running)
-                        and capability(self.schedulers[rid], "decode_runs")):  # the policy's word, read every step
-                    if self._start_decode_run(rid, state, batch, now):
-                        return
+                        and len(batch.requests) == len(state.running)  # no implicit decoder
+                        and (not batch.num_prefill_seqs or len(batch.requests) == 1)  # decodes, or one prompt's chunk
+                        and self._start_run(rid, state, batch, now)):
+                    return
             if spec:  # the decodes feed their drafts too: priced by positions (StepCostModel)
                 duration = step_time_s(batch.num_prefill_tokens, batch.num_decode_seqs, batch.decode_context_tokens,
                                        batch.prefill_context_tokens, batch.num_prefill_seqs,
@@ -323,25 +323,33 @@ class Engine:
             self._push(end, STEP_END, rid)
             return
 
-    def _start_decode_run(self, rid: int, state: ReplicaState, batch: Batch, now: float) -> bool:
-        """Advance ``k > 1`` identical decode steps of the decode-only ``batch`` at once, as
-        :meth:`replay.core.decode_runs.DecodeRuns.plan` allows; False (nothing done) when it does not."""
-        runs = self._decode_runs[rid]
+    def _start_run(self, rid: int, state: ReplicaState, batch: Batch, now: float) -> bool:
+        """Advance ``k > 1`` steps of ``batch`` at once, a closed-form run (:mod:`replay.core.decode_runs`)
+        of decodes (``batch`` decodes every running request) or of prompt chunks (``batch`` is one
+        chunk of the only running request, nothing waits), as the policy's capability flag and
+        :class:`~replay.core.decode_runs.DecodeRuns` allow; False (nothing done) when they do not."""
+        runs, policy = self._decode_runs[rid], self.schedulers[rid]
         assert runs is not None  # the caller checked
-        run = runs.plan(batch, state.kv, now, self._next_arrival_time_s)
+        if not batch.num_prefill_seqs and capability(policy, "decode_runs"):  # the policy's word, read every step
+            run, varying = runs.plan(batch, state.kv, now, self._next_arrival_time_s), "decode_context_tokens"
+        elif (len(batch.requests) == batch.num_prefill_seqs == 1 and not state.waiting
+                and capability(policy, "prefill_runs")):
+            run, varying = runs.plan_prefill(batch, state.kv, now, self._next_arrival_time_s), "prefill_context_tokens"
+        else:
+            return False
         if run is None:
             return False
         ends, durations, ctx = run
         if not ends[-1] < math.inf:
             _not_finite(rid, now, float(ends[-1] - now))
         k, reqs, kv = len(ends), batch.requests, state.kv
-        for r in reqs:
-            kv.allocate(r, k)
+        for r, n in zip(reqs, batch.num_new_tokens):
+            kv.allocate(r, k * n)
         batch.run_end_times_s = ends.tolist()
         self._busy[rid] = True
         self._batches[rid] = batch
-        if self.config.record_steps:  # the first step's features, the decode context of each
-            before, after = around_decode_context(step_features(batch))
+        if self.config.record_steps:  # the first step's features but the context, that of each
+            before, after = around(step_features(batch), varying)
             self.steps.extend((rid, s, d) + before + (c,) + after for s, d, c in
                               zip([now, *batch.run_end_times_s[:-1]], durations.tolist(), ctx.tolist()))
             if self.config.record_step_requests:
@@ -379,8 +387,8 @@ class Engine:
         lazy = state.lazy
         # requests that emit their last token in this step (implicit decoders come back freed)
         done = lazy.end_step(state, batch, now) if lazy is not None else []
-        if batch.run_end_times_s is not None:  # a closed-form run of identical decode steps
-            end_decode_run(batch, kv, now, done)
+        if batch.run_end_times_s is not None:  # a closed-form run of identical steps
+            end_run(batch, kv, now, done)
         elif batch.requests and self.spec_tokens:
             end_spec_step(batch, kv, now, done, partial(self.accept_drafts, rid), self.spec_counts)
         elif batch.requests:

@@ -60,8 +60,8 @@ def tokens_left_after_step(state, batch, spec_tokens: int) -> int:
     """Fewest output tokens a request held by the replica of ``state`` must emit after its
     pending step ``batch`` (one token per decode and step; up to ``spec_tokens + 1`` under
     speculative decoding)."""
-    if batch.run_end_times_s is not None:
-        k = len(batch.run_end_times_s)
+    if batch.run_end_times_s is not None:  # a run of decodes emits one token a step; of prompt chunks, none
+        k = 0 if batch.num_prefill_seqs else len(batch.run_end_times_s)
         left = min(r.num_output_tokens - r.num_generated_tokens - k for r in batch.requests)
     elif spec_tokens:  # a decode feeding n positions emits up to n tokens
         left = min(r.num_output_tokens - r.num_generated_tokens

@@ -35,11 +35,16 @@ def end_step(batch, kv, now: float, done: list) -> None:
             done.append(req)
 
 
-def end_decode_run(batch, kv, now: float, done: list) -> None:
-    """Advance the requests of a closed-form run of ``k`` decode steps (``batch.run_end_times_s``)
-    that ended at ``now``: each emitted one token per step."""
+def end_run(batch, kv, now: float, done: list) -> None:
+    """Advance the requests of a closed-form run of ``k`` steps (``batch.run_end_times_s``) that
+    ended at ``now``: of decodes, each emitted one token per step; of prompt chunks (one
+    request's, :meth:`~replay.core.decode_runs.DecodeRuns.plan_prefill`), none emitted any."""
     ends = batch.run_end_times_s
     k = len(ends)
+    if batch.num_prefill_seqs:
+        for req, n in zip(batch.requests, batch.num_new_tokens):
+            req.num_computed_tokens += k * n
+        return
     for req in batch.requests:
         req.num_computed_tokens += k
         req.num_generated_tokens += k

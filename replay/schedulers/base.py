@@ -1,7 +1,7 @@
 """The scheduler contract: what a policy sees of a replica, what it returns, what it may declare.
 
 A scheduler is any object with ``schedule(now, state) -> Batch`` (:class:`Scheduler` states
-the whole contract, its two optional capability flags and their one lookup rule,
+the whole contract, its three optional capability flags and their one lookup rule,
 :func:`capability`). It sees a :class:`ReplicaState` and fills a :class:`Batch` under a
 :class:`SchedulerConfig`. The loops the built-in token-budget policies share are in
 :mod:`.loops`; the engine's implicit decoders (what ``implicit_decoders`` allows) in
@@ -215,9 +215,9 @@ class Scheduler(Protocol):
     share are in :mod:`replay.schedulers.loops`; :mod:`replay.schedulers.chunked` is a
     complete policy.
 
-    Two capability flags, both optional (absent: false), let the engine skip calls whose
+    Three capability flags, all optional (absent: false), let the engine skip calls whose
     answer it can predict; they change no timestamp, only the speed. A policy that declares
-    neither is asked at every step.
+    none is asked at every step.
 
     ``decode_runs``
         When :meth:`schedule` returns a batch in which every running request decodes (no
@@ -225,6 +225,12 @@ class Scheduler(Protocol):
         completes or the KV cache runs out; the engine may then advance such a run of steps
         in closed form (:mod:`replay.core.decode_runs`). Read at every such step, so it may be a
         property whose value changes (``disagg``'s decode instances).
+    ``prefill_runs``
+        When :meth:`schedule` returns a batch of one prompt chunk of the only running request
+        and nothing waits, it would return that request's next chunk, of the same size, until a
+        request arrives, the chunk is its prompt's last or the KV cache runs out; the engine may
+        then advance such a run in closed form (:meth:`~replay.core.decode_runs.DecodeRuns.plan_prefill`).
+        Read at every such step.
     ``implicit_decoders``
         :meth:`schedule` reads the running requests only through
         :func:`~replay.schedulers.loops.schedule_running` and, with nothing waiting, returns
@@ -246,8 +252,8 @@ class Scheduler(Protocol):
 
 
 def capability(scheduler, flag: str) -> bool:
-    """Whether ``scheduler`` declares the capability ``flag`` (``"decode_runs"`` or
-    ``"implicit_decoders"``): the engine's one lookup rule (see :class:`Scheduler`).
+    """Whether ``scheduler`` declares the capability ``flag`` (``"decode_runs"``, ``"prefill_runs"``
+    or ``"implicit_decoders"``): the engine's one lookup rule (see :class:`Scheduler`).
 
     The flag counts only when declared on the scheduler's own class or on the instance (not
     inherited); its value is then read from the instance (a property is evaluated).

@@ -28,6 +28,7 @@ class ChunkedScheduler:
     #: capability flags (what they promise, and the lookup rule: :class:`~.base.Scheduler`)
     implicit_decoders = True
     decode_runs = True
+    prefill_runs = True
 
     def schedule(self, now: float, state: ReplicaState) -> Batch:
         batch = Batch()

@@ -146,7 +146,7 @@ def test_fast_path_equals_step_by_step_in_closed_loop(trace, scheduler, budget, 
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_closed_form_runs_still_cover_most_steps(monkeypatch, replicas):
     run_steps = []
-    original = Engine._start_decode_run
+    original = Engine._start_run
 
     def counting(self, rid, state, batch, now):
         ok = original(self, rid, state, batch, now)
@@ -154,7 +154,7 @@ def test_closed_form_runs_still_cover_most_steps(monkeypatch, replicas):
             run_steps.append(len(batch.run_end_times_s))
         return ok
 
-    monkeypatch.setattr(Engine, "_start_decode_run", counting)
+    monkeypatch.setattr(Engine, "_start_run", counting)
     _, eng = replay_frame(_trace(300), COST, ReplayConfig(scheduling=SchedulingOptions(replicas=replicas),
                                                           closed_loop=ClosedLoopOptions(8)))
     assert sum(run_steps) > 0.5 * eng.num_steps
