@@ -16,7 +16,9 @@ workload. sched-sim 0.2.1 is timed too when installed (pip install sched-sim==0.
 synthetic step trace of {calibration_rows:,} rows (--calibration-rows), and the
 simulation-in-the-loop fit (its starts on every core) on one synthetic request log and on
 {calibration_logs} logs jointly (--calibration-logs), each of {calibration_requests:,} requests
-(--calibration-requests); all generated with known parameters (CAL_TRUTH).
+(--calibration-requests); all generated with known parameters (CAL_TRUTH); and, when
+../shared/data/real has it, the README's real CodeLlama-34B fit (`calibrate fit sweep.parquet#0
+--vllm-log ...`: 40 synchronous requests, long prompts in 64-token chunks, prefix caching).
 """
 from __future__ import annotations
 
@@ -30,6 +32,9 @@ from pathlib import Path
 
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
+#: The real files of the README's CodeLlama-34B recipe (a GuideLLM sweep and the server's log).
+README_SWEEP = "guidellm_results_codellama34b_prefill_sweep.json"
+README_LOG = "blis_eval_codellama34b_prefill_sweep_vllm.log"
 
 
 def cost_model():
@@ -255,6 +260,35 @@ def run_request_fit(args):
     return wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, fit.values(), replays, one
 
 
+def run_readme_fit(_args):
+    """The README's CodeLlama-34B fit ("Getting your production log in"): GuideLLM's synchronous
+    benchmark (40 requests, prompts ~3,000 tokens) under the vLLM log's settings (a 64-token
+    budget, prefix caching), through the CLI in this process. Only ``calibrate fit`` is timed.
+
+    Returns wall, peak RSS in MB, the fitted parameters, the number of replays and None (no
+    single replay is timed).
+    """
+    import json
+    import tempfile
+
+    from click.testing import CliRunner
+
+    from calibrate.umbrella import main as servecal
+
+    with tempfile.TemporaryDirectory() as d:
+        sweep, cal = Path(d) / "sweep.parquet", Path(d) / "codellama.json"
+        CliRunner().invoke(servecal, ["traces", "import", "guidellm", str(REAL / README_SWEEP), "-o", str(sweep)])
+        t = time.perf_counter()
+        res = CliRunner().invoke(servecal, ["calibrate", "fit", f"{sweep}#0", "--model", "codellama-34b", "--gpu",
+                                            "h100-80gb", "--vllm-log", str(REAL / README_LOG), "-o", str(cal)])
+        wall = time.perf_counter() - t
+        if res.exit_code:
+            raise RuntimeError(res.output)
+        saved = json.loads(cal.read_text())
+    values = {k: v["value"] for k, v in saved["params"].items()}
+    return wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, values, saved["fit"]["n_replays"], None
+
+
 def capacity_rps(n: int = 20000) -> float:
     """Completed requests/s of the chunked engine when every request is queued at once."""
     from replay.config import EngineOptions, ReplayConfig
@@ -352,6 +386,9 @@ def calibration_cases(args, cap: float) -> None:
     for k in sorted({1, logs}):
         wall, rss, fit, replays, one = in_process(run_request_fit, (n, 0.75 * cap, k))
         jobs.append((f"request fit, {k} log(s)", f"{k} x {n} req", wall, rss, replays, fit, one))
+    if (REAL / README_SWEEP).exists():
+        wall, rss, fit, replays, one = in_process(run_readme_fit, None)
+        jobs.append(("README CodeLlama sync fit", "40 req, budget 64", wall, rss, replays, fit, one))
     print("calibration: Llama-3.1-8B on one H100; request logs at 75 % of capacity (several: 50-110 %), "
           "max_num_seqs 256, max_num_batched_tokens 8192; all terms, variants max, sum, blend")
     print(f"{'job':>26} {'size':>16} {'wall_s':>7} {'/replay':>7} {'rss_MB':>6} {'replays':>7} "
