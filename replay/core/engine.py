@@ -343,8 +343,13 @@ class Engine:
         if not ends[-1] < math.inf:
             _not_finite(rid, now, float(ends[-1] - now))
         k, reqs, kv = len(ends), batch.requests, state.kv
-        for r, n in zip(reqs, batch.num_new_tokens):
-            kv.allocate(r, k * n)
+        if batch.num_prefill_seqs:  # chunk by chunk, as step by step: a chunk's new blocks may evict
+            req, n = reqs[0], batch.num_new_tokens[0]  # a cached copy of a later block of the same
+            for i in range(2, k + 1):  # prompt, which is then cached again where it is computed
+                kv.allocate(req, i * n)
+        else:
+            for r in reqs:
+                kv.allocate(r, k)
         batch.run_end_times_s = ends.tolist()
         self._busy[rid] = True
         self._batches[rid] = batch

@@ -112,3 +112,19 @@ def test_a_prefill_run_stops_before_a_chunk_whose_blocks_are_not_free_and_before
             ends, durations, ctx = run
             assert ctx.tolist() == [100 + 64 * i for i in range(k)]
             assert durations.tolist() == [COST.step_time_s(64, 0, 0, 100 + 64 * i, 1) for i in range(k)]
+
+
+def test_a_prefill_run_leaves_the_prefix_cache_as_step_by_step_does():
+    """Found by trying to break the runs: two prompts sharing 27 blocks contend for a 109-block
+    cache, then a probe of r1's first 28 blocks arrives alone. A prefill run that took all its
+    chunks' blocks at once evicted a cached copy of one of its own later blocks before reaching
+    it, then cached it itself: the probe hit 448 tokens instead of 432 (27 blocks) and was
+    priced one step short. The run now takes its chunks' blocks chunk by chunk."""
+    r1 = list(range(27)) + list(range(100, 145))
+    trace = pd.DataFrame({"request_id": ["r0", "r1", "probe"], "arrival_time_s": [0.0, 0.0004, 40.0],
+                          "num_prompt_tokens": [676, 1156, 449], "num_output_tokens": [190, 142, 1],
+                          "block_hashes": [list(range(42)), r1, r1[:28]]})
+    exact, fast = replay_both_paths(trace, COST, atol=0.0, record_token_times=True, scheduler="chunked",
+                                    max_num_batched_tokens=16, max_num_seqs=2, num_gpu_blocks=109,
+                                    enable_prefix_caching=True)
+    assert exact["pred_num_cached_tokens"].tolist()[2] == fast["pred_num_cached_tokens"].tolist()[2] == 432
