@@ -114,17 +114,25 @@ def test_a_prefill_run_stops_before_a_chunk_whose_blocks_are_not_free_and_before
             assert durations.tolist() == [COST.step_time_s(64, 0, 0, 100 + 64 * i, 1) for i in range(k)]
 
 
-def test_a_prefill_run_leaves_the_prefix_cache_as_step_by_step_does():
-    """Found by trying to break the runs: two prompts sharing 27 blocks contend for a 109-block
-    cache, then a probe of r1's first 28 blocks arrives alone. A prefill run that took all its
-    chunks' blocks at once evicted a cached copy of one of its own later blocks before reaching
-    it, then cached it itself: the probe hit 448 tokens instead of 432 (27 blocks) and was
-    priced one step short. The run now takes its chunks' blocks chunk by chunk."""
-    r1 = list(range(27)) + list(range(100, 145))
-    trace = pd.DataFrame({"request_id": ["r0", "r1", "probe"], "arrival_time_s": [0.0, 0.0004, 40.0],
-                          "num_prompt_tokens": [676, 1156, 449], "num_output_tokens": [190, 142, 1],
-                          "block_hashes": [list(range(42)), r1, r1[:28]]})
+_SHARED27 = list(range(27)) + list(range(100, 145))
+_SHARED36 = list(range(36)) + list(range(100, 137))
+
+
+@pytest.mark.parametrize("prompts,outputs,hashes,gap_s,budget,blocks,hit", [
+    ((676, 1156, 449), (190, 142, 1), (list(range(42)), _SHARED27, _SHARED27[:28]), 0.0004, 16, 109, 432),
+    ((929, 1172, 593), (225, 206, 1), (list(range(36)) + list(range(200, 222)), _SHARED36, _SHARED36[:37]), 0.009,
+     32, 123, 576)])
+def test_a_prefill_run_leaves_the_prefix_cache_as_step_by_step_does(prompts, outputs, hashes, gap_s, budget, blocks,
+                                                                    hit):
+    """Found by trying to break the runs: two prompts sharing a prefix contend for a small cache
+    (one is preempted and comes back without a hit), then a probe of the second's first blocks
+    arrives alone. A prefill run that took all its chunks' blocks at once evicted a cached copy
+    of one of its own later blocks before reaching it, then cached it itself: the probe hit one
+    block more (448 tokens instead of 432; 592 instead of 576) and was priced a step short.
+    The run now takes its chunks' blocks chunk by chunk."""
+    trace = pd.DataFrame({"request_id": ["r0", "r1", "probe"], "arrival_time_s": [0.0, gap_s, 40.0],
+                          "num_prompt_tokens": prompts, "num_output_tokens": outputs, "block_hashes": list(hashes)})
     exact, fast = replay_both_paths(trace, COST, atol=0.0, record_token_times=True, scheduler="chunked",
-                                    max_num_batched_tokens=16, max_num_seqs=2, num_gpu_blocks=109,
+                                    max_num_batched_tokens=budget, max_num_seqs=2, num_gpu_blocks=blocks,
                                     enable_prefix_caching=True)
-    assert exact["pred_num_cached_tokens"].tolist()[2] == fast["pred_num_cached_tokens"].tolist()[2] == 432
+    assert exact["pred_num_cached_tokens"].tolist()[2] == fast["pred_num_cached_tokens"].tolist()[2] == hit
