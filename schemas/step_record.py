@@ -154,6 +154,7 @@ KeptFeatures = namedtuple("KeptFeatures", KEPT_NAMES)  # type: ignore[misc]  # f
 #: is a recorded step.
 step_features = attrgetter(*KEPT_NAMES)
 
+
 def around(features: tuple, name: str) -> tuple[tuple, tuple]:
     """The kept ``features`` (a tuple in record order) before and after the one called ``name``:
     a run of steps that differ only in it (the decode or prefill context) is recorded as
