@@ -56,23 +56,33 @@ def print_fits(fits, verbose: bool) -> None:
         for m, e in errs.items():
             click.echo(f"  {run[-40:]} {m}: " + " ".join(f"{q} {v:+.1%}" for q, v in e.items()
                                                         if q in ("p10", "p50", "p90")))
+    held_out = holdout_line(best.stats.get("holdout", {}))
+    if held_out:
+        click.echo(wrap(held_out))
     for w in best.warnings:
         click.echo(wrap(f"warning: {w}"), err=True)
 
 
+def holdout_line(holdout: dict) -> str | None:
+    """``"out of sample (leave one run out, 8 errors a metric): ttft 6.1 %, ..."``: the model error the
+    bands use (:func:`replay.analysis.band_parts.model_error_quantiles`), None without held-out errors."""
+    from replay.analysis.band_parts import model_error_quantiles
+
+    q = model_error_quantiles(holdout.get("errors", []))
+    if not q:
+        return None
+    n = max(k for _, k, _ in q.values())
+    cells = ", ".join(f"{m.removesuffix('_s')} {v:.1%}" for m, (v, _, _) in q.items())
+    return (f"out of sample ({holdout.get('method')}; {n} held-out errors a metric): {cells} (the 95 % model error of "
+            "a prediction within the fitted load, widened with the distance from it)")
+
+
 def quality(fit) -> str:
-    """The fit's quality in words, from its own statistics."""
-    st = fit.stats
-    if "rel_residual_pct" in st:
-        p50, p90 = st["rel_residual_pct"]["p50"], st["rel_residual_pct"]["p90"]
-        kinds = ", ".join(f"{k} {v:.1%}" for k, v in st.get("rel_residual_p50_by_kind", {}).items())
-        word = "good" if p50 < 0.05 else "fair" if p50 < 0.15 else "poor"
-        return f"{word}: median step error {p50:.1%}, p90 {p90:.1%}; by kind {kinds}; {st['n_rows']} steps"
-    errs = sorted(abs(v) for run in st.get("residual_by_run", {}).values() for e in run.values() for v in e.values())
-    med, worst = (errs[len(errs) // 2], errs[-1]) if errs else (float("nan"), float("nan"))
-    word = "good" if med < 0.05 else "fair" if med < 0.15 else "poor"
-    return (f"{word}: median quantile error {med:.1%}, worst {worst:.1%}; {st.get('n_runs', 1)} run(s), "
-            f"{st.get('n_requests')} requests, {st.get('n_replays')} replays")
+    """The fit's quality in words, from its own statistics (:func:`schemas.calibration.fit_grade`)."""
+    from schemas.calibration import fit_grade
+
+    word, details = fit_grade(fit.stats)
+    return f"{word}: {details}"
 
 
 def fitting_message(runs, variants) -> None:

@@ -137,10 +137,11 @@ def _what_if(trace, truth, cal, cfg) -> None:
     """Step 4: a what-if the fit never saw (the load x :data:`WHAT_IF_RATE_SCALE`), predicted
     with its 95 % band (:mod:`replay.analysis.bands`) and checked against the synthetic cluster."""
     from replay.analysis.band_tables import format_prediction
-    from replay.analysis.bands import BandJob, predict_with_band, prediction_row
+    from replay.analysis.bands import BandBasis, BandJob, predict_with_band, prediction_row
 
     faster = trace.assign(arrival_time_s=trace["arrival_time_s"] / WHAT_IF_RATE_SCALE)
-    band = predict_with_band(BandJob(faster, {}, cost_model_from_calibration(cal), cfg, cal.band_points))
+    band = predict_with_band(BandJob(faster, {}, cost_model_from_calibration(cal), cfg, cal.band_points,
+                                     BandBasis.of(cal)))
     true_row = prediction_row(replay_frame(faster, truth, cfg)[0])
     stats = [f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e") for q in (50, 90)]
     held = [s for s in stats if band.holds(s, true_row[s])]

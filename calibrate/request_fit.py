@@ -30,6 +30,7 @@ from .confidence import confidence_set_intervals, spread_points
 from .discrepancy import model_error
 from .errors import FitError
 from .fitting import FitResult, fit_variants
+from .holdout import holdout
 
 #: Quantiles matched by default (p10..p90).
 QUANTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)
@@ -249,6 +250,8 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
     Residuals: ``(q_pred - q_meas) / max(q_meas, 1 ms)`` for every run, metric and quantile.
     Each start is polished with lmfit's ``least_squares`` (finite differences with a 5 %
     step: the replayed quantiles are piecewise constant below that); the best wins.
+    The model's out-of-sample error (``stats["holdout"]``) is measured by refits without a run
+    or half a run, :func:`calibrate.holdout.holdout`.
     Uncertainty and identifiability: :func:`calibrate.identify.assess`, the delta method
     with the Jacobian at the optimum and the sampling covariance of the measured quantiles
     from a moving-block bootstrap over requests (:meth:`_QuantileResidual.sampling_cov`),
@@ -292,6 +295,8 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
                                                                                     runner=runner,
                                                                                     also_walk=unknown_held)
         best.stats["band_points"] = spread_points(best.stats["confidence_set"].pop("points"), best.values())
+        best.stats["holdout"] = holdout(runs, cost_model, best, metrics, quantiles, max_nfev or 10 * (len(free) + 1),
+                                        runner)
     best.stats["model_error"] = model_error(runs, cost_model.with_params(best.cost_params()), quantiles)
     delta = tuple(f"{n}: NOT IDENTIFIED" for n, p in best.params.items() if p.vary)
     best.warnings = [w for w in best.warnings if not w.startswith(delta)] + warns

@@ -46,6 +46,7 @@ def to_calibration(fit: FitResult, cost_model, method: str, source: dict, engine
     """The calibration file contents of ``fit`` for ``cost_model``'s hardware and terms."""
     stats = dict(fit.stats)
     points, discrepancy = stats.pop("band_points", []), stats.pop("model_error", {})
+    held_out = stats.pop("holdout", {})
     stats.update({"method": method, "variant": fit.variant, "score": fit.score,
                   "correlations": fit.correlations, "warnings": fit.warnings})
     if variants:
@@ -53,5 +54,5 @@ def to_calibration(fit: FitResult, cost_model, method: str, source: dict, engine
     return Calibration(model=cost_model.model, gpu=cost_model.gpu, tp=cost_model.tp, params=dict(fit.params),
                        terms=list(cost_model.terms), dp=cost_model.dp, expert_parallel=cost_model.expert_parallel,
                        engine=dict(engine or {}), fit=stats, source=source, band_points=points,
-                       model_error=discrepancy,
+                       model_error=discrepancy, holdout=held_out,
                        pp=getattr(cost_model, "pp", 1))

@@ -119,6 +119,8 @@ def fit_traces(traces: Sequence, cost_model: RooflineCostModel, config: ReplayCo
         source = {"path": str(specs[0]), "sha256": source["sha256"][0]}
     loaded = _load(traces, paths, config, keep, cost_model, ray_address, ci)
     source["kind"] = loaded.kind
+    if loaded.metadata.get("source_format"):  # a kernel profile's calibration is carried to an engine's runs
+        source["format"] = loaded.metadata["source_format"]
     if on_loaded is not None:
         on_loaded(loaded)
     if loaded.kind == STEP_TRACE:

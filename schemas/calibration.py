@@ -89,6 +89,13 @@ class Calibration:
         Per measured metric (``ttft_s``, ``tpot_s``, ``e2e_s``), the relative misfit of the fit
         beyond the data's sampling noise (:func:`calibrate.discrepancy.model_error`): the bands
         add it to the parameters' uncertainty. Empty for step fits and older files.
+    holdout : dict
+        The fit's out-of-sample error measured on its own data (:func:`calibrate.holdout.holdout`):
+        ``method`` (words), ``errors`` (list of ``{"part", "metric", "pct", "rel_err", "distance"}``:
+        a held-out part's relative error of a percentile, and its distance from what the refit saw,
+        :func:`replay.analysis.band_parts.distance`) and ``fitted_range`` (feature -> ``[low, high]``,
+        the load the calibration's runs span). The bands' model-error part and the distance of a
+        what-if come from it; empty for step fits and older files.
     """
 
     model: ModelSpec
@@ -104,6 +111,7 @@ class Calibration:
     band_points: list = field(default_factory=list)
     model_error: dict = field(default_factory=dict)
     pp: int = 1
+    holdout: dict = field(default_factory=dict)
 
     def value(self, name: str) -> float:
         """The value of parameter ``name`` (its declared default when not in the file)."""
@@ -135,6 +143,7 @@ class Calibration:
             "source": self.source,
             "band_points": self.band_points,
             "model_error": self.model_error,
+            "holdout": self.holdout,
         }
 
     def write(self, path: str | os.PathLike) -> None:
@@ -181,7 +190,8 @@ class Calibration:
                       expert_parallel=d.get("expert_parallel", False), engine=canonical(dict(d.get("engine") or {})),
                       fit=d.get("fit", {}), source=d.get("source", {}),
                       band_points=[dict(pt.items()) for pt in d.get("band_points") or []],
-                      model_error=dict((d.get("model_error") or {}).items()), pp=d.get("pp", 1))
+                      model_error=dict((d.get("model_error") or {}).items()), pp=d.get("pp", 1),
+                      holdout=dict((d.get("holdout") or {}).items()))
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError, SchemaError) as exc:
             raise SchemaError(wrap_error(f"{path}: calibration field missing or invalid: {exc}")) from None
         problem = cal.problem()
@@ -211,12 +221,60 @@ class Calibration:
             if k not in ("ttft_s", "tpot_s", "e2e_s") or isinstance(v, bool) or not isinstance(v, (int, float)) \
                     or not 0 <= v < 100:
                 return f"model_error.{k} is {v!r}; expected ttft_s, tpot_s or e2e_s with a fraction >= 0"
+        problem = _holdout_problem(self.holdout)
+        if problem:
+            return problem
         for name in ("source", "fit", "engine"):
             if not isinstance(getattr(self, name), dict):
                 return f"{name} is {getattr(self, name)!r}; expected an object"
         if not isinstance(self.expert_parallel, bool):
             return f"expert_parallel is {self.expert_parallel!r}; expected true or false"
         return None
+
+
+def fit_grade(stats: dict) -> tuple[str, str]:
+    """A fit's quality in words from its statistics (a calibration's ``fit``, a fit result's ``stats``):
+    ``("good" | "fair" | "poor" | "", details)``: a step fit by its median relative step error, a
+    request fit by its median relative quantile error (under 5 % good, under 15 % fair); ``""`` when
+    the statistics hold neither."""
+    if "rel_residual_pct" in stats:
+        p50, p90 = stats["rel_residual_pct"]["p50"], stats["rel_residual_pct"]["p90"]
+        kinds = ", ".join(f"{k} {v:.1%}" for k, v in stats.get("rel_residual_p50_by_kind", {}).items())
+        word = "good" if p50 < 0.05 else "fair" if p50 < 0.15 else "poor"
+        return word, f"median step error {p50:.1%}, p90 {p90:.1%}; by kind {kinds}; {stats.get('n_rows')} steps"
+    errs = sorted(abs(v) for run in stats.get("residual_by_run", {}).values() for e in run.values()
+                  for v in e.values())
+    if not errs:
+        return "", "no residuals recorded"
+    med, worst = errs[len(errs) // 2], errs[-1]
+    word = "good" if med < 0.05 else "fair" if med < 0.15 else "poor"
+    return word, (f"median quantile error {med:.1%}, worst {worst:.1%}; {stats.get('n_runs', 1)} run(s), "
+                  f"{stats.get('n_requests')} requests, {stats.get('n_replays')} replays")
+
+
+def _holdout_problem(holdout: dict) -> str | None:
+    """What is wrong with a calibration's ``holdout`` (None if fine): ``errors`` a list of objects
+    with a metric of ttft_s/tpot_s/e2e_s, a finite ``rel_err`` and a ``distance`` >= 0;
+    ``fitted_range`` an object of ``[low, high]`` pairs, 0 < low <= high."""
+    import math
+
+    errors, ranges = holdout.get("errors", []), holdout.get("fitted_range", {})
+    if not isinstance(errors, list) or not isinstance(ranges, dict):
+        return "holdout.errors must be a list and holdout.fitted_range an object (refit with 'calibrate fit')"
+    for i, e in enumerate(errors):
+        ok = isinstance(e, dict) and e.get("metric") in ("ttft_s", "tpot_s", "e2e_s") and all(
+            isinstance(e.get(k), (int, float)) and not isinstance(e.get(k), bool) and math.isfinite(e[k])
+            for k in ("rel_err", "distance")) and e["distance"] >= 0
+        if not ok:
+            return (f"holdout.errors[{i}] is {e!r}; expected an object with metric ttft_s, tpot_s or e2e_s, "
+                    "a finite rel_err and a distance >= 0")
+    for k, v in ranges.items():
+        ok = isinstance(v, list) and len(v) == 2 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+        ok = ok and 0 < v[0] <= v[1]
+        if not ok:
+            return f"holdout.fitted_range.{k} is {v!r}; expected [low, high] with 0 < low <= high"
+    return None
 
 
 def _shape_problem(d: dict) -> str | None:
@@ -231,6 +289,8 @@ def _shape_problem(d: dict) -> str | None:
         for i, pt in enumerate(points):
             if not isinstance(pt, dict):
                 return f"band_points[{i}] is {_json_type(pt)}; expected an object of parameter values"
+    if d.get("holdout") is not None and not isinstance(d["holdout"], dict):
+        return f"holdout is {_json_type(d['holdout'])}; expected an object (refit with 'calibrate fit')"
     if error is not None and not isinstance(error, dict):
         return (f"model_error is {_json_type(error)}; expected an object of fractions by metric, e.g. "
                 '{"ttft_s": 0.05}')

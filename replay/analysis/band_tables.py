@@ -33,22 +33,28 @@ def rate_cell(band: Band, stat: str) -> str:
 
 
 def band_legend(band: Band | None, reason: str | None = None) -> str:
-    """What the brackets are: ``"[low, high]: the 95 % band over 12 points of the calibration's
-    confidence set ..."``; ``reason`` (or :data:`NO_BAND_POINTS`) when ``band`` has none."""
+    """What the brackets are: ``"[low, high]: the 95 % band of what a run of this configuration would
+    measure: ..."``, the parts it combines and the band's notes (the distance from the fitted load, a
+    carried calibration, a poor one); ``reason`` (or :data:`NO_BAND_POINTS`) when ``band`` has none."""
     if band is None or not band.has_band:
         return reason or NO_BAND_POINTS
     parts = []
     if band.n_points:
-        parts.append(f"the {band.n_points} points of the calibration's 95 % confidence set")
+        parts.append(f"the parameters (replayed at the {band.n_points} points of the calibration's 95 % confidence "
+                     "set, as wide on both sides)")
     if band.n_seeds:
         parts.append(f"{band.n_seeds} other seeds of the random draws")
-    text = (f"[low, high]: the 95 % band, the range of the prediction replayed at {' and at '.join(parts)} "
-            "(an inner approximation of the projection of that set)") if parts else "[low, high]: the 95 % band"
-    errs = [f"{m.removesuffix('_s').upper()} {d:.1%}" for m, d in band.model_error.items() if d]
-    if errs:
-        text += (f", with the misfit the calibration left beyond sampling noise ({', '.join(errs)}, x 1.96) "
-                 "added in quadrature")
-    return text
+    used = {k for p in band.parts.values() for k, (lo, hi) in p.items() if lo or hi}
+    if "sampling" in used:
+        parts.append("the sampling noise of each percentile over this many requests")
+    if "model" in used:
+        parts.append("the model's error on data its fit did not see")
+    if "transfer" in used:
+        parts.append("the error of carrying a calibration across models, GPUs or engines")
+    text = "[low, high]: the 95 % band of what a run would measure, combining " + "; ".join(parts)
+    if not band.n_points:
+        text += f" ({NO_BAND_POINTS.removeprefix('no band: ')}: no parameters' part)"
+    return text + "".join(f". NOTE: {n}" for n in band.notes)
 
 
 def prediction_cells(band: Band, percentiles=PERCENTILES) -> tuple[list[str], list[list[str]]]:

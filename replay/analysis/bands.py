@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.closed_loop import on_send_times
+from .band_parts import (ERROR_SOURCE, TRANSFER_ERROR, Z95, distance, growth, load_features,
+                         model_error_quantiles, percentile_noise)
 from .compare import SCHEDULER_TABLE_METRICS, scheduler_table
 from .metrics import PERCENTILES, goodput_rps
 from ..simulate import replay_frame
@@ -68,6 +70,77 @@ BAND_STATS = tuple(f"{m}_p{q}_s" for m in SCHEDULER_TABLE_METRICS for q in PERCE
                                                                                         "throughput_rps")
 
 
+#: ``source.format`` of a calibration fitted on a kernel profile (no engine around the kernels).
+KERNEL_PROFILE_FORMATS = ("llmservingsim_profile",)
+
+
+def carried_across(cal, cost_model, scheduler: str) -> list[str]:
+    """What calibration ``cal`` is carried across to a replay with ``cost_model`` under
+    ``scheduler``: another model, GPU, parallelism or engine than it was fitted on, or a kernel
+    profile's timings to an engine's latencies; one phrase each (empty: not carried)."""
+    out = []
+    for what, fitted, now in (("the model", cal.model.name, cost_model.model.name),
+                              ("the GPU", cal.gpu.name, cost_model.gpu.name),
+                              ("TP", cal.tp, cost_model.tp), ("DP", cal.dp, cost_model.dp),
+                              ("PP", cal.pp, getattr(cost_model, "pp", 1)),
+                              ("expert parallelism", cal.expert_parallel, cost_model.expert_parallel)):
+        if fitted != now:
+            out.append(f"{what} ({fitted} -> {now})")
+    fitted_disagg = cal.engine.get("scheduler") == "disagg"
+    if (scheduler == "disagg") != fitted_disagg:
+        out.append("the engine (a colocated fit to disaggregated pools)" if not fitted_disagg
+                   else "the engine (disaggregated pools to a colocated engine)")
+    if cal.source.get("format") in KERNEL_PROFILE_FORMATS:
+        out.append("a kernel profile to an engine's latencies (no CPU time between kernels)")
+    return out
+
+
+@dataclass(frozen=True)
+class BandBasis:
+    """What a band takes from its calibration besides its points.
+
+    Attributes
+    ----------
+    model_error : dict
+        The in-sample misfit beyond sampling noise (:attr:`schemas.calibration.Calibration.model_error`),
+        used for a metric without held-out errors.
+    holdout : dict
+        :attr:`schemas.calibration.Calibration.holdout`: held-out errors and the fitted load range.
+    carried : tuple of str
+        What the calibration is carried across to this replay (``"the model: llama-3.1-8b -> qwen3-32b"``);
+        non-empty adds the transfer part (:data:`replay.analysis.band_parts.TRANSFER_ERROR`).
+    transfer_error : dict
+        Metric -> relative transfer error (default the measured table).
+    grade : str
+        The calibration's fit quality in words (:func:`schemas.calibration.fit_grade`); a band of a
+        ``poor`` one is not meaningful, and says so.
+    new_sample : bool
+        The band is for another sample of requests like these (a plan's future traffic): it adds the
+        percentiles' sampling noise. A replay of given requests predicts a run of those very
+        requests, which shares their sample: no sampling part.
+    """
+
+    model_error: dict = field(default_factory=dict)
+    holdout: dict = field(default_factory=dict)
+    carried: tuple = ()
+    transfer_error: dict = field(default_factory=lambda: dict(TRANSFER_ERROR))
+    grade: str = ""
+    new_sample: bool = False
+
+    @classmethod
+    def of(cls, cal, carried=(), new_sample: bool = False) -> "BandBasis":
+        """The basis of calibration ``cal`` (:class:`schemas.calibration.Calibration`), carried across ``carried``."""
+        from schemas.calibration import fit_grade
+
+        return cls(dict(cal.model_error), dict(cal.holdout), tuple(carried), grade=fit_grade(cal.fit)[0],
+                   new_sample=new_sample)
+
+    @property
+    def informative(self) -> bool:
+        """Whether it widens a band beyond the parameters' range (any part but the points)."""
+        return bool(self.holdout.get("errors") or any(self.model_error.values()) or self.carried)
+
+
 @dataclass
 class Band:
     """A prediction and its 95 % band.
@@ -77,14 +150,22 @@ class Band:
     point : dict
         :func:`prediction_row` at the calibration's values.
     low, high : dict
-        Per statistic of :data:`BAND_STATS`, the band's ends (same units); equal to
-        ``point`` when the calibration has no band points.
+        Per statistic of :data:`BAND_STATS`, the band's ends (same units; a time or rate never
+        below 0); equal to ``point`` when there is no band.
     n_points : int
-        Points of the confidence set replayed (0: no band).
+        Points of the confidence set replayed (0: none).
     n_seeds : int
         Other seeds the optimum was replayed at (0: the replay draws no random numbers).
-    model_error : dict
-        The calibration's model error the band includes (metric -> relative discrepancy).
+    parts : dict
+        Per statistic, part -> ``(below, above)`` half widths (same units) of what the band
+        combines in quadrature: ``parameters``, ``sampling``, ``model``, ``transfer``.
+    notes : list of str
+        What the reader must know: the distance from the fitted load, a model error from fewer
+        than 19 held-out errors, a calibration graded poor.
+    distance : float
+        How far the replay's load is outside the calibration's (log2 units; 0 inside or unknown).
+    meaningful : bool
+        False when the calibration is graded poor.
     """
 
     point: dict
@@ -92,7 +173,10 @@ class Band:
     high: dict
     n_points: int
     n_seeds: int
-    model_error: dict = field(default_factory=dict)
+    parts: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    distance: float = 0.0
+    meaningful: bool = True
 
     def cell(self, stat: str, scale: float = 1e3, digits: int = 1, fmt=None) -> str:
         """``"412.3 [398.0, 430.1]"``: the point and the band of ``stat``, times ``scale``;
@@ -110,9 +194,14 @@ class Band:
         return f"{fmt(p)} [{fmt(lo)}, {fmt(hi)}]"
 
     @property
+    def warnings(self) -> list[str]:
+        """The notes a user must not miss: the replay is outside the fitted load, or the calibration is poor."""
+        return [n for n in self.notes if "outside the load" in n or "graded poor" in n]
+
+    @property
     def has_band(self) -> bool:
-        """Whether the band is more than the point (band points, other seeds or a model error)."""
-        return bool(self.n_points or self.n_seeds or any(self.model_error.values()))
+        """Whether the band is more than the point."""
+        return any(self.low[s] != self.high[s] for s in self.low if np.isfinite(self.low[s]))
 
     def holds(self, stat: str, value: float) -> bool:
         """Whether ``value`` lies in the band of ``stat`` (ends included)."""
@@ -124,36 +213,112 @@ class Band:
         return (self.high[stat] - self.low[stat]) / 2 / p if p else float("nan")
 
 
-def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (),
-                 model_error: dict | None = None) -> Band:
-    """The band of ``point`` (:func:`prediction_row` at the calibration's values) from the rows
-    at the confidence set's points and at other seeds, and the calibration's model error.
+def point_details(result: pd.DataFrame) -> dict:
+    """What a band takes from the replay at the calibration's values besides its statistics:
+    ``noise`` (statistic -> ``(below, above)``, :func:`replay.analysis.band_parts.percentile_noise`
+    of the completed requests' latencies, seconds) and ``load``
+    (:func:`replay.analysis.band_parts.load_features` of the replay: arrival rate, requests in the
+    system by Little's law on the predicted E2E, mean prompt)."""
+    from schemas.status import OK
 
-    The band of a statistic is ``[min, max]`` over ``point`` and ``at_points``, widened by how
-    far the seeds' rows fall below or above ``point``. Statistics that are NaN at some point
-    (no completed request) take the range of the finite ones. With ``model_error`` (metric ->
-    relative discrepancy ``d``, :attr:`schemas.calibration.Calibration.model_error`) each side
-    of a latency's band is combined in quadrature with ``1.96 d`` x the point: the parameters'
-    uncertainty and the model's discrepancy, independent errors (Kennedy & O'Hagan 2001)."""
-    low, high = {}, {}
-    model_error = model_error or {}
+    from .compare import METRICS
+
+    result = on_send_times(result)
+    ok = (result["pred_status"] == OK).to_numpy()
+    pred_col = {label: p for _, p, label in METRICS}
+    noise = {}
+    for label in SCHEDULER_TABLE_METRICS:
+        values = result.loc[ok, pred_col[label]].to_numpy(float, na_value=np.nan)
+        for q in PERCENTILES:
+            noise[f"{label}_p{q}_s"] = percentile_noise(values, q)
+    e2e = result["pred_e2e_s"].to_numpy(float, na_value=np.nan)
+    return {"noise": noise, "load": load_features(result["arrival_time_s"].to_numpy(float), np.where(ok, e2e, np.nan),
+                                                  result["num_prompt_tokens"].to_numpy(float))}
+
+
+def _parameter_part(p: float, vals: np.ndarray, seeds: np.ndarray) -> float:
+    """The parameters' half width, the same on both sides: the farthest the set's points (and the
+    other seeds) move the prediction from ``p`` on either side. The set is symmetric about its
+    centre to first order, so a side that a bound cuts short (a parameter at 0) is taken as wide as
+    the other (the linearised projection, Casella & Berger section 9.2.3)."""
+    finite = vals[np.isfinite(vals)]
+    w = float(np.max(np.abs(finite - p))) if finite.size else 0.0
+    seeds = seeds[np.isfinite(seeds)]
+    return w + (float(np.max(np.abs(seeds - p))) if seeds.size else 0.0)
+
+
+def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), basis: BandBasis | None = None,
+                 details: dict | None = None) -> Band:
+    """The band of ``point`` (:func:`prediction_row` at the calibration's values) from the rows at
+    the confidence set's points and at other seeds, the calibration's ``basis`` and the point
+    replay's ``details`` (:func:`point_details`).
+
+    Each side of a statistic's band is ``sqrt(parameters^2 + sampling^2 + model^2 + transfer^2)``
+    from the point, the parts independent errors (Kennedy & O'Hagan 2001), the low end clipped at 0:
+
+    - parameters: :func:`_parameter_part` over ``at_points`` and ``at_seeds``;
+    - sampling (``basis.new_sample`` only): the order-statistic interval of the percentile
+      (``details["noise"]``); a rate's relative ``1.96 / sqrt(n_ok)``;
+    - model: the held-out errors' conformal quantile for the statistic's metric
+      (:data:`replay.analysis.band_parts.ERROR_SOURCE`) times ``growth(distance)`` of ``details["load"]``
+      from the fitted range, relative to the point (the queue wait takes TTFT's in milliseconds);
+      without held-out errors for that metric, ``1.96`` x the in-sample misfit;
+    - transfer: ``basis.transfer_error`` of the metric when ``basis.carried``.
+
+    Without points, seeds or an informative ``basis`` (a calibration written before bands) there
+    is no band: the point alone (:attr:`Band.has_band` False).
+    """
+    basis = basis or BandBasis()
+    if not at_points and not at_seeds and not basis.informative:
+        details = None
+    details = details or {}
+    noise = details.get("noise", {})
+    dist, words = distance(details.get("load", {}), basis.holdout.get("fitted_range", {}))
+    quantiles = model_error_quantiles(basis.holdout.get("errors", []))
+    notes = []
+    if words:
+        notes.append(f"{words}: outside the load the calibration saw, its model error widened x{growth(dist):.1f}"
+                     + ("" if quantiles else " (it has no held-out errors to widen: refit with 'calibrate fit')"))
+    thin = sorted(m for m, (_, n, ok) in quantiles.items() if not ok)
+    if thin:
+        notes.append(f"model error from fewer than 19 held-out errors ({', '.join(thin)}): the largest is used, "
+                     "the 95 % is not guaranteed")
+    if basis.carried:
+        notes.append("carried across " + "; ".join(basis.carried) + ": the transfer error measured on the project's "
+                     "real cross-runs is added")
+    if basis.grade == "poor":
+        notes.append("the calibration is graded poor: its bands are not meaningful")
+
+    def model_rel(label: str) -> float:
+        m = ERROR_SOURCE.get(label, "")
+        if m in quantiles and np.isfinite(quantiles[m][0]):
+            return quantiles[m][0] * growth(dist)
+        return Z95 * basis.model_error.get(m, 0.0)
+
+    low, high, parts = {}, {}, {}
+    n_ok = point.get("n_ok", 0) or 0
     for s in BAND_STATS:
         p = point.get(s, np.nan)
-        vals = np.array([p] + [r.get(s, np.nan) for r in at_points], float)
-        seeds = np.array([r.get(s, np.nan) for r in at_seeds], float)
-        finite = vals[np.isfinite(vals)]
-        lo, hi = (finite.min(), finite.max()) if finite.size else (np.nan, np.nan)
-        if seeds.size and np.isfinite(p):
-            seeds = seeds[np.isfinite(seeds)]
-            if seeds.size:
-                lo += min(0.0, seeds.min() - p)
-                hi += max(0.0, seeds.max() - p)
-        d = model_error.get(s.split("_p")[0] + "_s", 0.0) if "_p" in s else 0.0
-        if d and np.isfinite(p):
-            w = 1.96 * d * abs(p)
-            lo, hi = p - float(np.hypot(p - lo, w)), p + float(np.hypot(hi - p, w))
-        low[s], high[s] = float(lo), float(hi)
-    return Band(dict(point), low, high, len(at_points), len(at_seeds), dict(model_error))
+        if not np.isfinite(p):
+            low[s], high[s], parts[s] = float(p), float(p), {}
+            continue
+        label, _, pct = s.removesuffix("_s").rpartition("_p") if "_p" in s else (s.removesuffix("_rps"), "", "")
+        w_par = _parameter_part(p, np.array([r.get(s, np.nan) for r in at_points], float),
+                                np.array([r.get(s, np.nan) for r in at_seeds], float))
+        scale = point.get(f"ttft_p{pct}_s", p) if label == "queue_wait" else p  # the queue wait: TTFT's ms
+        below = above = 0.0
+        if basis.new_sample and pct:
+            below, above = noise.get(s, (0.0, 0.0))
+        elif basis.new_sample and n_ok and details:  # a rate: the count of completed requests is about Poisson
+            below = above = abs(p) * Z95 / np.sqrt(n_ok)
+        w_mod = model_rel(label) * abs(scale)
+        m = ERROR_SOURCE.get(label, "")
+        w_tr = basis.transfer_error.get(m, 0.0) * abs(scale) if basis.carried else 0.0
+        parts[s] = {"parameters": (w_par, w_par), "sampling": (below, above), "model": (w_mod, w_mod),
+                    "transfer": (w_tr, w_tr)}
+        low[s] = max(0.0, p - float(np.sqrt(w_par ** 2 + below ** 2 + w_mod ** 2 + w_tr ** 2)))
+        high[s] = p + float(np.sqrt(w_par ** 2 + above ** 2 + w_mod ** 2 + w_tr ** 2))
+    return Band(dict(point), low, high, len(at_points), len(at_seeds), parts, notes, dist, basis.grade != "poor")
 
 
 @dataclass
@@ -171,8 +336,8 @@ class BandJob:
     cfg : replay.config.ReplayConfig
     points : list of dict
         The calibration's band points.
-    model_error : dict
-        The calibration's model error (:attr:`schemas.calibration.Calibration.model_error`).
+    basis : BandBasis
+        The rest of what the band takes from the calibration.
     """
 
     frame: pd.DataFrame
@@ -180,7 +345,7 @@ class BandJob:
     cost_model: object
     cfg: object
     points: list
-    model_error: dict = field(default_factory=dict)
+    basis: BandBasis = field(default_factory=BandBasis)
 
     def replays(self) -> list[tuple[str, object, object]]:
         """What to replay: ``("point", cost model, cfg)`` once, ``("set", ...)`` per band point,
@@ -192,18 +357,22 @@ class BandJob:
                     for k in range(1, SEED_REPLAYS + 1)]
         return out
 
-    def row(self, cost_model, cfg) -> dict:
-        """:func:`prediction_row` of one replay."""
+    def row(self, cost_model, cfg, details: bool = False) -> dict:
+        """:func:`prediction_row` of one replay; with ``details``, also its :func:`point_details`
+        under the key ``details``."""
         result, _ = replay_frame(self.frame, cost_model, cfg, self.metadata)
         s = cfg.scheduling
-        return prediction_row(result, s.slo_ttft_s, s.slo_tpot_s)
+        row = prediction_row(result, s.slo_ttft_s, s.slo_tpot_s)
+        if details:
+            row["details"] = point_details(result)
+        return row
 
 
 def _row_of(job: BandJob, item) -> dict:
-    return job.row(item[1], item[2])
+    return job.row(item[1], item[2], details=item[0] == "point")
 
 
-def predict_with_band(job: BandJob, point_row: dict | None = None, mapper=None) -> Band:
+def predict_with_band(job: BandJob, point_row: dict | None = None, mapper=None, details: dict | None = None) -> Band:
     """Replay ``job`` at the calibration's values and at its band points; the band.
 
     Parameters
@@ -214,6 +383,9 @@ def predict_with_band(job: BandJob, point_row: dict | None = None, mapper=None) 
     mapper : callable, optional
         ``mapper(fn, items) -> list`` running the replays elsewhere (a process pool's map);
         default: here, one after the other. The band does not depend on where they ran.
+    details : dict, optional
+        :func:`point_details` of the replay of ``point_row`` (without it, that replay's sampling
+        noise and distance are not in the band).
 
     Returns
     -------
@@ -224,10 +396,13 @@ def predict_with_band(job: BandJob, point_row: dict | None = None, mapper=None) 
     todo = job.replays()
     if point_row is not None:
         todo = todo[1:]
+        point_row = dict(point_row)
+        details = point_row.pop("details", details)
     fn = partial(_row_of, job)
     rows = mapper(fn, todo) if mapper is not None else [fn(item) for item in todo]
     kinds = [k for k, _, _ in todo]
     if point_row is None:
-        point_row = rows[0]
+        point_row = dict(rows[0])
+        details = point_row.pop("details")
     return band_of_rows(point_row, [r for k, r in zip(kinds, rows) if k == "set"],
-                        [r for k, r in zip(kinds, rows) if k == "seed"], job.model_error)
+                        [r for k, r in zip(kinds, rows) if k == "seed"], job.basis, details)

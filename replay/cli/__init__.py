@@ -140,7 +140,9 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
                                                   step_requests=chrome_trace is not None))
     result, engine, seconds = replay_and_summarise(run, cfg)
     write_outputs(run, cfg, result, engine, output, steps_out, chrome_trace, trace_window, chrome_trace_max_requests)
-    pred_band = main_band(run.frame, run.meta, run.cost_model, cfg, run.points, result, seconds, run.model_error)
+    pred_band = main_band(run.frame, run.meta, run.cost_model, cfg, run.points, result, seconds, run.basis)
+    for note in pred_band.warnings:
+        click.echo(wrap(f"warning: {note}"), err=True)
     click.echo(format_prediction(pred_band, slo_words(cfg.scheduling), measured_goodput(result, cfg.scheduling),
                                  wide=wide, legend=None if band else "no band (--no-band)"))
     table = print_comparison(run, result, pred_band, wide)
@@ -203,9 +205,12 @@ def _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, sett
         raise DataError(f"{trace}: is a {kind}; replay needs a request trace ({REQUEST_TRACE})")
     differences = whatif_differences(cal, calibration_path, model_spec, cost_model, settings["scheduler"], meta,
                                      trace, sources)
+    from ..analysis.bands import BandBasis, carried_across
+
     # points None: no band replays at all (--no-band)
+    basis = BandBasis.of(cal, carried_across(cal, cost_model, settings["scheduler"])) if band else BandBasis()
     return ReplayInputs(trace, calibration_path, cal, cost_model, frame, meta, settings, differences,
-                        cal.band_points if band else None, cal.model_error if band else {})
+                        cal.band_points if band else None, basis)
 
 
 def _set_kv_blocks(run: ReplayInputs) -> None:
@@ -242,9 +247,9 @@ def _table_of_predictions(run: ReplayInputs, names, sweeps, jobs, ray_address, s
         if names is not None:
             cfg, disagg = multi_scheduler_config(run.settings)
             compare_schedulers_run(run.frame, run.meta, run.cost_model, cfg, disagg, names, wide, run.points,
-                                   run.model_error, table_report(cfg))
+                                   run.basis, table_report(cfg))
             return
         cfg, disagg = (multi_scheduler_config(run.settings) if "scheduler" in sweeps
                        else (replay_config(run.settings), None))
         sweep_run(run.frame, run.meta, run.cost_model, cfg, sweeps, jobs, ray_address, sweep_out, wide, quiet, disagg,
-                  run.points, run.model_error, table_report(cfg))
+                  run.points, run.basis, table_report(cfg))

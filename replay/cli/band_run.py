@@ -26,43 +26,41 @@ def band_mapper(replays: int, seconds_each: float, jobs: int | None = None):
 
 
 def band_of_replay(frame, meta, cost_model, cfg, points: list, point_row: dict, seconds_each: float,
-                   model_error: dict | None = None):
+                   basis=None, result=None):
     """The band of one replay already run (``point_row``: its :func:`replay.analysis.bands.prediction_row`,
-    which took ``seconds_each`` seconds), from its calibration's ``points`` (None: no band, not
-    even the seed spread of a replay that draws random numbers).
+    which took ``seconds_each`` seconds; ``result`` its frame, for the band's sampling noise and
+    distance), from its calibration's ``points`` (None: no band at all, not even the seed spread of a
+    replay that draws random numbers) and ``basis`` (:class:`replay.analysis.bands.BandBasis`: the
+    rest of what the band takes from the calibration).
 
     ``cfg`` is replayed without recording token times, steps or step requests (the band needs
-    the latencies only). ``model_error``: the calibration's
-    (:attr:`schemas.calibration.Calibration.model_error`), added to the band.
+    the latencies only).
     """
     from dataclasses import replace
 
-    from ..analysis.bands import BandJob, band_of_rows, predict_with_band
+    from ..analysis.bands import BandBasis, BandJob, band_of_rows, point_details, predict_with_band
     from ..config import RecordOptions
 
     if points is None:  # --no-band
         return band_of_rows(point_row, [])
-    job = BandJob(frame, meta or {}, cost_model, replace(cfg, record=RecordOptions()), list(points),
-                  dict(model_error or {}))
+    basis = basis or BandBasis()
+    details = point_details(result) if result is not None else None
+    if not points and not cfg.engine.num_speculative_tokens:
+        return band_of_rows(point_row, [], basis=basis, details=details)
+    job = BandJob(frame, meta or {}, cost_model, replace(cfg, record=RecordOptions()), list(points), basis)
     with band_mapper(len(job.replays()) - 1, seconds_each) as mapper:
-        return predict_with_band(job, point_row, mapper)
+        return predict_with_band(job, point_row, mapper, details)
 
 
-def main_band(frame, meta, cost_model, cfg, points: list, result, seconds_each: float,
-              model_error: dict | None = None):
+def main_band(frame, meta, cost_model, cfg, points: list, result, seconds_each: float, basis=None):
     """The band of ``replay``'s own replay (``result``, which took ``seconds_each`` seconds):
-    :func:`band_of_replay` at the calibration's ``points``; a band of the point alone
-    (:meth:`replay.analysis.bands.Band.has_band` False) when ``points`` is None (``--no-band``) or
-    empty and the replay draws nothing."""
-    from ..analysis.bands import band_of_rows, prediction_row
+    :func:`band_of_replay` at the calibration's ``points`` and ``basis``; the point alone when
+    ``points`` is None (``--no-band``)."""
+    from ..analysis.bands import prediction_row
 
     s = cfg.scheduling
     row = prediction_row(result, s.slo_ttft_s, s.slo_tpot_s)
-    if points is None:
-        return band_of_rows(row, [])
-    if not points and not cfg.engine.num_speculative_tokens:
-        return band_of_rows(row, [], model_error=model_error)
-    return band_of_replay(frame, meta, cost_model, cfg, points, row, seconds_each, model_error)
+    return band_of_replay(frame, meta, cost_model, cfg, points, row, seconds_each, basis, result)
 
 
 def slo_words(scheduling) -> str | None:

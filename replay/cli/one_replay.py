@@ -30,8 +30,8 @@ class ReplayInputs:
     ``settings`` are the engine options by name (:func:`.options.replay_options`, filled from
     their sources, :func:`.engine_settings.fill_engine_options`); ``differences`` what makes the
     run a what-if (:func:`.baseline.whatif_differences`; empty: a replay of the measured run);
-    ``points`` and ``model_error`` the calibration's band points (None: ``--no-band``) and model
-    error.
+    ``points`` the calibration's band points (None: ``--no-band``) and ``basis`` the rest of what its
+    bands take from it (:class:`replay.analysis.bands.BandBasis`).
     """
 
     trace: str
@@ -43,7 +43,7 @@ class ReplayInputs:
     settings: dict
     differences: list[str]
     points: list | None
-    model_error: dict
+    basis: object  # replay.analysis.bands.BandBasis
 
 
 def replay_and_summarise(run: ReplayInputs, cfg: ReplayConfig):

@@ -41,7 +41,7 @@ def parse_scheduler_list(text: str) -> list[str]:
 
 def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: DisaggOptions | None,
                            names: list[str], wide: bool = False, points: list | None = (),
-                           model_error: dict | None = None, report: TableReport | None = None) -> None:
+                           basis=None, report: TableReport | None = None) -> None:
     """Replay ``frame`` under each scheduler of ``names`` (``cfg`` otherwise) and print one table
     (and write it, with a figure, to ``report``).
 
@@ -74,7 +74,7 @@ def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: D
         result, _ = replay_frame(frame, cost_model, run, meta)
         row = prediction_row(result, sched.slo_ttft_s, sched.slo_tpot_s)
         band = band_of_replay(frame, meta, cost_model, run, points, row, time.perf_counter() - started,
-                              model_error)
+                              basis, result)
         rows.append({"scheduler": name, "gpus": num_gpus(cost_model, sched.replicas, run.disagg),
                      **band_columns(row, band)})
     table = pd.DataFrame(rows)
@@ -174,7 +174,7 @@ def check_sweep_options(sweep, jobs, ray_address, sweep_out, compare_schedulers,
 def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: int | None, ray_address: str | None,
               sweep_out: str | None, wide: bool = False, quiet: bool = False,
               disagg: DisaggOptions | None = None, points: list | None = (),
-              model_error: dict | None = None, report: TableReport | None = None) -> None:
+              basis=None, report: TableReport | None = None) -> None:
     """Replay ``frame`` at every point of ``sweeps`` (``cfg`` otherwise; ``disagg``: the pools of swept
     ``disagg`` points), each also at the calibration's band ``points`` for its band; print the
     table, write ``sweep_out`` and the ``report``."""
@@ -198,7 +198,9 @@ def sweep_run(frame, meta, cost_model, cfg: ReplayConfig, sweeps: dict, jobs: in
                     f"scheduler {sched.scheduler}, max_num_seqs={eng.max_num_seqs}, "
                     f"max_num_batched_tokens={eng.max_num_batched_tokens}{loop} (swept options override these)"))
     start = time.perf_counter()
-    context = SweepContext(frame, meta or {}, cost_model, cfg, disagg, points, dict(model_error or {}))
+    from ..analysis.bands import BandBasis
+
+    context = SweepContext(frame, meta or {}, cost_model, cfg, disagg, points, basis or BandBasis())
     table = run_sweep(context, sweeps, jobs, ray_address)
     where = (f"on Ray ({ray_address})" if ray_address else
              f"on {min(jobs or os.cpu_count() or 1, n)} local process(es)")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from schemas.calibration import Calibration
 from schemas.spec_catalog import catalog_key, get_gpu
 
+from ..analysis.bands import BandBasis, carried_across
 from ..config import EngineOptions, ReplayConfig
 from ..cost.cost_model import RooflineCostModel, cost_model_from_calibration
 from ..core.disagg import pool_cost_models
@@ -296,8 +297,9 @@ class Prepared:
         Its GPU type has no calibration of its own.
     band_points : list of dict
         That calibration's band points.
-    model_error : dict
-        That calibration's model error (:attr:`schemas.calibration.Calibration.model_error`).
+    basis : replay.analysis.bands.BandBasis
+        The rest of what a band takes from that calibration; carried to another GPU type when
+        ``extrapolated``, or to another parallelism than the calibration's.
     """
 
     candidate: Candidate
@@ -309,7 +311,7 @@ class Prepared:
     calibration: str = ""
     extrapolated: bool = False
     band_points: list = field(default_factory=list)
-    model_error: dict = field(default_factory=dict)
+    basis: BandBasis = field(default_factory=BandBasis)
 
 
 def prepare(c: Candidate, cals: Calibrations, base_options: dict, prices: dict, longest_tokens: int) -> Prepared:
@@ -327,10 +329,12 @@ def prepare(c: Candidate, cals: Calibrations, base_options: dict, prices: dict, 
     cost = c.num_gpus * prices[c.gpu] if prices else float(c.num_gpus)
     path, cal, own = cals.for_gpu(c.gpu)
     out = Prepared(c, cost, calibration=path, extrapolated=not own, band_points=list(cal.band_points),
-                   model_error=dict(cal.model_error))
+                   basis=BandBasis.of(cal, new_sample=True))
     try:
         cm = cost_model_from_calibration(cal, tp=c.tp, dp=c.dp, gpu=get_gpu(c.gpu))
         pools = pool_cost_models(cm, None, c.tp_decode) if c.disagg else (cm,)
+        out.basis = BandBasis.of(cal, carried_across(cal, cm, "disagg" if c.disagg else
+                                                     cal.engine.get("scheduler", "chunked")), new_sample=True)
         engine = EngineOptions(**{k: v for k, v in base_options.items() if k in EngineOptions.__dataclass_fields__})
         blocks = tuple(resolve_num_gpu_blocks(engine, pm.model, pm.gpu, pm.tp) * c.dp for pm in pools)
         # num_gpu_blocks None: replay_frame sizes each pool's cache from GPU memory, as here

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..analysis.bands import prediction_row
+from ..analysis.bands import point_details, prediction_row
 from ..errors import ConfigError
 from ..simulate import replay_frame
 from .slo import attainment
@@ -65,6 +65,7 @@ def run_task(work: Workload, task: Task) -> dict:
         return {"error": str(exc)}
     row = prediction_row(result, cfg.scheduling.slo_ttft_s, cfg.scheduling.slo_tpot_s)
     row["attainment"] = attainment(row, work.num_requests)
+    row["details"] = point_details(result)  # the band's sampling noise and distance
     return row
 
 

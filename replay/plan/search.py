@@ -220,7 +220,7 @@ class Search:
         """The band of ``ev`` at ``factor`` times the target rate: ``(band, (att_low, att_high), rows)``."""
         scale = self.scale * factor
         job = BandJob(self.work.at_scale(scale), self.work.metadata, ev.prepared.cost_model, ev.prepared.cfg,
-                      ev.prepared.band_points, ev.prepared.model_error)
+                      ev.prepared.band_points, ev.prepared.basis)
         seen = []
 
         def mapper(fn, items):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..analysis.band_tables import band_columns
-from ..analysis.bands import BandJob, band_of_rows, predict_with_band, prediction_row
+from ..analysis.bands import BandBasis, BandJob, band_of_rows, point_details, predict_with_band, prediction_row
 from ..config import DisaggOptions, ReplayConfig
 from ..errors import ConfigError
 from ..progress import optional_bar
@@ -79,8 +79,8 @@ class SweepContext:
         The calibration's band points (:attr:`schemas.calibration.Calibration.band_points`):
         every point of the sweep is also replayed at each, for its band (empty: no band but
         the seed spread where the replay draws; None: no band at all).
-    model_error : dict
-        The calibration's model error (:attr:`schemas.calibration.Calibration.model_error`).
+    basis : replay.analysis.bands.BandBasis
+        The rest of what a band takes from the calibration (held-out errors, fitted load, transfer).
     """
 
     frame: pd.DataFrame
@@ -89,7 +89,7 @@ class SweepContext:
     cfg: ReplayConfig
     disagg: DisaggOptions | None = None
     band_points: list | None = field(default_factory=list)
-    model_error: dict = field(default_factory=dict)
+    basis: BandBasis = field(default_factory=BandBasis)
 
 
 def evaluate_point(ctx: SweepContext, point: dict) -> dict:
@@ -115,8 +115,8 @@ def evaluate_point(ctx: SweepContext, point: dict) -> dict:
     result, _ = replay_frame(frame, ctx.cost_model, cfg, ctx.metadata)
     row = prediction_row(result, cfg.scheduling.slo_ttft_s, cfg.scheduling.slo_tpot_s)
     band = (band_of_rows(row, []) if ctx.band_points is None else
-            predict_with_band(BandJob(frame, ctx.metadata, ctx.cost_model, cfg, list(ctx.band_points),
-                                              ctx.model_error), row))
+            predict_with_band(BandJob(frame, ctx.metadata, ctx.cost_model, cfg, list(ctx.band_points), ctx.basis),
+                              row, details=point_details(result)))
     return {**{column(k): v for k, v in point.items()}, **band_columns(row, band)}
 
 

@@ -89,7 +89,7 @@ BAND_CHECKED = tuple(f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e") for q in (50
 def what_if_bands(fits):
     """Per seed and what-if: the true statistics (the noisy true cluster on a new workload)
     and the band replayed from the seed's calibration."""
-    from replay.analysis.bands import BandJob, predict_with_band, prediction_row
+    from replay.analysis.bands import BandBasis, BandJob, predict_with_band, prediction_row
 
     out = []
     for seed, fit in zip(SEEDS, fits):
@@ -100,7 +100,7 @@ def what_if_bands(fits):
                                    seed=1000 + seed)
             truth, _ = replay_frame(trace, NoisyCostModel(_model(TRUTH), 0.03, np.random.default_rng(seed + 77)), cfg)
             band = predict_with_band(BandJob(trace, {}, _model(fit.cost_params()), cfg, fit.stats["band_points"],
-                                             fit.stats["model_error"]))
+                                             BandBasis(fit.stats["model_error"], fit.stats["holdout"])))
             out.append((seed, name, prediction_row(truth), band))
     return out
 

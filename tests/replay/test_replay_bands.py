@@ -319,7 +319,7 @@ def test_band_cell_contains_the_point():
     from replay.analysis.bands import band_of_rows
 
     band = band_of_rows({s: 1.0 for s in BAND_STATS}, [{s: 0.9 for s in BAND_STATS}, {s: 1.2 for s in BAND_STATS}])
-    assert band.cell("ttft_p50_s", fmt=ms_cell) == "1000 [900.0, 1200]"
+    assert band.cell("ttft_p50_s", fmt=ms_cell) == "1000 [800.0, 1200]"  # the farthest point (1.2) on both sides
     assert all(band.low[s] <= band.point[s] <= band.high[s] for s in BAND_STATS)
     assert np.isfinite(band.half_width("ttft_p50_s"))
 
