@@ -51,10 +51,11 @@ Z95 = 1.959963984540054
 ERROR_SOURCE = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": "tpot_s", "e2e": "e2e_s", "queue_wait": "ttft_s",
                 "goodput": "e2e_s", "throughput": "e2e_s"}
 #: The error of a calibration carried to another model, GPU, parallelism or engine, relative, per
-#: metric: the 95th percentile of |error| of the carried rows of bench/FIDELITY.md (10 runs x 6
-#: statistics: a kernel profile to a run, Llama-3.1-8B to Qwen3-32B TP 2, a vLLM fit to DistServe's
-#: engine), each metric's p50 and p90 pooled. bench/bands.py recomputes it leaving the scored case out.
-TRANSFER_ERROR = {"ttft_s": 0.38, "tpot_s": 0.79, "e2e_s": 0.77}
+#: metric: the 95th percentile of |error| of the carried rows of bench/BANDS.md (4 cases, 10 runs:
+#: a kernel profile to a run, Llama-3.1-8B's calibrations to Qwen3-32B TP 2, a vLLM v0 fit to
+#: DistServe's disaggregated engine), each metric's p50 and p90 pooled ("Over every carried case"
+#: in its summary). bench/bands.py scores each carried case with it recomputed without that case.
+TRANSFER_ERROR = {"ttft_s": 0.37, "tpot_s": 0.86, "e2e_s": 0.56}
 
 
 def load_features(arrival_time_s, e2e_s, num_prompt_tokens) -> dict:

@@ -84,7 +84,31 @@ def format_prediction(band: Band, slo: str | None = None, measured_goodput: floa
         meas = "" if measured_goodput is None else f"; measured {measured_goodput:.3f} req/s"
         lines.append(wrap(f"goodput ({slo}): {rate_cell(band, 'goodput_rps')} req/s{meas}"))
     lines.append(wrap(f"({legend or band_legend(band)})"))
+    if wide and band.has_band and band.parts:
+        lines.append(parts_table(band))
     return "\n".join(lines)
+
+
+#: The parts of a band in the order :func:`parts_table` shows them.
+PART_NAMES = ("parameters", "model", "transfer", "sampling")
+
+
+def parts_table(band: Band, percentiles=COVERAGE_PERCENTILES) -> str:
+    """The band's breakdown (``--wide``): per statistic, each part's half width (the wider side) in
+    % of the point, and the band's own half width; they combine in quadrature
+    (:func:`replay.analysis.bands.band_of_rows`)."""
+    from ..text import render_table
+
+    head = ["statistic", *PART_NAMES, "band"]
+    rows = []
+    for m in PREDICTION_METRICS:
+        for q in percentiles:
+            s = f"{m}_p{q}_s"
+            p, parts = band.point.get(s, np.nan), band.parts.get(s, {})
+            if not (np.isfinite(p) and p > 0 and parts):
+                continue
+            rows.append([f"{m} p{q}", *(f"{max(parts[k]) / p:.1%}" for k in PART_NAMES), f"{band.half_width(s):.1%}"])
+    return "band parts (half width, % of the point, the wider side):\n" + render_table(head, rows, None)
 
 
 def band_coverage(table, band: Band, percentiles=COVERAGE_PERCENTILES) -> str | None:

@@ -19,7 +19,7 @@ from ..config import EngineOptions
 from ..errors import ConfigError, ReplayError
 from ..text import wrap
 from .engine_settings import (calibrated_cost_model, check_limits, engine_sources, fill_engine_options,
-                              multi_scheduler_config, replay_config, taken_settings_checked)
+                              multi_scheduler_config, parse_measured_with, replay_config, taken_settings_checked)
 from .baseline import refuse_tolerance, rederive_kv_blocks, whatif_differences
 from .one_replay import (ReplayInputs, check_tolerances, print_comparison, replay_and_summarise,
                          write_outputs, write_replay_report)
@@ -86,6 +86,10 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
 @click.option("--sweep-out", type=click.Path(dir_okay=False), default=None,
               help="--sweep: also write the table (.parquet or .csv; seconds, requests/s).")
 @setting_option("seed")
+@click.option("--measured-with", multiple=True, metavar="SETTING=VALUE",
+              help="An engine setting the trace's run was measured with, when its file does not record it "
+                   "(max_num_seqs=128; repeatable): it fills that option as the run's own, so replaying the run "
+                   "under it validates the calibration instead of being a what-if.")
 @click.option("--band/--no-band", default=True, show_default=True,
               help="Replay at the calibration's band points too and print each prediction's 95 % band "
                    "(--sweep and --compare-schedulers: every row's).")
@@ -93,7 +97,7 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
 @_errors
 def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, steps_out, token_times, chrome_trace,
          chrome_trace_window, chrome_trace_max_requests, report, measured_timeseries, tolerance, compare_schedulers,
-         sweep, jobs, ray_address, sweep_out, vllm_log, wide, quiet, seed, band, **kwargs):
+         sweep, jobs, ray_address, sweep_out, vllm_log, wide, quiet, seed, measured_with, band, **kwargs):
     """Replay TRACE through the simulated engine; compare with measured latencies.
 
     \b
@@ -121,7 +125,8 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
         raise click.UsageError("Missing option '--calibration' (make one: calibrate fit TRACE --model M --gpu G "
                                "-o cal.json)")
     kwargs.update(tp=tp, dp=dp, pp=pp)
-    run = _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, kwargs, band)
+    run = _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, kwargs, band,
+                       parse_measured_with(measured_with))
     if tolerances:
         refuse_tolerance(run.differences)
     _set_kv_blocks(run)
@@ -179,7 +184,7 @@ def _measured_timeseries(report, measured_timeseries):
 
 
 def _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, settings: dict,
-                 band: bool) -> ReplayInputs:
+                 band: bool, measured_with: dict | None = None) -> ReplayInputs:
     """Read the calibration and the trace; fill ``settings`` (the engine options by name, ``tp``,
     ``dp`` and ``pp`` among them, taken out) from their sources and build the cost model. Says
     on stderr where settings came from and what is extrapolated."""
@@ -187,7 +192,7 @@ def _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, sett
 
     cal = Calibration.read(calibration_path)
     model_spec = get_model(model) if model else None
-    sources = engine_sources(vllm_log, cal, calibration_path, trace)
+    sources = engine_sources(vllm_log, cal, calibration_path, trace, measured_with)
     for line in fill_engine_options(settings, sources):
         click.echo(wrap(line), err=True)
     tp, dp, pp = settings.pop("tp"), settings.pop("dp"), settings.pop("pp")

@@ -199,10 +199,43 @@ def trace_engine_settings(path) -> dict | None:
         raise DataError(str(exc)) from None
 
 
-def engine_sources(vllm_log: str | None, cal: Calibration | None = None, cal_path=None, trace=None) -> list:
-    """The sources of engine settings, first wins: the measured server's log, the settings
-    recorded in the trace's metadata, then the calibration's recorded settings
-    (:func:`fill_engine_options`).
+def parse_measured_with(pairs) -> dict:
+    """``--measured-with SETTING=VALUE`` (repeatable) as settings by name: what the trace's run was
+    measured with, when its file does not record it (a trace imported from a client's results).
+
+    Raises
+    ------
+    click.UsageError
+        Not ``SETTING=VALUE``, an unknown setting, or a value of the wrong type or range, naming the pair
+        and what is expected.
+    """
+    from schemas.engine_settings import ALIASES, SETTINGS, problem
+
+    out = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        name = ALIASES.get(name.strip(), name.strip()).replace("-", "_")
+        if not sep or name not in SETTINGS or not SETTINGS[name].recorded:
+            known = ", ".join(n for n, s in SETTINGS.items() if s.recorded)
+            raise click.UsageError(f"--measured-with {pair!r}: expected SETTING=VALUE with a setting of {known}")
+        spec = SETTINGS[name]
+        try:
+            value = (text.strip().lower() in ("1", "true", "yes")) if spec.type is bool and text.strip().lower() in (
+                "1", "0", "true", "false", "yes", "no") else spec.type(text.strip())
+        except ValueError:
+            raise click.UsageError(f"--measured-with {pair!r}: {text!r} is not a {spec.type.__name__}") from None
+        why = problem(name, value)
+        if why:
+            raise click.UsageError(f"--measured-with {pair!r}: expected {why[1]}")
+        out[name] = value
+    return out
+
+
+def engine_sources(vllm_log: str | None, cal: Calibration | None = None, cal_path=None, trace=None,
+                   measured_with: dict | None = None) -> list:
+    """The sources of engine settings, first wins: the measured server's log, the settings the
+    user says the trace was measured with (``--measured-with``), those recorded in the trace's
+    metadata, then the calibration's recorded settings (:func:`fill_engine_options`).
 
     Raises
     ------
@@ -220,6 +253,8 @@ def engine_sources(vllm_log: str | None, cal: Calibration | None = None, cal_pat
             raise DataError(f"--vllm-log {exc}") from None
         except OSError as exc:
             raise DataError(f"--vllm-log {vllm_log}: cannot read ({exc.strerror or exc})") from None
+    if measured_with:
+        out.append(("run's --measured-with", dict(measured_with)))
     recorded = trace_engine_settings(trace) if trace is not None else None
     if recorded:
         out.append((f"trace {trace}", recorded))

@@ -30,7 +30,9 @@ FREE = ("eta_mem", "t_step_s", "t_seq_s")
 SEEDS = range(20)
 #: The fitted load (requests/s) and the what-ifs' multiples of it.
 RATE_RPS, REQUESTS = 4.0, 160
-WHAT_IFS = (2.0, 4.0)
+WHAT_IFS = (1.5, 2.0, 4.0)
+#: The what-ifs whose coverage is counted (issue #36: 2x and 4x the fitted load).
+COUNTED = (2.0, 4.0)
 PROMPTS, OUTPUTS = "lognormal:mean=600,sigma=0.7", "lognormal:mean=160,sigma=0.7"
 CHECKED = tuple(f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e") for q in (50, 90))
 CFG = ReplayConfig(engine=EngineOptions(max_num_seqs=64, max_num_batched_tokens=2048))
@@ -79,22 +81,23 @@ def cases():
 
 
 def test_bands_hold_the_truth_of_a_wrong_model_over_seeds(cases):
-    """20 seeds x 2 what-ifs x p50/p90 TTFT, TPOT, E2E: at least 90 % inside."""
-    held = [band.holds(s, truth[s]) for *_, truth, band, _ in cases for s in CHECKED]
+    """20 seeds x 2 what-ifs (2x, 4x) x p50/p90 TTFT, TPOT, E2E: at least 90 % inside."""
+    held = [band.holds(s, truth[s]) for _, scale, truth, band, _ in cases if scale in COUNTED for s in CHECKED]
     assert sum(held) >= 0.9 * len(held), (sum(held), len(held))
 
 
 def test_the_parameters_band_alone_misses_them(cases):
     """The power check: the band of the parameters' uncertainty and the percentiles' sampling noise
     alone (what the model error adds is what makes the test above pass)."""
-    held = [alone.holds(s, truth[s]) for *_, truth, _, alone in cases for s in CHECKED]
+    held = [alone.holds(s, truth[s]) for _, scale, truth, _, alone in cases if scale in COUNTED for s in CHECKED]
     assert sum(held) <= 0.75 * len(held), (sum(held), len(held))
 
 
-def test_the_band_at_4x_is_wider_and_says_how_far_it_is(cases):
+def test_the_band_at_4x_is_wider_than_at_1_5x_and_says_how_far_it_is(cases):
     by = {(seed, scale): band for seed, scale, _, band, _ in cases}
     for seed in SEEDS:
-        near, far = by[(seed, 2.0)], by[(seed, 4.0)]
-        assert far.distance > near.distance > 0
-        assert far.half_width("e2e_p90_s") > near.half_width("e2e_p90_s")
-        assert any("the largest fitted" in n and "outside the load the calibration saw" in n for n in far.notes)
+        near, far = by[(seed, 1.5)], by[(seed, 4.0)]
+        assert far.distance > near.distance
+        for s in CHECKED:
+            assert far.half_width(s) > near.half_width(s), (seed, s)
+        assert any("the largest fitted" in n and "outside the load the calibration saw" in n for n in far.warnings)

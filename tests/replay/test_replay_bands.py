@@ -347,3 +347,90 @@ def test_enable_expert_parallel_is_an_option_of_replay_and_a_what_if(tmp_path):
     with_ep = RooflineCostModel(moe.model, moe.gpu, CostParams(), dp=2, expert_parallel=True)
     want, _ = replay_frame(trace, with_ep, ReplayConfig(EngineOptions()))
     assert np.allclose(b["pred_e2e_s"], want["pred_e2e_s"]) and not np.allclose(a["pred_e2e_s"], b["pred_e2e_s"])
+
+
+# --- where the calibration stops (issue #36 item 2) -------------------------------------------
+
+
+def _held_out_cal(path, rel_errs, fit=None):
+    """A calibration with held-out errors measured at 1-2 req/s and ``fit`` statistics."""
+    values = {k: v for k, v in COST.params.items() if v == v}
+    errors = [{"part": f"run {i}", "metric": m, "pct": 50.0, "rel_err": e, "distance": 0.0}
+              for i, e in enumerate(rel_errs) for m in ("ttft_s", "tpot_s", "e2e_s")]
+    Calibration(COST.model, COST.gpu, 1, {k: FittedParam(v) for k, v in values.items()}, terms=list(COST.terms),
+                band_points=list(POINTS), fit=fit or {},
+                holdout={"method": "leave one run out", "errors": errors,
+                         "fitted_range": {"rate_rps": [1.0, 2.0]}}).write(path)
+
+
+@pytest.fixture
+def at_rate(tmp_path, monkeypatch):
+    """Traces of 200 requests at 1.5 and 8 req/s (4x the largest fitted 2 req/s)."""
+    from traces.io import write_trace
+
+    monkeypatch.chdir(tmp_path)
+    for name, rate in (("near.parquet", 1.5), ("far.parquet", 8.0)):
+        write_trace(synth_requests(200, rate, "fixed:300", "fixed:40", seed=3), REQUEST_TRACE, name)
+    return tmp_path
+
+
+def test_a_what_if_at_4x_the_fitted_rate_warns_and_has_a_wider_band_than_at_1_5x(at_rate):
+    from replay.analysis.band_tables import PART_NAMES
+
+    _held_out_cal("cal.json", [0.02, -0.04, 0.03])
+    near = invoke("near.parquet", "--calibration", "cal.json", "--wide")
+    far = invoke("far.parquet", "--calibration", "cal.json", "--wide")
+    assert near.exit_code == 0 and far.exit_code == 0, far.output
+    text = " ".join(far.output.split())
+    # Poisson arrivals: 200 requests at 8 req/s arrive at 7.01 req/s (n - 1 over the span)
+    assert "warning: the arrival rate 7.01 req/s is 3.5x the largest fitted (2 req/s)" in text
+    assert "outside the load the calibration saw, its model error widened x3.5" in text
+    assert "outside the load" not in near.output
+
+    def e2e_p50_band(out):
+        row = next(line for line in out.splitlines() if line.strip().startswith("e2e") and "[" in line)
+        point, lo, hi = (float(x) for x in row.replace("[", " ").replace("]", " ").replace(",", " ").split()[1:4])
+        return (hi - lo) / 2 / point
+
+    assert e2e_p50_band(far.output) > e2e_p50_band(near.output) > 0
+    # --wide: the breakdown, every part named; the model part at 1.5x is the largest held-out error, 4 %
+    assert "band parts" in near.output and all(p in near.output for p in PART_NAMES)
+    e2e = next(line.split() for line in near.output.splitlines() if line.strip().startswith("e2e p50"))
+    assert e2e[3] == "4.0%"  # statistic (2 words), parameters, model
+
+
+def test_a_calibration_graded_poor_says_its_bands_are_not_meaningful(at_rate):
+    poor = {"residual_by_run": {"r": {"ttft_s": {"p50": 0.4, "p90": -0.3}, "tpot_s": {"p50": 0.2, "p90": 0.25}}}}
+    _held_out_cal("cal.json", [0.02, -0.04, 0.03], fit=poor)
+    res = invoke("near.parquet", "--calibration", "cal.json")
+    assert res.exit_code == 0, res.output
+    assert "warning: the calibration is graded poor: its bands are not meaningful" in " ".join(res.output.split())
+
+
+def test_a_run_said_to_be_measured_with_a_setting_is_a_validation_not_a_what_if(tmp_path, monkeypatch):
+    """Issue #36 item 3: a calibration fitted at max_num_seqs 256 replaying a run measured at 128: typed
+    alone, --max-num-seqs 128 makes a what-if; with --measured-with max_num_seqs=128 it is the run's own
+    setting, so its measured latencies are scored against the band."""
+    from traces.io import write_trace
+
+    monkeypatch.chdir(tmp_path)
+    trace = synth_requests(60, 4.0, "fixed:300", "fixed:40", seed=2)
+    res, _ = replay_frame(trace, COST, ReplayConfig(EngineOptions(max_num_seqs=128)))
+    write_trace(trace.assign(ttft_s=res["pred_ttft_s"], tpot_s=res["pred_tpot_s"], e2e_s=res["pred_e2e_s"]),
+                REQUEST_TRACE, "run.parquet")
+    write_cal("cal.json", engine={"max_num_seqs": 256})
+    typed = invoke("run.parquet", "--calibration", "cal.json", "--max-num-seqs", 128)
+    said = invoke("run.parquet", "--calibration", "cal.json", "--measured-with", "max_num_seqs=128")
+    assert typed.exit_code == 0 and said.exit_code == 0, said.output
+    assert "what-if" in typed.output and "inside their 95 % band" not in typed.output
+    assert "inside their 95 % band: 6 of 6" in said.output and "what-if" not in said.output
+    assert "max_num_seqs=128" in said.output
+
+
+@pytest.mark.parametrize("pair, want", [("max_num_seqs", "expected SETTING=VALUE"),
+                                        ("colour=blue", "expected SETTING=VALUE with a setting of"),
+                                        ("max_num_seqs=lots", "'lots' is not a int"),
+                                        ("max_num_seqs=0", "--measured-with 'max_num_seqs=0': expected")])
+def test_a_bad_measured_with_is_one_clear_usage_error(spaced, pair, want):
+    res = invoke("t.parquet", "--calibration", "cal.json", "--measured-with", pair)
+    assert res.exit_code == 2 and want in " ".join(res.output.split()) and "Traceback" not in res.output
