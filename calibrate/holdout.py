@@ -35,12 +35,12 @@ TIME_BLOCKS = 3
 MIN_BLOCK_REQUESTS = 20
 
 
-def run_features(run) -> dict:
-    """:func:`replay.analysis.band_parts.load_features` of ``run``'s scored requests (measured E2E;
-    a run of aggregate targets has no measured requests: its rate and prompts only)."""
-    rows = run.scored_rows(run.trace)
-    e2e = rows["e2e_s"] if "e2e_s" in rows and run.targets is None else np.full(len(rows), np.nan)
-    return load_features(rows["arrival_time_s"], e2e, rows["num_prompt_tokens"])
+def run_features(run, cost_model, result=None) -> dict:
+    """:func:`replay.analysis.band_parts.load_features` of ``run``'s scored requests replayed with
+    ``cost_model`` (``result``: that replay when already run)."""
+    if result is None:
+        result, _ = replay_frame(run.trace, cost_model, run.config, run.metadata)
+    return load_features(run.scored_rows(result))
 
 
 def splits(runs) -> list[tuple[list, list]]:
@@ -68,22 +68,22 @@ def splits(runs) -> list[tuple[list, list]]:
              [part(blocks[k], f"block {k + 1} of {TIME_BLOCKS}")]) for k in range(1, TIME_BLOCKS)]
 
 
-def _refit_and_predict(shared, split) -> list[dict]:
-    """One split: the refit on its fitted runs, the relative errors of its held-out runs (module
-    level: picklable for a worker)."""
+def _refit_and_predict(shared, split) -> tuple[list[dict], int]:
+    """One split: the refit on its fitted runs, the relative errors of its held-out runs and the
+    replays it took (module level: picklable for a worker)."""
     from .request_fit import _QuantileResidual, _finite, statistics
 
     cost_model, free, hold, metrics, quantiles, max_nfev = shared
     fitted, held = split
     residual = _QuantileResidual(fitted, cost_model, metrics, quantiles)
-    result, _ = least_squares(residual, free, hold, rel_step=0.05, max_nfev=max_nfev)
+    result, info = least_squares(residual, free, hold, rel_step=0.05, max_nfev=max_nfev)
     values = {k: p.value * PARAMS[k].fit_scale for k, p in result.params.items()}
     cm = cost_model.with_params(CostParams(**hold, **values))
-    fitted_range = feature_range([run_features(r) for r in fitted])
+    fitted_range = feature_range([run_features(r, cm) for r in fitted])
     out = []
     for run in held:
-        d, _ = distance(run_features(run), fitted_range)
         res, _ = replay_frame(run.trace, cm, run.config, run.metadata)
+        d, _ = distance(run_features(run, cm, res), fitted_range)
         res = run.scored_rows(res)
         for m in HOLDOUT_METRICS:
             if not run.measures(m):
@@ -97,7 +97,7 @@ def _refit_and_predict(shared, split) -> list[dict]:
                 if np.isfinite(p) and np.isfinite(x) and x > 0:
                     out.append({"part": run.name, "metric": m, "pct": None if np.isnan(pct) else float(pct),
                                 "rel_err": round(float((p - x) / x), 6), "distance": round(float(d), 4)})
-    return out
+    return out, (info["n_evals"] + 1) * len(fitted) + len(held)
 
 
 def holdout(runs, cost_model, best, metrics, quantiles, max_nfev: int, runner=None) -> dict:
@@ -119,14 +119,16 @@ def holdout(runs, cost_model, best, metrics, quantiles, max_nfev: int, runner=No
     -------
     dict
         ``method`` (words), ``errors`` (a list of ``{"part", "metric", "pct", "rel_err", "distance"}``,
-        :attr:`schemas.calibration.Calibration.holdout`) and ``fitted_range`` (the load every run of the
-        calibration spans, :func:`replay.analysis.band_parts.feature_range`).
+        :attr:`schemas.calibration.Calibration.holdout`), ``fitted_range`` (the load every run of the
+        calibration spans, replayed at the fit's values, :func:`replay.analysis.band_parts.feature_range`)
+        and ``n_replays`` (the refits' and predictions' replays).
     """
     p0 = cost_model.params
     free = {n: (p0[n] if not np.isnan(p0[n]) else cost_model.tp_link.latency_s) for n, p in best.params.items()
             if p.vary}
     hold = {n: v for n, v in best.values().items() if n not in free}
     todo = splits(runs)
+    fitted = cost_model.with_params(best.cost_params())
     shared = (cost_model, free, hold, metrics, quantiles, max_nfev)
     if not todo or not free:
         per_split = []
@@ -137,5 +139,6 @@ def holdout(runs, cost_model, best, metrics, quantiles, max_nfev: int, runner=No
     method = ("none: one run of aggregate targets, or too few requests to split" if not todo else
               "leave one run out" if len(runs) >= 2 else
               f"forward chaining in time: the run cut into {TIME_BLOCKS} blocks, each predicted from those before")
-    return {"method": method, "errors": [e for errs in per_split for e in errs],
-            "fitted_range": feature_range([run_features(r) for r in runs])}
+    return {"method": method, "errors": [e for errs, _ in per_split for e in errs],
+            "fitted_range": feature_range([run_features(r, fitted) for r in runs]),
+            "n_replays": sum(n for _, n in per_split) + len(runs)}

@@ -297,6 +297,7 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
         best.stats["band_points"] = spread_points(best.stats["confidence_set"].pop("points"), best.values())
         best.stats["holdout"] = holdout(runs, cost_model, best, metrics, quantiles, max_nfev or 10 * (len(free) + 1),
                                         runner)
+        best.stats["n_replays"] += best.stats["holdout"]["n_replays"]
     best.stats["model_error"] = model_error(runs, cost_model.with_params(best.cost_params()), quantiles)
     delta = tuple(f"{n}: NOT IDENTIFIED" for n, p in best.params.items() if p.vary)
     best.warnings = [w for w in best.warnings if not w.startswith(delta)] + warns

@@ -7,11 +7,16 @@ composes them with the parameters' part into one band.
 
 Notes
 -----
-Distance. A workload is summarised by its arrival rate (requests/s), the mean number of requests in
-the system (Little's law, ``L = sum(E2E) / span``: the load the engine carried, which grows without
-bound near saturation where the rate does not), and its mean prompt length (tokens). A what-if's
-distance from the calibration is the largest ``log2`` ratio by which one of them leaves the range the
-calibration's runs span (0 inside): 1 is twice the largest fitted load.
+Distance. A replayed workload is summarised by its arrival rate (requests/s), the mean number of
+requests in the system and of those running (Little's law, ``L = sum(E2E) / T`` over the time ``T``
+from the first arrival to the last completion, and the same sum less the queue waits: the batch the
+engine carried), and its mean prompt length (tokens), all from
+the replay at the calibration's values. A what-if's distance from the calibration is the largest
+``log2`` ratio by which the running requests or the mean prompt leave the range the calibration's
+runs span (0 inside): 1 is a batch twice the largest fitted. The arrival rate and the requests in
+the system are kept for the record, not used: a burst (every request at once) or a closed loop has
+a rate that says nothing of the load, and the requests waiting in a queue ask nothing of the cost
+model that the running ones do not.
 
 Model error. The calibration stores relative errors ``e_i`` of its own held-out parts (a run left out,
 a later window), each with the distance ``d_i`` of the part from what the refit saw
@@ -41,7 +46,10 @@ import numpy as np
 #: The features of a workload :func:`load_features` gives, with the words a warning uses.
 FEATURES = {"rate_rps": ("the arrival rate", "req/s"),
             "in_system": ("the mean requests in the system (Little's law)", "requests"),
+            "running": ("the mean requests running (Little's law on E2E less queue wait)", "requests"),
             "prompt_tokens": ("the mean prompt", "tokens")}
+#: The features a distance is measured on (:func:`distance`).
+DISTANCE_FEATURES = ("running", "prompt_tokens")
 #: Nominal coverage of a band.
 COVERAGE = 0.95
 #: Standard normal quantile of :data:`COVERAGE`, two-sided.
@@ -58,30 +66,37 @@ ERROR_SOURCE = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": "tpot_s", "e2e": "e2e
 TRANSFER_ERROR = {"ttft_s": 0.37, "tpot_s": 0.86, "e2e_s": 0.56}
 
 
-def load_features(arrival_time_s, e2e_s, num_prompt_tokens) -> dict:
-    """The load of a workload: :data:`FEATURES` by name.
+def load_features(result) -> dict:
+    """The load of a replayed workload: :data:`FEATURES` by name.
 
     Parameters
     ----------
-    arrival_time_s : array of float, shape (n,)
-        Arrival (or send) times, seconds.
-    e2e_s : array of float, shape (n,)
-        End-to-end latencies, seconds (NaN: not completed, left out of the sum).
-    num_prompt_tokens : array of int, shape (n,)
+    result : pandas.DataFrame
+        A replay result (``arrival_time_s``, ``num_prompt_tokens``, ``pred_status``, ``pred_e2e_s``,
+        ``pred_queue_wait_s``; seconds), or the rows of it that are scored.
 
     Returns
     -------
     dict
-        ``rate_rps`` (``(n - 1) / span``), ``in_system`` (``sum(E2E) / span``), ``prompt_tokens``
-        (mean); NaN where the span is 0 (fewer than two arrivals).
+        ``rate_rps`` (``(n - 1)`` over the arrivals' span), ``in_system`` (``sum(E2E) / T``) and
+        ``running`` (``sum(E2E - queue wait) / T``) over the completed requests, ``T`` from the first
+        arrival to the last completion, ``prompt_tokens`` (mean); NaN where a span is 0.
     """
-    t = np.asarray(arrival_time_s, float)
-    e2e = np.asarray(e2e_s, float)
-    span = float(np.nanmax(t) - np.nanmin(t)) if t.size > 1 else 0.0
-    finite = e2e[np.isfinite(e2e)]
-    return {"rate_rps": (t.size - 1) / span if span > 0 else math.nan,
-            "in_system": float(finite.sum()) / span if span > 0 and finite.size else math.nan,
-            "prompt_tokens": float(np.mean(num_prompt_tokens)) if t.size else math.nan}
+    from schemas.status import OK
+
+    t = result["arrival_time_s"].to_numpy(float)
+    ok = (result["pred_status"] == OK).to_numpy()
+    e2e = result["pred_e2e_s"].to_numpy(float, na_value=np.nan)[ok]
+    wait = result["pred_queue_wait_s"].to_numpy(float, na_value=np.nan)[ok]
+    fine = np.isfinite(e2e) & np.isfinite(wait)
+    arrivals = float(t.max() - t.min()) if t.size > 1 else 0.0
+    # the time the system held them: first arrival to last completion (a burst arrives in no time)
+    busy = float(np.max(t[ok][fine] + e2e[fine]) - t.min()) if fine.any() else 0.0
+    prompt = float(np.mean(result["num_prompt_tokens"])) if t.size else math.nan
+    return {"rate_rps": (t.size - 1) / arrivals if arrivals > 0 else math.nan,
+            "in_system": float(e2e[fine].sum()) / busy if busy > 0 else math.nan,
+            "running": float((e2e[fine] - wait[fine]).sum()) / busy if busy > 0 else math.nan,
+            "prompt_tokens": prompt}
 
 
 def feature_range(features: list[dict]) -> dict:
@@ -101,11 +116,13 @@ def distance(features: dict, fitted_range: dict) -> tuple[float, str | None]:
     -------
     (float, str or None)
         The largest ``log2`` ratio by which a feature leaves its range (0 inside, or when nothing
-        is known), and the phrase saying which (``"the arrival rate 8.0 req/s is 4.0x the largest
-        fitted (2.0 req/s)"``; None at 0).
+        is known), and the phrase saying which (``"the mean requests in the system 8 requests is 4.0x the largest
+        fitted (2.0 req/s)"``; None at 0); over :data:`DISTANCE_FEATURES` only.
     """
     d, words = 0.0, None
     for name, (lo, hi) in fitted_range.items():
+        if name not in DISTANCE_FEATURES:
+            continue
         x = features.get(name, math.nan)
         if not (np.isfinite(x) and x > 0 and lo > 0):
             continue

@@ -218,7 +218,7 @@ def point_details(result: pd.DataFrame) -> dict:
     ``noise`` (statistic -> ``(below, above)``, :func:`replay.analysis.band_parts.percentile_noise`
     of the completed requests' latencies, seconds) and ``load``
     (:func:`replay.analysis.band_parts.load_features` of the replay: arrival rate, requests in the
-    system by Little's law on the predicted E2E, mean prompt)."""
+    system and running by Little's law on the predicted latencies, mean prompt)."""
     from schemas.status import OK
 
     from .compare import METRICS
@@ -231,9 +231,7 @@ def point_details(result: pd.DataFrame) -> dict:
         values = result.loc[ok, pred_col[label]].to_numpy(float, na_value=np.nan)
         for q in PERCENTILES:
             noise[f"{label}_p{q}_s"] = percentile_noise(values, q)
-    e2e = result["pred_e2e_s"].to_numpy(float, na_value=np.nan)
-    return {"noise": noise, "load": load_features(result["arrival_time_s"].to_numpy(float), np.where(ok, e2e, np.nan),
-                                                  result["num_prompt_tokens"].to_numpy(float))}
+    return {"noise": noise, "load": load_features(result)}
 
 
 def _parameter_part(p: float, vals: np.ndarray, seeds: np.ndarray) -> float:
@@ -278,7 +276,8 @@ def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), 
     notes = []
     if words:
         notes.append(f"{words}: outside the load the calibration saw, its model error widened x{growth(dist):.1f}"
-                     + ("" if quantiles else " (it has no held-out errors to widen: refit with 'calibrate fit')"))
+                     + ("" if quantiles else " (it has no held-out errors to widen: its runs were too short to "
+                                             "split, or it was fitted before 'calibrate fit' held parts out)"))
     thin = sorted(m for m, (_, n, ok) in quantiles.items() if not ok)
     if thin:
         notes.append(f"model error from fewer than 19 held-out errors ({', '.join(thin)}): the largest is used, "

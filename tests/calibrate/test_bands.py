@@ -4,11 +4,12 @@ what-ifs is in tests/calibrate/test_request_fit_intervals.py (it reuses those fi
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy.stats import chi2
 
 from calibrate.confidence import covariance_points
-from replay.analysis.band_parts import Z95, distance, percentile_noise
+from replay.analysis.band_parts import Z95, distance, load_features, percentile_noise
 from replay.analysis.bands import BAND_STATS, BandBasis, BandJob, band_of_rows, predict_with_band, prediction_row
 from replay.config import EngineOptions, ReplayConfig
 from replay.cost.cost_model import RooflineCostModel
@@ -188,21 +189,39 @@ def test_few_held_out_errors_use_the_largest_and_say_so():
 def test_a_held_out_error_at_a_distance_counts_for_less_and_a_what_if_far_away_is_wider():
     """An error of 0.2 seen at distance 1 (twice the load) is a score of 0.2 / 2^1 = 0.1; a what-if at 4x the
     largest fitted rate (distance 2) gets 0.1 x 2^2 = 0.4 of its point, one inside the range 0.1."""
-    basis = BandBasis(holdout=_holdout([0.2] * 20, distance=1.0, fitted_range={"rate_rps": [1.0, 2.0]}))
-    inside = band_of_rows(_row(10.0), [], basis=basis, details={"load": {"rate_rps": 1.5}})
-    far = band_of_rows(_row(10.0), [], basis=basis, details={"load": {"rate_rps": 8.0}})
+    basis = BandBasis(holdout=_holdout([0.2] * 20, distance=1.0, fitted_range={"running": [1.0, 2.0]}))
+    inside = band_of_rows(_row(10.0), [], basis=basis, details={"load": {"running": 1.5}})
+    far = band_of_rows(_row(10.0), [], basis=basis, details={"load": {"running": 8.0}})
     assert inside.high["ttft_p50_s"] == pytest.approx(11.0) and inside.distance == 0 and not inside.notes
     assert far.high["ttft_p50_s"] == pytest.approx(14.0) and far.distance == pytest.approx(2.0)
     assert "model error widened x4.0" in far.notes[0]
-    assert "the arrival rate 8 req/s is 4.0x the largest fitted (2 req/s)" in far.notes[0]
+    assert "the mean requests running (Little's law on E2E less queue wait) 8 requests is 4.0x the largest " \
+        "fitted (2 requests)" in far.notes[0]
 
 
 def test_the_distance_by_hand():
-    rng = {"rate_rps": [1.0, 2.0], "in_system": [3.0, 6.0]}
-    assert distance({"rate_rps": 1.5, "in_system": 4.0}, rng) == (0.0, None)
-    d, words = distance({"rate_rps": 0.25, "in_system": 24.0}, rng)
-    assert d == pytest.approx(2.0) and "4.0x below the smallest fitted" in words  # log2(1/0.25) = log2(24/6)
-    assert distance({"rate_rps": 3.0}, {})[0] == 0.0  # nothing known: no distance
+    rng = {"prompt_tokens": [100.0, 200.0], "running": [3.0, 6.0], "rate_rps": [1.0, 2.0], "in_system": [3.0, 9.0]}
+    assert distance({"prompt_tokens": 150.0, "running": 4.0}, rng) == (0.0, None)
+    d, words = distance({"prompt_tokens": 25.0, "running": 24.0}, rng)
+    assert d == pytest.approx(2.0) and "4.0x below the smallest fitted" in words  # log2(100/25) = log2(24/6)
+    assert distance({"running": 3.0}, {})[0] == 0.0  # nothing known: no distance
+    # neither the arrival rate (a burst has any rate) nor a queue asks more of the cost model
+    assert distance({"rate_rps": 20.0, "in_system": 90.0, "running": 4.0}, rng)[0] == 0.0
+
+
+def test_load_features_by_little_s_law_by_hand():
+    """Two requests 10 s apart, each 2 s in the system of which 0.5 s queued: 4 s in the system and 3 s
+    running over the 12 s from the first arrival to the last completion; three arrivals in 10 s, 0.2 req/s
+    (a rejected one counts in the rate only)."""
+    result = pd.DataFrame({"arrival_time_s": [0.0, 5.0, 10.0], "num_prompt_tokens": [100, 300, 200],
+                           "pred_status": ["ok", "rejected: too long", "ok"], "pred_e2e_s": [2.0, np.nan, 2.0],
+                           "pred_queue_wait_s": [0.5, np.nan, 0.5]})
+    f = load_features(result)
+    assert f == {"rate_rps": pytest.approx(0.2), "in_system": pytest.approx(4 / 12), "running": pytest.approx(3 / 12),
+                 "prompt_tokens": pytest.approx(200.0)}
+    # a burst (every request at once) still has a load: three requests running for the 2 s they took
+    burst = result.assign(arrival_time_s=0.0, pred_status="ok", pred_e2e_s=2.0, pred_queue_wait_s=0.0)
+    assert load_features(burst)["running"] == pytest.approx(3.0) and np.isnan(load_features(burst)["rate_rps"])
 
 
 def test_percentile_noise_is_the_order_statistic_interval_by_hand():
