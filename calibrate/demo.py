@@ -69,7 +69,9 @@ def demo(out_dir, num_requests, rate, noise, seed):
     trace = trace.assign(queue_wait_s=measured["pred_queue_wait_s"], ttft_s=measured["pred_ttft_s"],
                          tpot_s=measured["pred_tpot_s"], e2e_s=measured["pred_e2e_s"])
     steps = steps_frame(engine)
-    write_trace(trace, REQUEST_TRACE, out / "requests.parquet", {"source": "servecal demo (synthetic)"})
+    # what the synthetic run ran on, as an importer records it: a replay at another TP is then a what-if
+    write_trace(trace, REQUEST_TRACE, out / "requests.parquet",
+                {"source": "servecal demo (synthetic)", "model": model.name, "tp": "1"})
     write_trace(steps, STEP_TRACE, out / "steps.parquet", {"source": "servecal demo (synthetic)"})
     click.echo(wrap(f"1. synthetic 'measured' run: {len(trace)} requests, {len(steps)} steps -> "
                     f"{out}/requests.parquet, {out}/steps.parquet"))

@@ -171,6 +171,9 @@ class DisaggOptions:
     first_token_from : str
         ``prefill`` (DistServe: the prefill instance emits token 1) or ``decode`` (the first
         decode step after the transfer does).
+    kv_handoff : str
+        ``pull`` (DistServe: a finished prompt waits on its prefill instance until a decode instance
+        has room) or ``push`` (:class:`replay.core.disagg.DisaggEngine`).
     """
 
     prefill_replicas: int = 1
@@ -183,6 +186,7 @@ class DisaggOptions:
     link_bandwidth_bytes_per_s: float | None = None
     link_latency_s: float | None = None
     first_token_from: str = "prefill"
+    kv_handoff: str = "pull"
 
     def __post_init__(self):
         check_link_options(self.link, self.link_bandwidth_bytes_per_s, self.link_latency_s)  # with its hint

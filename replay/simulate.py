@@ -214,7 +214,7 @@ def _build_engine(cost_model: StepCostModel, cfg: ReplayConfig,
             raise ConfigError(f"--pp-decode {pp_decode}: each virtual engine needs at least one KV block")
         kw = dict(model=m, decode_num_gpu_blocks=decode_blocks, link=link, prefill_replicas=pools.prefill_replicas,
                   decode_replicas=pools.decode_replicas, first_token_from=pools.first_token_from,
-                  router=get_router(sched.router))
+                  router=get_router(sched.router), kv_handoff=pools.kv_handoff)
         if pipelined:
             return PipelineDisaggEngine(cost_model, decode_cost_model, sched_cfg, engine_cfg, pp_prefill=pp,
                                         pp_decode=pp_decode, **kw), cost_model

@@ -233,6 +233,13 @@ _S = (
     SettingSpec("first_token_from", "disagg", str, "prefill", "", ("--first-token-from",),
                 "disagg: instance that emits output token 1 [default: prefill, as DistServe].",
                 choices=("prefill", "decode"), source="DistServe: the prefill instance emits token 1"),
+    SettingSpec("kv_handoff", "disagg", str, "pull", "", ("--kv-handoff",),
+                "disagg: how a finished prompt's KV reaches a decode instance: pull (DistServe: it waits, its KV "
+                "still on the prefill instance, until a decode instance has room) or push (at once, into an "
+                "unbounded buffer: the replay before issue #34) [default: pull].",
+                choices=("pull", "push"), recorded=True,
+                source="LLMServe/DistServe decoding_stage_scheduler.py: its unaccepted queue, "
+                       "waiting_block_prop_threshold"),
     SettingSpec("concurrency", "closed_loop", int, None, "clients", ("--concurrency",),
                 "Closed loop: N clients send the trace's requests in order, each when its previous one completes "
                 "(llmperf, GenAI-Perf, vllm bench --max-concurrency); arrival times are ignored [default: open "

@@ -65,6 +65,7 @@ PREDICTED_COLUMNS: dict[str, tuple[pa.DataType, bool]] = {
     "pred_decode_replica_id": (_i64, False),
     "pred_kv_transfer_s": (_f64, False),
     "pred_decode_queue_wait_s": (_f64, False),
+    "pred_handoff_wait_s": (_f64, False),
     # time outside the engine (a fitted front end): before it, and after its last token
     "pred_frontend_s": (_f64, False),
     "pred_stream_s": (_f64, False),

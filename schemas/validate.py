@@ -51,7 +51,8 @@ _NULLABLE = {"queue_wait_s", "ttft_s", "tpot_s", "e2e_s", "token_times_s", "num_
              # predictions are NaN for requests not simulated (failed in the trace, rejected)
              # and TPOT is NaN for one-token outputs
              "pred_queue_wait_s", "pred_ttft_s", "pred_tpot_s", "pred_e2e_s", "pred_token_times_s",
-             "pred_arrival_time_s", "pred_kv_transfer_s", "pred_decode_queue_wait_s", "pred_decode_replica_id",
+             "pred_arrival_time_s", "pred_kv_transfer_s", "pred_decode_queue_wait_s", "pred_handoff_wait_s",
+             "pred_decode_replica_id",
              "pred_frontend_s", "pred_stream_s",
              # a vLLM stats line without a prefix-cache field
              "prefix_cache_hit_rate_frac",

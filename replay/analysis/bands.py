@@ -17,6 +17,7 @@ seeds on synthetic logs of a known cluster and ``bench/bands.py`` on real runs.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -234,15 +235,23 @@ def point_details(result: pd.DataFrame) -> dict:
     return {"noise": noise, "load": load_features(result)}
 
 
-def _parameter_part(p: float, vals: np.ndarray, seeds: np.ndarray) -> float:
-    """The parameters' half width, the same on both sides: the farthest the set's points (and the
-    other seeds) move the prediction from ``p`` on either side. The set is symmetric about its
-    centre to first order, so a side that a bound cuts short (a parameter at 0) is taken as wide as
-    the other (the linearised projection, Casella & Berger section 9.2.3)."""
-    finite = vals[np.isfinite(vals)]
-    w = float(np.max(np.abs(finite - p))) if finite.size else 0.0
-    seeds = seeds[np.isfinite(seeds)]
-    return w + (float(np.max(np.abs(seeds - p))) if seeds.size else 0.0)
+def _parameter_part(p: float, vals: np.ndarray, seeds: np.ndarray) -> tuple[float, float]:
+    """The parameters' part ``(below, above)``: as far on each side as the farthest of the set's
+    points (and the other seeds) moves the prediction from ``p`` on either side, by ratio: a
+    prediction ``r`` times the point on one side is taken ``r`` times below it on the other (for
+    positive values; by difference otherwise). The set is symmetric about the optimum to first order
+    in the parameters, which act on a time as factors (an efficiency divides it), so a side that a
+    bound cuts short (a parameter at 0) is taken as wide as the other, and the band never reaches 0
+    by this part alone (the linearised projection, Casella & Berger section 9.2.3)."""
+    allv = np.concatenate([vals, seeds])
+    allv = allv[np.isfinite(allv)]
+    if not allv.size:
+        return 0.0, 0.0
+    if p > 0 and np.all(allv > 0):
+        w = float(np.max(np.abs(np.log(allv / p))))
+        return p - p * math.exp(-w), p * math.exp(w) - p
+    w = float(np.max(np.abs(allv - p)))
+    return w, w
 
 
 def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), basis: BandBasis | None = None,
@@ -302,8 +311,8 @@ def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), 
             low[s], high[s], parts[s] = float(p), float(p), {}
             continue
         label, _, pct = s.removesuffix("_s").rpartition("_p") if "_p" in s else (s.removesuffix("_rps"), "", "")
-        w_par = _parameter_part(p, np.array([r.get(s, np.nan) for r in at_points], float),
-                                np.array([r.get(s, np.nan) for r in at_seeds], float))
+        par_lo, par_hi = _parameter_part(p, np.array([r.get(s, np.nan) for r in at_points], float),
+                                         np.array([r.get(s, np.nan) for r in at_seeds], float))
         scale = point.get(f"ttft_p{pct}_s", p) if label == "queue_wait" else p  # the queue wait: TTFT's ms
         below = above = 0.0
         if basis.new_sample and pct:
@@ -313,10 +322,10 @@ def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), 
         w_mod = model_rel(label) * abs(scale)
         m = ERROR_SOURCE.get(label, "")
         w_tr = basis.transfer_error.get(m, 0.0) * abs(scale) if basis.carried else 0.0
-        parts[s] = {"parameters": (w_par, w_par), "sampling": (below, above), "model": (w_mod, w_mod),
+        parts[s] = {"parameters": (par_lo, par_hi), "sampling": (below, above), "model": (w_mod, w_mod),
                     "transfer": (w_tr, w_tr)}
-        low[s] = max(0.0, p - float(np.sqrt(w_par ** 2 + below ** 2 + w_mod ** 2 + w_tr ** 2)))
-        high[s] = p + float(np.sqrt(w_par ** 2 + above ** 2 + w_mod ** 2 + w_tr ** 2))
+        low[s] = max(0.0, p - float(np.sqrt(par_lo ** 2 + below ** 2 + w_mod ** 2 + w_tr ** 2)))
+        high[s] = p + float(np.sqrt(par_hi ** 2 + above ** 2 + w_mod ** 2 + w_tr ** 2))
     return Band(dict(point), low, high, len(at_points), len(at_seeds), parts, notes, dist, basis.grade != "poor")
 
 

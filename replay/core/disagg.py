@@ -11,6 +11,7 @@ discrete-event loop, batching, KV accounting and token bookkeeping are the
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -29,6 +30,13 @@ from .request import Request
 from .routing import RoundRobinRouter, replica_load
 from ..schedulers.base import SchedulerConfig
 from ..schedulers.disagg import FIRST_TOKEN_FROM, DecodeScheduler, PrefillScheduler
+
+#: How a finished prompt's KV reaches a decode instance (``--kv-handoff``).
+KV_HANDOFFS = ("pull", "push")
+#: DistServe's decode side accepts a finished prompt only while the prompts it accepted and has not
+#: yet batched hold less than this share of its KV blocks (``waiting_block_prop_threshold``, set to
+#: 0.05 by its API server and examples; LLMServe/DistServe ``decoding_stage_scheduler.py``).
+PULL_WAITING_SHARE = 0.05
 
 
 @dataclass
@@ -75,6 +83,12 @@ class DisaggEngine(Engine):
         trace ``replica_id``).
     first_token_from : {"prefill", "decode"}
         Which instance emits output token 1 (see Notes).
+    kv_handoff : {"pull", "push"}
+        ``pull`` (DistServe, the default): a finished prompt waits, its KV still in the prefill
+        instance's cache, until a decode instance has room for it (see Notes); ``push``: its KV
+        moves at once to the least-loaded decode instance, which holds it outside its cache until
+        it admits the request (an unbounded receive buffer: no engine we know of; the replay
+        before issue #34, kept to compare with).
     router : callable (Request, list[ReplicaState]) -> int, optional
         Chooses the prefill instance of an arrival among the P prefill instances (default:
         round robin). Decode instances are chosen least loaded.
@@ -91,18 +105,26 @@ class DisaggEngine(Engine):
     1. arrival -> admitted by a prefill instance: the prefill queue wait (``pred_queue_wait_s``);
     2. prefill: chunked prefill-only steps (:class:`~replay.schedulers.disagg.PrefillScheduler`)
        until the prompt's last chunk ends at ``t_p``;
-    3. KV transfer over ``link``, from ``t_p`` to ``t_x = t_p + T_transfer`` with the seed's
-       (theory.md section 2)::
+    3. with ``kv_handoff="pull"`` the request waits from ``t_p`` in a queue of finished prompts
+       (DistServe's "unaccepted" queue, first come first served) until a decode instance accepts
+       it: when the prompts it accepted and has not batched yet hold less than
+       :data:`PULL_WAITING_SHARE` of its blocks and its free blocks, less those accepted prompts'
+       blocks, hold this prompt; its KV blocks stay allocated on the prefill instance meanwhile, so
+       a prefill instance full of finished prompts admits no new one and the queue forms in front
+       of prefill (``pred_handoff_wait_s``). Acceptance is tried whenever a prompt finishes and
+       whenever a decode step ends;
+    4. KV transfer over ``link``, from acceptance ``t_a`` (``t_p`` with ``push``) to
+       ``t_x = t_a + T_transfer`` with the seed's (theory.md section 2)::
 
            T_transfer = L_prompt * D_kv / link_bw + link_latency
 
        The KV stays in (and is freed from) the prefill instance's cache only at ``t_x``;
        transfers do not share bandwidth (each gets the whole link).
-    4. decode queue: from ``t_x`` the request waits in the decode instance's queue
+    5. decode queue: from ``t_x`` the request waits in the decode instance's queue
        (``pred_decode_queue_wait_s``) until that instance admits it, when its KV blocks
        (prompt + next token) are free and fewer than ``max_num_seqs`` run; the received KV
        is held outside the decode cache until then.
-    5. decode: continuous batching (:class:`~replay.schedulers.disagg.DecodeScheduler`),
+    6. decode: continuous batching (:class:`~replay.schedulers.disagg.DecodeScheduler`),
        one token per step, until the last token.
 
     With ``first_token_from="prefill"`` (DistServe) token 1 is emitted at ``t_p``:
@@ -117,13 +139,15 @@ class DisaggEngine(Engine):
     def __init__(self, prefill_cost_model: StepCostModel, decode_cost_model: StepCostModel,
                  scheduler_config: SchedulerConfig, engine_config: EngineConfig, *, decode_num_gpu_blocks: int,
                  model: ModelSpec, link: Link, prefill_replicas: int = 1, decode_replicas: int = 1,
-                 first_token_from: str = "prefill", router=None):
+                 first_token_from: str = "prefill", router=None, kv_handoff: str = "pull"):
         if prefill_replicas < 1 or decode_replicas < 1:
             raise ConfigError("--prefill-replicas and --decode-replicas must be >= 1")
         if first_token_from not in FIRST_TOKEN_FROM:
             raise ConfigError(f"--first-token-from must be prefill or decode, not {first_token_from!r}")
         if decode_num_gpu_blocks < 1:
             raise ConfigError("the decode instances' KV cache must hold at least one block")
+        if kv_handoff not in KV_HANDOFFS:
+            raise ConfigError(f"--kv-handoff must be one of {', '.join(KV_HANDOFFS)}, not {kv_handoff!r}")
         p, d = prefill_replicas, decode_replicas
         prefill_router = router or RoundRobinRouter()
         super().__init__(prefill_cost_model, DecodeScheduler, scheduler_config, engine_config, p + d,
@@ -140,6 +164,10 @@ class DisaggEngine(Engine):
         self._inbound = [0] * d          # transfers in flight to each decode instance
         self._unadmitted = [0] * d       # transferred requests each decode instance has not admitted yet
         self._num_in_flight = 0
+        self.kv_handoff = kv_handoff
+        self._unaccepted: deque = deque()  # pull: (request, prefill instance, time its prompt ended)
+        self._accepted_blocks = [0] * d    # pull: blocks of the prompts each decode instance accepted, not batched
+        self._handoff_wait: dict[int, float] = {}
         self.on_step_end = self._after_step
 
     def rejection_reason(self, req: Request) -> str | None:
@@ -162,7 +190,7 @@ class DisaggEngine(Engine):
     # -- hooks ----------------------------------------------------------------------------------
     def _decode_inputs_pending(self) -> bool:
         """Whether a request could reach a decode instance before the next trace arrival."""
-        return self._num_in_flight > 0 or any(self._busy[:self.num_prefill_replicas])
+        return self._num_in_flight > 0 or bool(self._unaccepted) or any(self._busy[:self.num_prefill_replicas])
 
     def _after_step(self, rid: int, now: float) -> None:
         p = self.num_prefill_replicas
@@ -175,22 +203,53 @@ class DisaggEngine(Engine):
                 for req in moving:
                     state.remove_running(req)
                 for req in moving:
-                    self._start_transfer(req, rid, now)
-        elif self._unadmitted[rid - p]:
+                    if self.kv_handoff == "push":
+                        self._start_transfer(req, rid, self._route_decode(), now)
+                    else:
+                        self._unaccepted.append((req, rid, now))
+                self._pull(now)
+            return
+        if self._unadmitted[rid - p]:
             for req in self._batches[rid].requests:  # type: ignore[union-attr]  # set: the step that just ended
                 t = self.transfers.get(req.index)
                 if t is not None and t.decode_admitted_time_s != t.decode_admitted_time_s:  # NaN: first time here
                     t.decode_admitted_time_s = req.last_scheduled_time_s
                     self._unadmitted[rid - p] -= 1
+                    if self.kv_handoff == "pull":
+                        self._accepted_blocks[rid - p] -= self.replicas[rid].kv.blocks_for(req.num_prompt_tokens)
+        self._pull(now)
+
+    def _accepts(self, i: int, req: Request) -> bool:
+        """Whether decode instance ``i`` (0-based in the pool) accepts ``req`` now (DistServe's rule, Notes)."""
+        kv = self.replicas[self.num_prefill_replicas + i].kv
+        held = self._accepted_blocks[i]
+        return (held < PULL_WAITING_SHARE * kv.num_gpu_blocks
+                and kv.blocks_for(req.num_prompt_tokens) <= kv.num_free_blocks - held)
+
+    def _pull(self, now: float) -> None:
+        """Start the transfers of the finished prompts, in order, that a decode instance accepts now
+        (the least-loaded one of those that accept); stop at the first no instance accepts."""
+        p = self.num_prefill_replicas
+        while self._unaccepted:
+            req, src, ended = self._unaccepted[0]
+            open_ = [i for i in range(self.num_decode_replicas) if self._accepts(i, req)]
+            if not open_:
+                return
+            i = min(open_, key=self._decode_load)
+            self._unaccepted.popleft()
+            self._accepted_blocks[i] += self.replicas[p + i].kv.blocks_for(req.num_prompt_tokens)
+            self._handoff_wait[req.index] = now - ended
+            self._start_transfer(req, src, p + i, now)
+
+    def _decode_load(self, i: int) -> tuple[int, int]:
+        """Decode instance ``i``'s (0-based in the pool) waiting + running + inbound requests, and ``i`` for ties."""
+        return replica_load(self.replicas[self.num_prefill_replicas + i]) + self._inbound[i], i
 
     def _route_decode(self) -> int:
         """The decode instance with the fewest waiting + running + inbound requests (ties: lowest id)."""
-        p = self.num_prefill_replicas
-        return p + min(range(self.num_decode_replicas),
-                       key=lambda i: (replica_load(self.replicas[p + i]) + self._inbound[i], i))
+        return self.num_prefill_replicas + min(range(self.num_decode_replicas), key=self._decode_load)
 
-    def _start_transfer(self, req: Request, src: int, now: float) -> None:
-        dst = self._route_decode()
+    def _start_transfer(self, req: Request, src: int, dst: int, now: float) -> None:
         end = now + kv_transfer_time_s(req.num_prompt_tokens, self.model, self.link)
         self.transfers[req.index] = Transfer(src, dst, now, end)
         self._inbound[dst - self.num_prefill_replicas] += 1
@@ -218,16 +277,20 @@ class DisaggEngine(Engine):
         -------
         dict
             ``pred_decode_replica_id`` (int64, -1 when the KV never moved),
-            ``pred_kv_transfer_s`` (float64, seconds, NaN when it never moved) and
-            ``pred_decode_queue_wait_s`` (float64, transfer end to decode admission, seconds).
+            ``pred_kv_transfer_s`` (float64, seconds, NaN when it never moved),
+            ``pred_decode_queue_wait_s`` (float64, transfer end to decode admission, seconds) and
+            ``pred_handoff_wait_s`` (float64, the prompt's end to a decode instance's acceptance,
+            seconds; 0 with ``push``, NaN when the KV never moved).
         """
         dec = np.full(num_rows, -1, np.int64)
-        xfer, dq = np.full(num_rows, np.nan), np.full(num_rows, np.nan)
+        xfer, dq, hw = np.full(num_rows, np.nan), np.full(num_rows, np.nan), np.full(num_rows, np.nan)
         for i, t in self.transfers.items():
             dec[i] = t.decode_replica_id
             xfer[i] = t.end_time_s - t.start_time_s
             dq[i] = t.decode_admitted_time_s - t.end_time_s
-        return {"pred_decode_replica_id": dec, "pred_kv_transfer_s": xfer, "pred_decode_queue_wait_s": dq}
+            hw[i] = self._handoff_wait.get(i, 0.0)
+        return {"pred_decode_replica_id": dec, "pred_kv_transfer_s": xfer, "pred_decode_queue_wait_s": dq,
+                "pred_handoff_wait_s": hw}
 
 
 # -- configuration -------------------------------------------------------------------------------

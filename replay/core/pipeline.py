@@ -212,8 +212,8 @@ class PipelineDisaggEngine(PipelineMixin, DisaggEngine):
 
     ``prefill_replicas`` and ``decode_replicas`` count instances; each has ``pp`` virtual engines
     (the block counts given are one virtual engine's). A finished prompt's KV goes to the decode
-    virtual engine with the fewest waiting + running + inbound requests
-    (:meth:`DisaggEngine._route_decode`, over virtual engines); the result and the step trace
+    virtual engine with the fewest waiting + running + inbound requests of those that accept it
+    (:meth:`DisaggEngine._pull`, over virtual engines); the result and the step trace
     number instances as without pipelining (prefill ``0 .. P-1``, decode ``P .. P+D-1``).
     """
 
@@ -233,8 +233,8 @@ class PipelineDisaggEngine(PipelineMixin, DisaggEngine):
         p = self.num_prefill_instances
         return [f"prefill {g}" if g < p else f"decode {g}" for g in range(len(self._stage_free))]
 
-    def _start_transfer(self, req, src: int, now: float) -> None:
-        super()._start_transfer(req, src, now)
+    def _start_transfer(self, req, src: int, dst: int, now: float) -> None:
+        super()._start_transfer(req, src, dst, now)
         t = self.transfers[req.index]
         t.prefill_replica_id, t.decode_replica_id = self.group_of[t.prefill_replica_id], \
             self.group_of[t.decode_replica_id]

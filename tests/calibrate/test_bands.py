@@ -25,32 +25,37 @@ def _row(x):
     return {s: x for s in BAND_STATS}
 
 
-def test_band_is_the_farthest_point_on_both_sides_widened_by_the_seeds():
+def test_band_is_the_farthest_point_by_ratio_on_both_sides():
     band = band_of_rows(_row(10.0), [_row(9.0), _row(12.0), _row(11.0)], [_row(10.5), _row(9.8)])
-    # the farthest point is 2 away (12), the farthest seed 0.5 (10.5): 2.5 on each side
-    assert band.low["ttft_p90_s"] == pytest.approx(7.5) and band.high["ttft_p90_s"] == pytest.approx(12.5)
+    # the farthest of the points and seeds is 12, 1.2x the point: the band is [10 / 1.2, 12]
+    assert band.low["ttft_p90_s"] == pytest.approx(10 / 1.2) and band.high["ttft_p90_s"] == pytest.approx(12.0)
     assert band.n_points == 3 and band.n_seeds == 2
-    assert band.half_width("ttft_p90_s") == pytest.approx(0.25)
-    assert band.holds("e2e_p50_s", 7.5) and not band.holds("e2e_p50_s", 12.6)
-    assert band.cell("tpot_p50_s", scale=1.0) == "10.0 [7.5, 12.5]"
+    assert band.half_width("ttft_p90_s") == pytest.approx((12 - 10 / 1.2) / 2 / 10)
+    assert band.holds("e2e_p50_s", 8.34) and not band.holds("e2e_p50_s", 12.01)
+    assert band.cell("tpot_p50_s", scale=1.0) == "10.0 [8.3, 12.0]"
+    # a seed farther than every point sets it
+    assert band_of_rows(_row(10.0), [_row(11.0)], [_row(7.5)]).high["ttft_p50_s"] == pytest.approx(10 / 0.75)
 
 
 def test_a_band_is_not_one_sided_when_the_optimum_sits_at_a_bound():
     """Every point of the set predicts slower (the optimum at t_step_s = 0): the band still reaches
     as far below the point as above it (issue #36)."""
     band = band_of_rows(_row(10.0), [_row(10.4), _row(10.9)])
-    assert band.low["ttft_p50_s"] == pytest.approx(9.1) and band.high["ttft_p50_s"] == pytest.approx(10.9)
+    assert band.low["ttft_p50_s"] == pytest.approx(10 / 1.09) and band.high["ttft_p50_s"] == pytest.approx(10.9)
 
 
 def test_no_band_of_a_time_or_rate_reaches_below_zero():
-    band = band_of_rows(_row(1.0), [_row(3.0)], basis=BandBasis(carried=("the model (a -> b)",)))
+    # by ratio, the parameters' part alone never reaches 0: 3x above is 3x below
+    assert band_of_rows(_row(1.0), [_row(3.0)]).low["ttft_p50_s"] == pytest.approx(1 / 3)
+    carried = BandBasis(carried=("the model (a -> b)",), transfer_error={m: 2.0 for m in ("ttft_s", "tpot_s", "e2e_s")})
+    band = band_of_rows(_row(1.0), [_row(3.0)], basis=carried)
     assert all(band.low[s] == 0.0 for s in BAND_STATS) and band.high["ttft_p50_s"] > 3.0
 
 
 def test_a_statistic_missing_at_some_points_takes_the_range_of_the_others():
     nan = _row(float("nan"))
     band = band_of_rows(_row(2.0), [nan, _row(3.0)])
-    assert (band.low["e2e_p99_s"], band.high["e2e_p99_s"]) == (1.0, 3.0)
+    assert (band.low["e2e_p99_s"], band.high["e2e_p99_s"]) == (pytest.approx(2 / 1.5), 3.0)
 
 
 def test_no_points_no_band():
@@ -118,12 +123,13 @@ def test_band_replays_each_point_and_speculative_decoding_adds_seeds():
     cfg = ReplayConfig(engine=EngineOptions(max_num_seqs=16, max_num_batched_tokens=512))
     band = predict_with_band(BandJob(trace, {}, _llama(), cfg, [slow]))
     at_slow, _ = replay_frame(trace, _llama(CostParams(eta_mem=0.4)), cfg)
-    w = prediction_row(at_slow)["tpot_p50_s"] - band.point["tpot_p50_s"]
-    assert w > 0 and band.parts["tpot_p50_s"]["parameters"] == pytest.approx((w, w))
+    p, slow_p = band.point["tpot_p50_s"], prediction_row(at_slow)["tpot_p50_s"]
+    w = slow_p - p
+    assert w > 0 and band.parts["tpot_p50_s"]["parameters"] == pytest.approx((p - p * p / slow_p, w))
     # the point replay's own percentile noise is the other part (fixed lengths: small)
     below, above = band.parts["tpot_p50_s"]["sampling"]
     assert band.high["tpot_p50_s"] == pytest.approx(band.point["tpot_p50_s"] + math.hypot(w, above))
-    assert band.low["tpot_p50_s"] == pytest.approx(band.point["tpot_p50_s"] - math.hypot(w, below))
+    assert band.low["tpot_p50_s"] == pytest.approx(p - math.hypot(p - p * p / slow_p, below))
     spec = cfg.with_options(speculative_tokens=3, spec_acceptance_rate=0.6)
     job = BandJob(trace, {}, _llama(), spec, [slow])
     assert [k for k, _, _ in job.replays()] == ["point", "set"] + ["seed"] * 4
@@ -156,9 +162,10 @@ def test_a_step_fit_that_pins_every_term_gives_a_narrow_band():
 def test_in_sample_model_error_is_added_in_quadrature_by_hand():
     band = band_of_rows(_row(10.0), [_row(9.0), _row(12.0)], basis=BandBasis(model_error={"ttft_s": 0.05}))
     w = Z95 * 0.05 * 10.0  # 0.98
-    assert band.low["ttft_p90_s"] == pytest.approx(10.0 - math.hypot(2.0, w))
+    below = 10.0 - 10.0 / 1.2  # the parameters' part: 12 is 1.2x the point, so 10 / 1.2 below
+    assert band.low["ttft_p90_s"] == pytest.approx(10.0 - math.hypot(below, w))
     assert band.high["ttft_p50_s"] == pytest.approx(10.0 + math.hypot(2.0, w))
-    assert (band.low["tpot_p90_s"], band.high["tpot_p90_s"]) == (8.0, 12.0)  # no TPOT model error given
+    assert band.low["tpot_p90_s"] == pytest.approx(10 / 1.2) and band.high["tpot_p90_s"] == 12.0  # no TPOT error
     # the queue wait takes TTFT's model error in seconds (here the same 10.0)
     assert band.high["queue_wait_p50_s"] == pytest.approx(10.0 + math.hypot(2.0, w))
     assert band_of_rows(_row(1.0), [], basis=BandBasis(model_error={"e2e_s": 0.1})).has_band

@@ -38,12 +38,12 @@ CASE = [("A", 0.0, 100, 3), ("B", 0.005, 200, 2), ("C", 0.010, 40, 6)]
 
 
 def run_disagg(specs, first_token_from="prefill", max_num_seqs=2, prefill=1, decode=1, blocks=10**6,
-               decode_blocks=10**6, budget=2048, link=LINK):
+               decode_blocks=10**6, budget=2048, link=LINK, kv_handoff="pull"):
     reqs = [Request(i, rid, a, p, o, record_token_times=True) for i, (rid, a, p, o) in enumerate(specs)]
     eng = DisaggEngine(PREFILL_COST, DECODE_COST, SchedulerConfig(max_num_seqs, budget),
                        EngineConfig(blocks, 16, None, True, True), decode_num_gpu_blocks=decode_blocks,
                        model=LLAMA, link=link, prefill_replicas=prefill, decode_replicas=decode,
-                       first_token_from=first_token_from)
+                       first_token_from=first_token_from, kv_handoff=kv_handoff)
     eng.run(reqs)
     return {r.request_id: r for r in reqs}, eng
 
@@ -147,6 +147,44 @@ def test_kv_blocks_bound_the_prefill_pool_until_transfers_end():
     out, _ = run_disagg([("A", 0.0, 100, 2), ("B", 0.001, 100, 2)], blocks=10)
     assert out["B"].first_scheduled_time_s == pytest.approx(0.031)
     assert out["B"].first_token_time_s == pytest.approx(0.031 + 0.020)
+
+
+def test_a_full_decode_pool_holds_finished_prompts_on_the_prefill_instance_and_preempts_nothing():
+    """Issue #34, pull (DistServe): decode cache 13 blocks, so the 5 % gate (0.65 block) lets a decode
+    instance accept a prompt only when it holds no accepted, unbatched one; prefill cache 14 blocks.
+    Prompts of 100 tokens (7 blocks), 3 output tokens; transfers 11 ms; decode steps 5.1 ms.
+
+      0      A and B prefill together, 10 + 20 ms     -> 0.030: tokens 1; both prompts finished
+      0.030  decode accepts A (held 0, 13 free); B waits: A's 7 blocks are accepted, unbatched
+      0.031  C arrives: the prefill cache is full (A's and B's KV stay there): C waits
+      0.041  A's transfer ends: the prefill frees A's 7 blocks and admits C (queue wait 10 ms);
+             decode [A] -> 0.0461 (A t2): A batched; B needs 7 blocks, 13 - 7 = 6 free: still waits
+      0.0461 [A] -> 0.0512 (A t3, done, 7 blocks freed): decode accepts B (handoff wait 21.2 ms)
+      0.061  C's prompt ends (10 + 10 ms): B is accepted, unbatched: C waits
+      0.0622 B's transfer ends: [B] -> 0.0673 (B t2), then 6 blocks free < 7: C waits; -> 0.0724 (B t3)
+      0.0724 decode accepts C (handoff wait 11.4 ms); transfer -> 0.0834; [C] -> 0.0885, 0.0936
+    """
+    out, eng = run_disagg([("A", 0.0, 100, 3), ("B", 0.0, 100, 3), ("C", 0.031, 100, 3)],
+                          blocks=14, decode_blocks=13)
+    a, b, c = out["A"], out["B"], out["C"]
+    assert [t for t in a.token_times_s] == pytest.approx([0.030, 0.0461, 0.0512])
+    assert [t for t in b.token_times_s] == pytest.approx([0.030, 0.0673, 0.0724])
+    assert [t for t in c.token_times_s] == pytest.approx([0.061, 0.0885, 0.0936])
+    assert c.first_scheduled_time_s == pytest.approx(0.041)  # the queue formed in front of prefill
+    assert [eng.transfers[i].start_time_s for i in range(3)] == pytest.approx([0.030, 0.0512, 0.0724])
+    cols = eng.result_columns(3)
+    assert cols["pred_handoff_wait_s"] == pytest.approx([0.0, 0.0212, 0.0114])
+    assert all(r.num_preemptions == 0 for r in out.values())
+
+
+def test_push_hands_every_prompt_over_at_once_into_an_unbounded_buffer():
+    """The same requests with push (the replay before issue #34): both transfers start at 0.030, the
+    prefill cache frees at 0.041, and B waits in the decode queue with its KV outside the cache."""
+    out, eng = run_disagg([("A", 0.0, 100, 3), ("B", 0.0, 100, 3), ("C", 0.031, 100, 3)],
+                          blocks=14, decode_blocks=13, kv_handoff="push")
+    assert [eng.transfers[i].start_time_s for i in range(2)] == pytest.approx([0.030, 0.030])
+    assert eng.result_columns(3)["pred_handoff_wait_s"][:2] == pytest.approx([0.0, 0.0])
+    assert out["C"].first_scheduled_time_s == pytest.approx(0.041)
 
 
 # -- BR-23: each phase with its own tensor parallelism -----------------------------------------------
@@ -328,8 +366,10 @@ def test_invariants_under_disagg(seed, first_token_from, kv_watch):
         # decode tokens come only after the transfer; with first-token-from prefill token 1 at its start
         after = times[1:] if first_token_from == "prefill" else times
         assert np.all(after > t.decode_admitted_time_s)
+        # pull: the transfer starts when a decode instance accepts the finished prompt, never before its end
+        assert row.pred_handoff_wait_s >= 0
         if first_token_from == "prefill":
-            assert times[0] == pytest.approx(t.start_time_s)
+            assert times[0] == pytest.approx(t.start_time_s - row.pred_handoff_wait_s)
     if blocks == 100000 and not res["pred_num_preemptions"].any():
         # no preemption: every prompt token is fed once on a prefill instance, every later token
         # once on a decode instance (plus the re-fed last prompt token with first-token-from decode)
