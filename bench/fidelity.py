@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +47,8 @@ DISTSERVE = DisaggOptions(tp_prefill=2, tp_decode=1)
 #: The vLLM runs' names (requests-rate) and the DistServe runs' rates, PROVENANCE.md.
 OPT_VLLM_LOW, OPT_VLLM_HIGH = ("100-1", "150-1.5", "100-2", "200-2"), ("250-2.5", "300-3", "350-3.5", "400-4")
 DISTSERVE_RATES = ("3", "4.5", "6", "7.5", "9", "10.5", "12")
+#: DistServe's long runs at 12 req/s (1,200 requests; PROVENANCE.md): decode PP 1 and PP 2 (c21d12).
+DISTSERVE_LONG = ("c21d11-1200-12", "c21d12-1200-12")
 #: What a decode engine other than vLLM's is fitted on (the prefill terms held from vLLM's fit).
 DECODE_ENGINE = ("eta_mem", "t_step_s", "t_seq_s")
 #: What a run of another parallelism calibrates on top of a TP-1 calibration of the same GPU: the link.
@@ -75,6 +77,8 @@ def imported(data: Path, tmp: Path) -> dict:
            for n in OPT_VLLM_LOW + OPT_VLLM_HIGH},
         **{f"opt_distserve_{r}.parquet": ["distserve", data / f"distserve_opt13b_a100_distserve-c21d11-300-{r}.exp"]
            for r in DISTSERVE_RATES},
+        **{f"opt_distserve_{n}.parquet": ["distserve", data / f"distserve_opt13b_a100_distserve-{n}.exp"]
+           for n in DISTSERVE_LONG},
     }
     out = {}
     for name, args in jobs.items():
@@ -196,20 +200,22 @@ def opt_cases(f: dict, runs) -> list[Case]:
     low = [r for n in OPT_VLLM_LOW for r in runs(f[f"opt_vllm_{n}.parquet"], v0)]
     high = [r for n in OPT_VLLM_HIGH for r in runs(f[f"opt_vllm_{n}.parquet"], v0)]
     distserve = {r: runs(f[f"opt_distserve_{r}.parquet"], ds) for r in DISTSERVE_RATES}
+    ds_pp2 = ReplayConfig(EngineOptions(**VLLM_V0)).with_scheduler("disagg", replace(DISTSERVE, pp_decode=2))
+    long = [r for n in DISTSERVE_LONG for r in runs(f[f"opt_distserve_{n}.parquet"], ds_pp2 if "c21d12" in n else ds)]
     vllm_fit = fit_requests(low, opt, jobs=1)[0]
     held = {k: v for k, v in vllm_fit.values().items() if k not in DECODE_ENGINE and np.isfinite(v)}
     return [
         Case("opt-13b vllm a100: <= 2 req/s -> 2.5 to 4 req/s", "vllm 1-2 req/s", opt, low, high, slo=True),
         Case("opt-13b distserve c21d11: vllm <= 2 req/s -> runs", "vllm 1-2 req/s",
-             opt.with_params(vllm_fit.cost_params()), None, [r for rs in distserve.values() for r in rs],
+             opt.with_params(vllm_fit.cost_params()), None, [r for rs in distserve.values() for r in rs] + long,
              source=vllm_fit, slo=True),
         Case("opt-13b distserve c21d11: vllm (prefill) + 3 req/s run (decode) -> rest", "vllm + distserve 3 req/s",
              opt.with_params(vllm_fit.cost_params()), distserve["3"],
-             [r for k, rs in distserve.items() if k != "3" for r in rs],
+             [r for k, rs in distserve.items() if k != "3" for r in rs] + long,
              dict(fixed=held, free=DECODE_ENGINE, variants=("blend",)), held_from=(vllm_fit,), slo=True),
         Case("opt-13b distserve c21d11: vllm (prefill) + 7.5 req/s run (decode) -> rest", "vllm + distserve 7.5 req/s",
              opt.with_params(vllm_fit.cost_params()), distserve["7.5"],
-             [r for k, rs in distserve.items() if k != "7.5" for r in rs],
+             [r for k, rs in distserve.items() if k != "7.5" for r in rs] + long,
              dict(fixed=held, free=DECODE_ENGINE, variants=("blend",)), held_from=(vllm_fit,), slo=True),
     ]
 
