@@ -173,7 +173,8 @@ class DisaggOptions:
         decode step after the transfer does).
     kv_handoff : str
         ``pull`` (DistServe: a finished prompt waits on its prefill instance until a decode instance
-        has room) or ``push`` (:class:`replay.core.disagg.DisaggEngine`).
+        has room), ``prealloc`` (SGLang: a decode instance reserves room before the prefill starts) or
+        ``push`` (:class:`replay.core.disagg.DisaggEngine`).
     """
 
     prefill_replicas: int = 1

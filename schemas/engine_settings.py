@@ -235,9 +235,10 @@ _S = (
                 choices=("prefill", "decode"), source="DistServe: the prefill instance emits token 1"),
     SettingSpec("kv_handoff", "disagg", str, "pull", "", ("--kv-handoff",),
                 "disagg: how a finished prompt's KV reaches a decode instance: pull (DistServe: it waits, its KV "
-                "still on the prefill instance, until a decode instance has room) or push (at once, into an "
+                "still on the prefill instance, until a decode instance has room), prealloc (SGLang: a request "
+                "starts prefill only once a decode instance has reserved room for it) or push (at once, into an "
                 "unbounded buffer: the replay before issue #34) [default: pull].",
-                choices=("pull", "push"), recorded=True,
+                choices=("pull", "prealloc", "push"), recorded=True,
                 source="LLMServe/DistServe decoding_stage_scheduler.py: its unaccepted queue, "
                        "waiting_block_prop_threshold"),
     SettingSpec("concurrency", "closed_loop", int, None, "clients", ("--concurrency",),

@@ -68,6 +68,8 @@ def whatif_differences(cal: Calibration, cal_path, model_spec, cost_model, sched
     ``--data-parallel-size``, ``--pp`` and ``--enable-expert-parallel`` are compared with the
     trace's metadata (``--tp``), else the calibration's when it was fitted on this trace; a
     typed ``--scheduler`` that no source records with vLLM's ``chunked``, also only then.
+    ``--scheduler disagg`` on a run no source records as disaggregated is always a what-if: its
+    pools are other GPUs than the measured run's.
     """
     from ..report.provenance import in_sample
 
@@ -90,9 +92,13 @@ def whatif_differences(cal: Calibration, cal_path, model_spec, cost_model, sched
              cal_or_none(cal.expert_parallel))):
         if _typed(name) and f not in seen and recorded is not None and value != recorded:
             out.append(f"{f} {value} (the {label} says {recorded})")
+    recorded_scheduler = recorded_setting(list(sources), "scheduler")[0]
     if (_typed("scheduler") and "--scheduler" not in seen and fitted_here and scheduler != MEASURED_SCHEDULER
-            and recorded_setting(list(sources), "scheduler")[0] is None):
+            and recorded_scheduler is None):
         out.append(f"--scheduler {scheduler} (the measured run: vLLM's {MEASURED_SCHEDULER})")
+    elif scheduler == "disagg" and recorded_scheduler != "disagg" and "--scheduler" not in seen:
+        # other GPUs than the measured run's, whatever the calibration was fitted on: never a validation
+        out.append("--scheduler disagg (the measured run records no disaggregated pools)")
     return out
 
 

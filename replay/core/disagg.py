@@ -32,7 +32,7 @@ from ..schedulers.base import SchedulerConfig
 from ..schedulers.disagg import FIRST_TOKEN_FROM, DecodeScheduler, PrefillScheduler
 
 #: How a finished prompt's KV reaches a decode instance (``--kv-handoff``).
-KV_HANDOFFS = ("pull", "push")
+KV_HANDOFFS = ("pull", "prealloc", "push")
 #: DistServe's decode side accepts a finished prompt only while the prompts it accepted and has not
 #: yet batched hold less than this share of its KV blocks (``waiting_block_prop_threshold``, set to
 #: 0.05 by its API server and examples; LLMServe/DistServe ``decoding_stage_scheduler.py``).
@@ -83,12 +83,16 @@ class DisaggEngine(Engine):
         trace ``replica_id``).
     first_token_from : {"prefill", "decode"}
         Which instance emits output token 1 (see Notes).
-    kv_handoff : {"pull", "push"}
+    kv_handoff : {"pull", "prealloc", "push"}
         ``pull`` (DistServe, the default): a finished prompt waits, its KV still in the prefill
-        instance's cache, until a decode instance has room for it (see Notes); ``push``: its KV
-        moves at once to the least-loaded decode instance, which holds it outside its cache until
-        it admits the request (an unbounded receive buffer: no engine we know of; the replay
-        before issue #34, kept to compare with).
+        instance's cache, until a decode instance has room for it (see Notes); ``prealloc`` (SGLang's
+        decode-side pre-allocation, and vLLM/Dynamo P/D connectors where the decode side allocates
+        first): an arriving request waits, in arrival order, until a decode instance's free blocks,
+        less those reserved for requests it has not batched yet, hold its prompt; it is reserved there
+        and only then queued for prefill, and its KV moves there as soon as its prompt ends;
+        ``push``: its KV moves at once to the least-loaded decode instance, which holds it outside its
+        cache until it admits the request (an unbounded receive buffer: no engine we know of; the
+        replay before issue #34, kept to compare with).
     router : callable (Request, list[ReplicaState]) -> int, optional
         Chooses the prefill instance of an arrival among the P prefill instances (default:
         round robin). Decode instances are chosen least loaded.
@@ -166,8 +170,10 @@ class DisaggEngine(Engine):
         self._num_in_flight = 0
         self.kv_handoff = kv_handoff
         self._unaccepted: deque = deque()  # pull: (request, prefill instance, time its prompt ended)
-        self._accepted_blocks = [0] * d    # pull: blocks of the prompts each decode instance accepted, not batched
+        self._accepted_blocks = [0] * d    # pull, prealloc: blocks accepted or reserved there, not batched yet
         self._handoff_wait: dict[int, float] = {}
+        self._prealloc: deque = deque()    # prealloc: (request, arrival time) waiting for a reservation
+        self._reserved_at: dict[int, int] = {}  # prealloc: request index -> decode instance (0-based in the pool)
         self.on_step_end = self._after_step
 
     def rejection_reason(self, req: Request) -> str | None:
@@ -190,13 +196,50 @@ class DisaggEngine(Engine):
     # -- hooks ----------------------------------------------------------------------------------
     def _decode_inputs_pending(self) -> bool:
         """Whether a request could reach a decode instance before the next trace arrival."""
-        return self._num_in_flight > 0 or bool(self._unaccepted) or any(self._busy[:self.num_prefill_replicas])
+        return (self._num_in_flight > 0 or bool(self._unaccepted) or bool(self._prealloc)
+                or any(self._busy[:self.num_prefill_replicas]))
+
+    def arrive(self, req: Request, now: float) -> None:
+        """An arrival; with ``prealloc`` it first waits for a decode instance's reservation (:meth:`_reserve`)."""
+        if self.kv_handoff != "prealloc":
+            super().arrive(req, now)
+            return
+        self._prealloc.append((req, now))
+        self._reserve(now)
+
+    def _reserve(self, now: float) -> None:
+        """``prealloc``: reserve, in arrival order, a decode instance (the least loaded of those whose free
+        blocks, less the blocks reserved there, hold the prompt) for each waiting request, and queue it
+        for prefill; stop at the first none can hold."""
+        p = self.num_prefill_replicas
+        while self._prealloc:
+            req, arrived = self._prealloc[0]
+            open_ = [i for i in range(self.num_decode_replicas) if self._room(i, req)]
+            if not open_:
+                return
+            i = min(open_, key=self._decode_load)
+            self._prealloc.popleft()
+            self._accepted_blocks[i] += self.replicas[p + i].kv.blocks_for(req.num_prompt_tokens)
+            self._reserved_at[req.index] = i
+            self._handoff_wait[req.index] = now - arrived
+            super().arrive(req, now)
+
+    def _room(self, i: int, req: Request) -> bool:
+        """Whether decode instance ``i``'s free blocks, less those accepted or reserved there, hold ``req``'s prompt."""
+        kv = self.replicas[self.num_prefill_replicas + i].kv
+        return kv.blocks_for(req.num_prompt_tokens) <= kv.num_free_blocks - self._accepted_blocks[i]
 
     def _after_step(self, rid: int, now: float) -> None:
         p = self.num_prefill_replicas
         if rid < p:
             sched = self.prefill_schedulers[rid]
             moving = [r for r in sched.handed_over if r.status != OK]  # OK: a one-token request ended here
+            unused = [r for r in sched.handed_over if r.status == OK and r.index in self._reserved_at]
+            for req in unused:  # prealloc: a one-token request ended here, its reservation unused
+                i = self._reserved_at.pop(req.index)
+                self._accepted_blocks[i] -= self.replicas[p + i].kv.blocks_for(req.num_prompt_tokens)
+            if unused:
+                self._reserve(now)
             sched.handed_over = []
             if moving:
                 state = self.replicas[rid]
@@ -205,6 +248,8 @@ class DisaggEngine(Engine):
                 for req in moving:
                     if self.kv_handoff == "push":
                         self._start_transfer(req, rid, self._route_decode(), now)
+                    elif self.kv_handoff == "prealloc":
+                        self._start_transfer(req, rid, p + self._reserved_at.pop(req.index), now)
                     else:
                         self._unaccepted.append((req, rid, now))
                 self._pull(now)
@@ -215,16 +260,15 @@ class DisaggEngine(Engine):
                 if t is not None and t.decode_admitted_time_s != t.decode_admitted_time_s:  # NaN: first time here
                     t.decode_admitted_time_s = req.last_scheduled_time_s
                     self._unadmitted[rid - p] -= 1
-                    if self.kv_handoff == "pull":
+                    if self.kv_handoff != "push":
                         self._accepted_blocks[rid - p] -= self.replicas[rid].kv.blocks_for(req.num_prompt_tokens)
         self._pull(now)
+        self._reserve(now)
 
     def _accepts(self, i: int, req: Request) -> bool:
         """Whether decode instance ``i`` (0-based in the pool) accepts ``req`` now (DistServe's rule, Notes)."""
         kv = self.replicas[self.num_prefill_replicas + i].kv
-        held = self._accepted_blocks[i]
-        return (held < PULL_WAITING_SHARE * kv.num_gpu_blocks
-                and kv.blocks_for(req.num_prompt_tokens) <= kv.num_free_blocks - held)
+        return self._accepted_blocks[i] < PULL_WAITING_SHARE * kv.num_gpu_blocks and self._room(i, req)
 
     def _pull(self, now: float) -> None:
         """Start the transfers of the finished prompts, in order, that a decode instance accepts now
@@ -279,8 +323,9 @@ class DisaggEngine(Engine):
             ``pred_decode_replica_id`` (int64, -1 when the KV never moved),
             ``pred_kv_transfer_s`` (float64, seconds, NaN when it never moved),
             ``pred_decode_queue_wait_s`` (float64, transfer end to decode admission, seconds) and
-            ``pred_handoff_wait_s`` (float64, the prompt's end to a decode instance's acceptance,
-            seconds; 0 with ``push``, NaN when the KV never moved).
+            ``pred_handoff_wait_s`` (float64, seconds: with ``pull`` the prompt's end to a decode
+            instance's acceptance; with ``prealloc`` the arrival to the decode reservation, a part of the
+            queue wait; 0 with ``push``; NaN when the KV never moved).
         """
         dec = np.full(num_rows, -1, np.int64)
         xfer, dq, hw = np.full(num_rows, np.nan), np.full(num_rows, np.nan), np.full(num_rows, np.nan)

@@ -177,6 +177,37 @@ def test_a_full_decode_pool_holds_finished_prompts_on_the_prefill_instance_and_p
     assert all(r.num_preemptions == 0 for r in out.values())
 
 
+def test_prealloc_reserves_decode_room_before_the_prefill_starts():
+    """Issue #34, prealloc (SGLang): the same requests; a request is queued for prefill only once the decode
+    instance's free blocks, less those reserved for requests it has not batched, hold its prompt (7 blocks).
+
+      0      A reserved (13 free) and prefilled alone: 10 + 10 ms -> 0.020 (A t1); transfer -> 0.031
+             B: 13 - 7 reserved = 6 < 7: waits for a reservation
+      0.031  C arrives behind B; decode [A] -> 0.0361 (A t2): A batched, but it holds 7 blocks: 6 free
+      0.0412 [A] -> 0.0412 (A t3, done, 13 free): B reserved (waited 41.2 ms), prefill -> 0.0612 (B t1),
+             transfer -> 0.0722, [B] -> 0.0773 (B t2), 0.0824 (B t3, done)
+      0.0824 C reserved (waited 51.4 ms), prefill -> 0.1024 (C t1), transfer -> 0.1134, [C] -> 0.1185, 0.1236
+    """
+    out, eng = run_disagg([("A", 0.0, 100, 3), ("B", 0.0, 100, 3), ("C", 0.031, 100, 3)],
+                          blocks=14, decode_blocks=13, kv_handoff="prealloc")
+    a, b, c = out["A"], out["B"], out["C"]
+    assert list(a.token_times_s) == pytest.approx([0.020, 0.0361, 0.0412])
+    assert list(b.token_times_s) == pytest.approx([0.0612, 0.0773, 0.0824])
+    assert list(c.token_times_s) == pytest.approx([0.1024, 0.1185, 0.1236])
+    assert b.first_scheduled_time_s == pytest.approx(0.0412) and c.first_scheduled_time_s == pytest.approx(0.0824)
+    assert [eng.transfers[i].start_time_s for i in range(3)] == pytest.approx([0.020, 0.0612, 0.1024])
+    assert eng.result_columns(3)["pred_handoff_wait_s"] == pytest.approx([0.0, 0.0412, 0.0514])
+    assert all(r.num_preemptions == 0 for r in out.values())
+
+
+def test_prealloc_releases_the_reservation_of_a_request_that_ends_on_prefill():
+    """A one-token request ends on its prefill instance (first token from prefill): its reservation is
+    released, so the next request is reserved at once."""
+    out, eng = run_disagg([("A", 0.0, 100, 1), ("B", 0.001, 100, 3)], decode_blocks=13, kv_handoff="prealloc")
+    assert out["B"].first_scheduled_time_s == pytest.approx(0.020)  # after A's prefill, not after any decode
+    assert eng._accepted_blocks == [0] and not eng._reserved_at
+
+
 def test_push_hands_every_prompt_over_at_once_into_an_unbounded_buffer():
     """The same requests with push (the replay before issue #34): both transfers start at 0.030, the
     prefill cache frees at 0.041, and B waits in the decode queue with its KV outside the cache."""
@@ -335,11 +366,12 @@ def kv_watch(monkeypatch):
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("first_token_from", ["prefill", "decode"])
-def test_invariants_under_disagg(seed, first_token_from, kv_watch):
+@pytest.mark.parametrize("kv_handoff", ["pull", "prealloc", "push"])
+def test_invariants_under_disagg(seed, first_token_from, kv_handoff, kv_watch):
     trace = random_trace(seed)
-    blocks = [400, 100000][seed % 2]  # 400 blocks: the decode pool preempts
+    blocks = [400, 100000][seed % 2]  # 400 blocks: the decode pool preempts (push) or backs up (pull, prealloc)
     cfg = DisaggOptions(prefill_replicas=1 + seed % 2, decode_replicas=1 + (seed // 2) % 2,
-                        first_token_from=first_token_from, link="100gbe")  # the pools
+                        first_token_from=first_token_from, link="100gbe", kv_handoff=kv_handoff)  # the pools
     replay_cfg = ReplayConfig(EngineOptions(num_gpu_blocks=blocks, max_num_batched_tokens=1024),
                               SchedulingOptions("disagg"), cfg, record=RecordOptions(token_times=True, steps=True))
     res, eng = replay_frame(trace, COST, replay_cfg)
@@ -366,10 +398,14 @@ def test_invariants_under_disagg(seed, first_token_from, kv_watch):
         # decode tokens come only after the transfer; with first-token-from prefill token 1 at its start
         after = times[1:] if first_token_from == "prefill" else times
         assert np.all(after > t.decode_admitted_time_s)
-        # pull: the transfer starts when a decode instance accepts the finished prompt, never before its end
+        # pull: the transfer starts when a decode instance accepts the finished prompt, never before its end;
+        # prealloc: the wait for the reservation comes before the prefill (a part of the queue wait)
         assert row.pred_handoff_wait_s >= 0
+        after_prompt = 0.0 if kv_handoff == "prealloc" else row.pred_handoff_wait_s
+        if kv_handoff == "prealloc":
+            assert row.pred_queue_wait_s >= row.pred_handoff_wait_s - 1e-12
         if first_token_from == "prefill":
-            assert times[0] == pytest.approx(t.start_time_s - row.pred_handoff_wait_s)
+            assert times[0] == pytest.approx(t.start_time_s - after_prompt)
     if blocks == 100000 and not res["pred_num_preemptions"].any():
         # no preemption: every prompt token is fed once on a prefill instance, every later token
         # once on a decode instance (plus the re-fed last prompt token with first-token-from decode)

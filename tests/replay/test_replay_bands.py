@@ -439,3 +439,23 @@ def test_a_run_said_to_be_measured_with_a_setting_is_a_validation_not_a_what_if(
 def test_a_bad_measured_with_is_one_clear_usage_error(spaced, pair, want):
     res = invoke("t.parquet", "--calibration", "cal.json", "--measured-with", pair)
     assert res.exit_code == 2 and want in " ".join(res.output.split()) and "Traceback" not in res.output
+
+
+def test_a_disaggregated_replay_of_a_colocated_run_is_a_what_if_whatever_the_calibration_was_fitted_on(
+        tmp_path, monkeypatch):
+    """Found by a helper following the README: with a calibration fitted elsewhere (a kernel profile), a
+    --scheduler disagg replay of a colocated run was scored as a validation and --tolerance judged it."""
+    from traces.io import write_trace
+
+    monkeypatch.chdir(tmp_path)
+    trace = synth_requests(40, 2.0, "fixed:300", "fixed:20", seed=4)
+    res, _ = replay_frame(trace, COST, ReplayConfig(EngineOptions()))
+    write_trace(trace.assign(ttft_s=res["pred_ttft_s"], tpot_s=res["pred_tpot_s"], e2e_s=res["pred_e2e_s"]),
+                REQUEST_TRACE, "run.parquet")
+    write_cal("cal.json")  # fitted on another file, no engine settings recorded
+    args = ["run.parquet", "--calibration", "cal.json", "--scheduler", "disagg", "--decode-replicas", 2]
+    what_if = invoke(*args)
+    assert what_if.exit_code == 0 and "BASELINE (measured) vs WHAT-IF" in what_if.output, what_if.output
+    assert "--scheduler disagg (the measured run records no disaggregated pools)" in " ".join(what_if.output.split())
+    gated = invoke(*args, "--tolerance", "ttft_p50=0.1")
+    assert gated.exit_code == 2 and "what-if" in gated.output
