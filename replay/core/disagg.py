@@ -266,9 +266,17 @@ class DisaggEngine(Engine):
         self._reserve(now)
 
     def _accepts(self, i: int, req: Request) -> bool:
-        """Whether decode instance ``i`` (0-based in the pool) accepts ``req`` now (DistServe's rule, Notes)."""
-        kv = self.replicas[self.num_prefill_replicas + i].kv
-        return self._accepted_blocks[i] < PULL_WAITING_SHARE * kv.num_gpu_blocks and self._room(i, req)
+        """Whether decode instance ``i`` (0-based in the pool) accepts ``req`` now (DistServe's rule, Notes);
+        the share is over the whole instance (:meth:`_instance_of`), the room in ``i``'s own cache."""
+        p = self.num_prefill_replicas
+        same = self._instance_of(i)
+        held = sum(self._accepted_blocks[j] for j in same)
+        blocks = sum(self.replicas[p + j].kv.num_gpu_blocks for j in same)
+        return held < PULL_WAITING_SHARE * blocks and self._room(i, req)
+
+    def _instance_of(self, i: int) -> list[int]:
+        """The decode pool's entries (0-based) that share one scheduler with entry ``i``: itself."""
+        return [i]
 
     def _pull(self, now: float) -> None:
         """Start the transfers of the finished prompts, in order, that a decode instance accepts now

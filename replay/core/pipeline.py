@@ -233,6 +233,13 @@ class PipelineDisaggEngine(PipelineMixin, DisaggEngine):
         p = self.num_prefill_instances
         return [f"prefill {g}" if g < p else f"decode {g}" for g in range(len(self._stage_free))]
 
+    def _instance_of(self, i: int) -> list[int]:
+        """The virtual engines of decode entry ``i``'s instance: DistServe's pipelined decode instance
+        has one scheduler over its pp batch queues, so its acceptance share is the instance's."""
+        p = self.num_prefill_replicas
+        g = self.group_of[p + i]
+        return [j - p for j in range(p, len(self.replicas)) if self.group_of[j] == g]
+
     def _start_transfer(self, req, src: int, dst: int, now: float) -> None:
         super()._start_transfer(req, src, dst, now)
         t = self.transfers[req.index]

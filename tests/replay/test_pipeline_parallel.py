@@ -136,6 +136,21 @@ def test_disagg_with_two_decode_stages_hand_worked():
     assert eng.process_names() == ["prefill 0", "decode 1"]
 
 
+def test_a_pipelined_decode_instance_accepts_under_one_share_over_its_virtual_engines():
+    """DistServe's pipelined decode instance has one scheduler over its pp batch queues: the 5 % share of
+    accepted, unbatched prompts is the instance's (both virtual engines' blocks), not each one's."""
+    link = Link("test", LLAMA.kv_bytes_per_token * 1e4, 1e-3)
+    eng = PipelineDisaggEngine(LinearStepCost(10 * MS, 0.1 * MS), StageCost(base_s=5 * MS),
+                               SchedulerConfig(2, 2048), EngineConfig(10**6, 16, None, True, True, exact_steps=True),
+                               decode_num_gpu_blocks=100, model=LLAMA, link=link, pp_decode=2, decode_replicas=2)
+    assert [eng._instance_of(i) for i in range(4)] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    (req,) = _requests([("A", 0.0, 16, 2)])
+    eng._accepted_blocks = [0, 9, 0, 0]  # 9 of the first instance's 200 blocks: 4.5 % < 5 %, it accepts
+    assert eng._accepts(0, req) and eng._accepts(1, req)
+    eng._accepted_blocks = [0, 10, 0, 0]  # 10 of 200: 5 %, it does not, though VE 0 alone holds none
+    assert not eng._accepts(0, req) and not eng._accepts(1, req) and eng._accepts(2, req)
+
+
 def test_stage_time_is_the_step_time_of_half_the_layers():
     # every per-layer term halves at PP 2 (compute, weights, KV, TP all-reduces); the per-step and
     # per-sequence CPU time does not
