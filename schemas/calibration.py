@@ -252,28 +252,43 @@ def fit_grade(stats: dict) -> tuple[str, str]:
                   f"{stats.get('n_requests')} requests, {stats.get('n_replays')} replays")
 
 
+#: The range a held-out error's fields and a fitted load may take (anything else is not a fit's output).
+_HOLDOUT_LIMITS = {"rel_err": (-100.0, 100.0), "distance": (0.0, 1000.0)}
+_FITTED_RANGE_LIMITS = (1e-9, 1e12)
+
+
 def _holdout_problem(holdout: dict) -> str | None:
-    """What is wrong with a calibration's ``holdout`` (None if fine): ``errors`` a list of objects
-    with a metric of ttft_s/tpot_s/e2e_s, a finite ``rel_err`` and a ``distance`` >= 0;
-    ``fitted_range`` an object of ``[low, high]`` pairs, 0 < low <= high."""
+    """What is wrong with a calibration's ``holdout`` (None if fine), naming the field: ``errors`` a list
+    of objects with ``metric`` ttft_s/tpot_s/e2e_s, ``rel_err`` in (-100, 100) and ``distance`` in
+    [0, 1000]; ``fitted_range`` an object of ``[low, high]`` pairs, 1e-9 <= low <= high <= 1e12."""
     import math
 
+    def js(v) -> str:
+        try:
+            return json.dumps(v, allow_nan=True)[:80]
+        except (TypeError, ValueError):
+            return repr(v)[:80]
+
     errors, ranges = holdout.get("errors", []), holdout.get("fitted_range", {})
-    if not isinstance(errors, list) or not isinstance(ranges, dict):
-        return "holdout.errors must be a list and holdout.fitted_range an object (refit with 'calibrate fit')"
+    if not isinstance(errors, list):
+        return f"holdout.errors is {js(errors)}; expected a list of held-out errors (refit with 'calibrate fit')"
+    if not isinstance(ranges, dict):
+        return f"holdout.fitted_range is {js(ranges)}; expected an object of [low, high] pairs"
     for i, e in enumerate(errors):
-        ok = isinstance(e, dict) and e.get("metric") in ("ttft_s", "tpot_s", "e2e_s") and all(
-            isinstance(e.get(k), (int, float)) and not isinstance(e.get(k), bool) and math.isfinite(e[k])
-            for k in ("rel_err", "distance")) and e["distance"] >= 0
-        if not ok:
-            return (f"holdout.errors[{i}] is {e!r}; expected an object with metric ttft_s, tpot_s or e2e_s, "
-                    "a finite rel_err and a distance >= 0")
+        if not isinstance(e, dict):
+            return f"holdout.errors[{i}] is {js(e)}; expected an object with metric, rel_err and distance"
+        if e.get("metric") not in ("ttft_s", "tpot_s", "e2e_s"):
+            return f"holdout.errors[{i}].metric is {js(e.get('metric'))}; expected ttft_s, tpot_s or e2e_s"
+        for k, (lo, hi) in _HOLDOUT_LIMITS.items():
+            v = e.get(k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v < hi:
+                return f"holdout.errors[{i}].{k} is {js(v)}; expected a number from {lo:g} to {hi:g}"
+    lo, hi = _FITTED_RANGE_LIMITS
     for k, v in ranges.items():
         ok = isinstance(v, list) and len(v) == 2 and all(
             isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
-        ok = ok and 0 < v[0] <= v[1]
-        if not ok:
-            return f"holdout.fitted_range.{k} is {v!r}; expected [low, high] with 0 < low <= high"
+        if not (ok and lo <= v[0] <= v[1] <= hi):
+            return f"holdout.fitted_range.{k} is {js(v)}; expected [low, high] with {lo:g} <= low <= high <= {hi:g}"
     return None
 
 

@@ -50,6 +50,9 @@ FEATURES = {"rate_rps": ("the arrival rate", "req/s"),
             "prompt_tokens": ("the mean prompt", "tokens")}
 #: The features a distance is measured on (:func:`distance`).
 DISTANCE_FEATURES = ("running", "prompt_tokens")
+#: The largest distance (log2 units) a band widens for: beyond 2^20 = a million times the fitted load
+#: it says nothing more (and a float would overflow).
+MAX_DISTANCE = 20.0
 #: Nominal coverage of a band.
 COVERAGE = 0.95
 #: Standard normal quantile of :data:`COVERAGE`, two-sided.
@@ -139,7 +142,7 @@ def distance(features: dict, fitted_range: dict) -> tuple[float, str | None]:
 def growth(d: float) -> float:
     """How much a model error grows at distance ``d`` (log2 units) from the fitted load: ``2^d``, the
     load's ratio to the nearest fitted one (the module's Notes); 1 inside the range."""
-    return 2.0 ** max(0.0, d)
+    return 2.0 ** min(max(0.0, d), MAX_DISTANCE)
 
 
 def conformal_quantile(scores, coverage: float = COVERAGE) -> tuple[float, bool]:

@@ -18,7 +18,7 @@ seeds on synthetic logs of a known cluster and ``bench/bands.py`` on real runs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -75,10 +75,11 @@ BAND_STATS = tuple(f"{m}_p{q}_s" for m in SCHEDULER_TABLE_METRICS for q in PERCE
 KERNEL_PROFILE_FORMATS = ("llmservingsim_profile",)
 
 
-def carried_across(cal, cost_model, scheduler: str) -> list[str]:
-    """What calibration ``cal`` is carried across to a replay with ``cost_model`` under
-    ``scheduler``: another model, GPU, parallelism or engine than it was fitted on, or a kernel
-    profile's timings to an engine's latencies; one phrase each (empty: not carried)."""
+def carried_across(cal, cost_model) -> list[str]:
+    """What calibration ``cal`` is carried across to a replay with ``cost_model``: another model, GPU
+    or parallelism than it was fitted on, or a kernel profile's timings to an engine's latencies; one
+    phrase each (empty: not carried). The engine (colocated or disaggregated) is the scheduler's, so
+    it is :meth:`BandBasis.with_scheduler`'s."""
     out = []
     for what, fitted, now in (("the model", cal.model.name, cost_model.model.name),
                               ("the GPU", cal.gpu.name, cost_model.gpu.name),
@@ -87,10 +88,6 @@ def carried_across(cal, cost_model, scheduler: str) -> list[str]:
                               ("expert parallelism", cal.expert_parallel, cost_model.expert_parallel)):
         if fitted != now:
             out.append(f"{what} ({fitted} -> {now})")
-    fitted_disagg = cal.engine.get("scheduler") == "disagg"
-    if (scheduler == "disagg") != fitted_disagg:
-        out.append("the engine (a colocated fit to disaggregated pools)" if not fitted_disagg
-                   else "the engine (disaggregated pools to a colocated engine)")
     if cal.source.get("format") in KERNEL_PROFILE_FORMATS:
         out.append("a kernel profile to an engine's latencies (no CPU time between kernels)")
     return out
@@ -119,6 +116,11 @@ class BandBasis:
         The band is for another sample of requests like these (a plan's future traffic): it adds the
         percentiles' sampling noise. A replay of given requests predicts a run of those very
         requests, which shares their sample: no sampling part.
+    fitted_disagg : bool
+        The calibration was fitted on a disaggregated run.
+    scheduler : str or None
+        The scheduler of the replay the band is for (:meth:`with_scheduler`); with ``fitted_disagg``
+        it says whether the calibration is carried across the engine too.
     """
 
     model_error: dict = field(default_factory=dict)
@@ -127,19 +129,35 @@ class BandBasis:
     transfer_error: dict = field(default_factory=lambda: dict(TRANSFER_ERROR))
     grade: str = ""
     new_sample: bool = False
+    fitted_disagg: bool = False
+    scheduler: str | None = None
 
     @classmethod
-    def of(cls, cal, carried=(), new_sample: bool = False) -> "BandBasis":
-        """The basis of calibration ``cal`` (:class:`schemas.calibration.Calibration`), carried across ``carried``."""
+    def of(cls, cal, carried=(), new_sample: bool = False, scheduler: str | None = None) -> "BandBasis":
+        """The basis of calibration ``cal`` (:class:`schemas.calibration.Calibration`), carried across
+        ``carried`` (:func:`carried_across`), for a replay under ``scheduler``."""
         from schemas.calibration import fit_grade
 
         return cls(dict(cal.model_error), dict(cal.holdout), tuple(carried), grade=fit_grade(cal.fit)[0],
-                   new_sample=new_sample)
+                   new_sample=new_sample, fitted_disagg=cal.engine.get("scheduler") == "disagg", scheduler=scheduler)
+
+    def with_scheduler(self, scheduler: str) -> "BandBasis":
+        """This basis for a replay under ``scheduler`` (a row of a scheduler comparison or a sweep)."""
+        return replace(self, scheduler=scheduler)
+
+    @property
+    def carried_all(self) -> tuple:
+        """:attr:`carried`, and the engine when the replay's scheduler is disaggregated and the fit's
+        was not, or the reverse."""
+        if self.scheduler is None or (self.scheduler == "disagg") == self.fitted_disagg:
+            return tuple(self.carried)
+        return (*self.carried, "the engine (a colocated fit to disaggregated pools)" if not self.fitted_disagg
+                else "the engine (disaggregated pools to a colocated engine)")
 
     @property
     def informative(self) -> bool:
         """Whether it widens a band beyond the parameters' range (any part but the points)."""
-        return bool(self.holdout.get("errors") or any(self.model_error.values()) or self.carried)
+        return bool(self.holdout.get("errors") or any(self.model_error.values()) or self.carried_all)
 
 
 @dataclass
@@ -291,8 +309,9 @@ def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), 
     if thin:
         notes.append(f"model error from fewer than 19 held-out errors ({', '.join(thin)}): the largest is used, "
                      "the 95 % is not guaranteed")
-    if basis.carried:
-        notes.append("carried across " + "; ".join(basis.carried) + ": the transfer error measured on the project's "
+    carried = basis.carried_all
+    if carried:
+        notes.append("carried across " + "; ".join(carried) + ": the transfer error measured on the project's "
                      "real cross-runs is added")
     if basis.grade == "poor":
         notes.append("the calibration is graded poor: its bands are not meaningful")
@@ -304,6 +323,7 @@ def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), 
         return Z95 * basis.model_error.get(m, 0.0)
 
     low, high, parts = {}, {}, {}
+    clipped = False
     n_ok = point.get("n_ok", 0) or 0
     for s in BAND_STATS:
         p = point.get(s, np.nan)
@@ -321,11 +341,15 @@ def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), 
             below = above = abs(p) * Z95 / np.sqrt(n_ok)
         w_mod = model_rel(label) * abs(scale)
         m = ERROR_SOURCE.get(label, "")
-        w_tr = basis.transfer_error.get(m, 0.0) * abs(scale) if basis.carried else 0.0
+        w_tr = basis.transfer_error.get(m, 0.0) * abs(scale) if carried else 0.0
         parts[s] = {"parameters": (par_lo, par_hi), "sampling": (below, above), "model": (w_mod, w_mod),
                     "transfer": (w_tr, w_tr)}
-        low[s] = max(0.0, p - float(np.sqrt(par_lo ** 2 + below ** 2 + w_mod ** 2 + w_tr ** 2)))
-        high[s] = p + float(np.sqrt(par_hi ** 2 + above ** 2 + w_mod ** 2 + w_tr ** 2))
+        low[s] = max(0.0, p - math.hypot(par_lo, below, w_mod, w_tr))
+        high[s] = p + math.hypot(par_hi, above, w_mod, w_tr)
+        clipped = clipped or (low[s] == 0.0 < p and pct != "")
+    if clipped:
+        notes.append("some bands reach 0 (their low end is clipped there): the calibration cannot bound those "
+                     "statistics from below here, and their bands say little")
     return Band(dict(point), low, high, len(at_points), len(at_seeds), parts, notes, dist, basis.grade != "poor")
 
 

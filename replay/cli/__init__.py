@@ -144,8 +144,9 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
         cfg = replay_config(kwargs, RecordOptions(token_times=token_times, steps=steps_out is not None or bool(report),
                                                   step_requests=chrome_trace is not None))
     result, engine, seconds = replay_and_summarise(run, cfg)
-    write_outputs(run, cfg, result, engine, output, steps_out, chrome_trace, trace_window, chrome_trace_max_requests)
+    # the band before any file is written: a band that cannot be computed leaves no output changed
     pred_band = main_band(run.frame, run.meta, run.cost_model, cfg, run.points, result, seconds, run.basis)
+    write_outputs(run, cfg, result, engine, output, steps_out, chrome_trace, trace_window, chrome_trace_max_requests)
     for note in pred_band.warnings:
         click.echo(wrap(f"warning: {note}"), err=True)
     click.echo(format_prediction(pred_band, slo_words(cfg.scheduling), measured_goodput(result, cfg.scheduling),
@@ -213,7 +214,8 @@ def _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, sett
     from ..analysis.bands import BandBasis, carried_across
 
     # points None: no band replays at all (--no-band)
-    basis = BandBasis.of(cal, carried_across(cal, cost_model, settings["scheduler"])) if band else BandBasis()
+    basis = (BandBasis.of(cal, carried_across(cal, cost_model), scheduler=settings["scheduler"]) if band
+             else BandBasis())
     return ReplayInputs(trace, calibration_path, cal, cost_model, frame, meta, settings, differences,
                         cal.band_points if band else None, basis)
 

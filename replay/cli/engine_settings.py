@@ -199,36 +199,69 @@ def trace_engine_settings(path) -> dict | None:
         raise DataError(str(exc)) from None
 
 
+#: Words a flag setting takes in ``--measured-with`` (``enable_prefix_caching=true``).
+_FLAG_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
 def parse_measured_with(pairs) -> dict:
-    """``--measured-with SETTING=VALUE`` (repeatable) as settings by name: what the trace's run was
-    measured with, when its file does not record it (a trace imported from a client's results).
+    """``--measured-with SETTING=VALUE`` (repeatable) as settings by name: the engine settings the
+    trace's run was measured with, when its file does not record them (a trace imported from a
+    client's results). The hardware (TP, DP, PP, expert parallelism) is the calibration's or
+    ``--tp``'s, not a setting of the run's engine, and is not taken here.
 
     Raises
     ------
     click.UsageError
-        Not ``SETTING=VALUE``, an unknown setting, or a value of the wrong type or range, naming the pair
-        and what is expected.
+        Not ``SETTING=VALUE``, an unknown or hardware setting, a value of the wrong type or range, an
+        unknown scheduler, or one setting given twice with different values; naming the pair and
+        what is expected.
     """
     from schemas.engine_settings import ALIASES, SETTINGS, problem
 
-    out = {}
+    usable = [n for n, spec in SETTINGS.items() if spec.recorded and spec.part != "hardware" and n != "seed"]
+    out: dict = {}
     for pair in pairs:
         name, sep, text = pair.partition("=")
-        name = ALIASES.get(name.strip(), name.strip()).replace("-", "_")
-        if not sep or name not in SETTINGS or not SETTINGS[name].recorded:
-            known = ", ".join(n for n, s in SETTINGS.items() if s.recorded)
-            raise click.UsageError(f"--measured-with {pair!r}: expected SETTING=VALUE with a setting of {known}")
+        name, text = ALIASES.get(name.strip(), name.strip()).replace("-", "_"), text.strip()
+        if not sep or name not in usable:
+            raise click.UsageError(f"--measured-with {pair[:60]!r}: expected SETTING=VALUE with a setting of "
+                                   f"{', '.join(usable)}")
         spec = SETTINGS[name]
-        try:
-            value = (text.strip().lower() in ("1", "true", "yes")) if spec.type is bool and text.strip().lower() in (
-                "1", "0", "true", "false", "yes", "no") else spec.type(text.strip())
-        except ValueError:
-            raise click.UsageError(f"--measured-with {pair!r}: {text!r} is not a {spec.type.__name__}") from None
+        value = _measured_value(pair, spec, text)
         why = problem(name, value)
         if why:
-            raise click.UsageError(f"--measured-with {pair!r}: expected {why[1]}")
+            raise click.UsageError(f"--measured-with {pair[:60]!r}: expected {why[1]}")
+        if name == "scheduler":
+            from ..schedulers import get_scheduler_factory
+
+            try:
+                get_scheduler_factory(value)
+            except ConfigError as exc:
+                raise click.UsageError(f"--measured-with {pair[:60]!r}: {exc}") from None
+        if name in out and out[name] != value:
+            raise click.UsageError(f"--measured-with gives {name} twice, {out[name]!r} and {value!r}; give it once")
         out[name] = value
     return out
+
+
+def _measured_value(pair: str, spec, text: str):
+    """The value of one ``--measured-with`` pair in ``spec``'s type (a usage error naming the pair if not)."""
+    if spec.type is bool:
+        if text.lower() not in _FLAG_WORDS:
+            raise click.UsageError(f"--measured-with {pair[:60]!r}: expected true or false")
+        return _FLAG_WORDS[text.lower()]
+    if spec.type is int:
+        if not (text.isascii() and text.isdigit()):
+            raise click.UsageError(f"--measured-with {pair[:60]!r}: expected a whole number, not {text[:20]!r}")
+        return int(text)
+    if spec.type is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise click.UsageError(f"--measured-with {pair[:60]!r}: expected a number, not {text[:20]!r}") from None
+    if not text:
+        raise click.UsageError(f"--measured-with {pair[:60]!r}: expected a value after '='")
+    return text
 
 
 def engine_sources(vllm_log: str | None, cal: Calibration | None = None, cal_path=None, trace=None,

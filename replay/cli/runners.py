@@ -74,7 +74,7 @@ def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: D
         result, _ = replay_frame(frame, cost_model, run, meta)
         row = prediction_row(result, sched.slo_ttft_s, sched.slo_tpot_s)
         band = band_of_replay(frame, meta, cost_model, run, points, row, time.perf_counter() - started,
-                              basis, result)
+                              basis.with_scheduler(name) if basis is not None else None, result)
         rows.append({"scheduler": name, "gpus": num_gpus(cost_model, sched.replicas, run.disagg),
                      **band_columns(row, band)})
     table = pd.DataFrame(rows)

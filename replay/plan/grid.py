@@ -159,8 +159,8 @@ def parse_int_list(option: str, text: str, low: int = 1) -> list[int]:
     Raises
     ------
     ConfigError
-        No value, not integers, below ``low``, a range with stop < start or step < 1, a
-        value twice.
+        No value, not integers, below ``low``, a range with stop < start or step < 1 or more
+        values than :data:`MAX_CANDIDATES`, a value twice.
     """
     out: list[int] = []
     if not str(text).strip():
@@ -173,7 +173,10 @@ def parse_int_list(option: str, text: str, low: int = 1) -> list[int]:
         if len(bits) == 1:
             values = bits
         elif len(bits) in (2, 3) and bits[1] >= bits[0] and (len(bits) == 2 or bits[2] >= 1):
-            values = list(range(bits[0], bits[1] + 1, bits[2] if len(bits) == 3 else 1))
+            values = range(bits[0], bits[1] + 1, bits[2] if len(bits) == 3 else 1)
+            if len(values) > MAX_CANDIDATES:  # a range longer than any grid may be (built lazily: no list of it)
+                raise ConfigError(f"{option} {text}: {part!r} has {len(values)} values, more than the "
+                                  f"{MAX_CANDIDATES} candidates a plan may have")
         else:
             raise ConfigError(f"{option} {text}: {part!r}: expected START:STOP[:STEP] with STOP >= START, STEP >= 1")
         for v in values:
@@ -333,8 +336,8 @@ def prepare(c: Candidate, cals: Calibrations, base_options: dict, prices: dict, 
     try:
         cm = cost_model_from_calibration(cal, tp=c.tp, dp=c.dp, gpu=get_gpu(c.gpu))
         pools = pool_cost_models(cm, None, c.tp_decode) if c.disagg else (cm,)
-        out.basis = BandBasis.of(cal, carried_across(cal, cm, "disagg" if c.disagg else
-                                                     cal.engine.get("scheduler", "chunked")), new_sample=True)
+        out.basis = BandBasis.of(cal, carried_across(cal, cm), new_sample=True,
+                                 scheduler="disagg" if c.disagg else cal.engine.get("scheduler", "chunked"))
         engine = EngineOptions(**{k: v for k, v in base_options.items() if k in EngineOptions.__dataclass_fields__})
         blocks = tuple(resolve_num_gpu_blocks(engine, pm.model, pm.gpu, pm.tp) * c.dp for pm in pools)
         # num_gpu_blocks None: replay_frame sizes each pool's cache from GPU memory, as here

@@ -115,7 +115,8 @@ def evaluate_point(ctx: SweepContext, point: dict) -> dict:
     result, _ = replay_frame(frame, ctx.cost_model, cfg, ctx.metadata)
     row = prediction_row(result, cfg.scheduling.slo_ttft_s, cfg.scheduling.slo_tpot_s)
     band = (band_of_rows(row, []) if ctx.band_points is None else
-            predict_with_band(BandJob(frame, ctx.metadata, ctx.cost_model, cfg, list(ctx.band_points), ctx.basis),
+            predict_with_band(BandJob(frame, ctx.metadata, ctx.cost_model, cfg, list(ctx.band_points),
+                                      ctx.basis.with_scheduler(cfg.scheduling.scheduler)),
                               row, details=point_details(result)))
     return {**{column(k): v for k, v in point.items()}, **band_columns(row, band)}
 

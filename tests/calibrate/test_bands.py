@@ -103,9 +103,14 @@ def test_a_calibration_with_a_bad_holdout_is_refused(tmp_path):
                           "fitted_range": {"rate_rps": [1.0, 2.0]}})
     cal.write(tmp_path / "c.json")
     assert Calibration.read(tmp_path / "c.json").holdout == cal.holdout
-    for old, new, want in (('"ttft_s"', '"itl_s"', "holdout.errors[0] is"),
-                           ('"distance": 0.0', '"distance": -1', "a distance >= 0"),
-                           ("1.0,", "3.0,", "holdout.fitted_range.rate_rps is [3.0, 2.0]")):
+    for old, new, want in (('"ttft_s"', '"itl_s"', 'holdout.errors[0].metric is "itl_s"; expected ttft_s'),
+                           ('"distance": 0.0', '"distance": -1', "holdout.errors[0].distance is -1; expected"),
+                           # found by a helper: finite but huge values overflowed the band (a traceback)
+                           ('"distance": 0.0', '"distance": 1e6', "holdout.errors[0].distance is 1000000.0"),
+                           ('"rel_err": 0.1', '"rel_err": 1e300', "holdout.errors[0].rel_err is 1e+300"),
+                           ('"errors": [', '"errors": "oops", "x": [', 'holdout.errors is "oops"; expected a list'),
+                           ("1.0,", "3.0,", "holdout.fitted_range.rate_rps is [3.0, 2.0]"),
+                           ("1.0,", "1e-320,", "holdout.fitted_range.rate_rps is [1e-320, 2.0]")):
         bad = tmp_path / "bad.json"
         bad.write_text((tmp_path / "c.json").read_text().replace(old, new))
         with pytest.raises(SchemaError) as err:
@@ -250,6 +255,26 @@ def test_a_carried_calibration_adds_the_transfer_error_and_a_poor_one_says_its_b
     assert any("carried across the model (a -> b)" in n for n in carried.notes)
     poor = band_of_rows(_row(10.0), [_row(11.0)], basis=BandBasis(grade="poor"))
     assert not poor.meaningful and any("graded poor" in n and "not meaningful" in n for n in poor.notes)
+
+
+def test_a_far_what_if_has_a_finite_band_that_says_it_reaches_zero():
+    """Found by a helper: a distance of thousands of doublings overflowed; the growth stops at 2^20 and a
+    band clipped at 0 says it bounds nothing from below."""
+    basis = BandBasis(holdout=_holdout([0.2] * 20, fitted_range={"running": [1e-9, 1e-9]}))
+    band = band_of_rows(_row(10.0), [], basis=basis, details={"load": {"running": 1e9}})
+    assert all(np.isfinite(band.high[s]) for s in BAND_STATS) and band.low["ttft_p50_s"] == 0.0
+    assert band.high["ttft_p50_s"] == pytest.approx(10.0 + 0.2 * 2 ** 20 * 10.0)
+    assert any("reach 0" in n and "say little" in n for n in band.notes)
+
+
+def test_a_band_is_carried_across_the_engine_per_scheduler():
+    """Found by a helper: a scheduler comparison took the transfer part from --scheduler for every row."""
+    colocated = BandBasis(scheduler="chunked")
+    assert colocated.with_scheduler("disagg").carried_all == ("the engine (a colocated fit to disaggregated pools)",)
+    assert colocated.with_scheduler("fcfs").carried_all == ()
+    fitted_disagg = BandBasis(fitted_disagg=True, carried=("TP (1 -> 2)",))
+    assert fitted_disagg.with_scheduler("disagg").carried_all == ("TP (1 -> 2)",)
+    assert len(fitted_disagg.with_scheduler("chunked").carried_all) == 2
 
 
 def test_the_fit_grade_words():

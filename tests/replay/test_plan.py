@@ -245,6 +245,9 @@ def test_slo_parsing():
     assert parse_int_list("--replicas", "1:8:3,10") == [1, 4, 7, 10]
     with pytest.raises(ConfigError, match="given more than once"):
         parse_int_list("--tp", "1,1")
+    # found by a helper: a huge range was built as a list first (MemoryError)
+    with pytest.raises(ConfigError, match="'1:9999999999' has 9999999999 values, more than the 5000"):
+        parse_int_list("--replicas", "1:9999999999")
 
 
 def test_output_is_not_written_when_the_plan_fails(tmp_path):

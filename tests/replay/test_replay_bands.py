@@ -432,13 +432,22 @@ def test_a_run_said_to_be_measured_with_a_setting_is_a_validation_not_a_what_if(
     assert "max_num_seqs=128" in said.output
 
 
-@pytest.mark.parametrize("pair, want", [("max_num_seqs", "expected SETTING=VALUE"),
-                                        ("colour=blue", "expected SETTING=VALUE with a setting of"),
-                                        ("max_num_seqs=lots", "'lots' is not a int"),
-                                        ("max_num_seqs=0", "--measured-with 'max_num_seqs=0': expected")])
-def test_a_bad_measured_with_is_one_clear_usage_error(spaced, pair, want):
-    res = invoke("t.parquet", "--calibration", "cal.json", "--measured-with", pair)
-    assert res.exit_code == 2 and want in " ".join(res.output.split()) and "Traceback" not in res.output
+@pytest.mark.parametrize("pairs, want", [
+    (["max_num_seqs"], "expected SETTING=VALUE"),
+    (["colour=blue"], "expected SETTING=VALUE with a setting of"),
+    (["max_num_seqs=lots"], "expected a whole number, not 'lots'"),
+    (["max_num_seqs=1.5"], "expected a whole number, not '1.5'"),
+    (["max_num_seqs=0"], "--measured-with 'max_num_seqs=0': expected"),
+    # found by a helper: accepted and silently ignored, or taken as True, or the last one silently won
+    (["tp=2"], "expected SETTING=VALUE with a setting of"),
+    (["enable_prefix_caching=maybe"], "expected true or false"),
+    (["max_num_seqs=4", "max_num_seqs=8"], "gives max_num_seqs twice, 4 and 8"),
+    (["scheduler=bogus"], "--measured-with 'scheduler=bogus':"),
+])
+def test_a_bad_measured_with_is_one_clear_usage_error(spaced, pairs, want):
+    args = [a for p in pairs for a in ("--measured-with", p)]
+    res = invoke("t.parquet", "--calibration", "cal.json", *args)
+    assert res.exit_code == 2 and want in " ".join(res.output.split()) and "Traceback" not in res.output, res.output
 
 
 def test_a_disaggregated_replay_of_a_colocated_run_is_a_what_if_whatever_the_calibration_was_fitted_on(
