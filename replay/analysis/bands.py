@@ -1,31 +1,35 @@
-"""Prediction bands: how sure a replay is, from the calibration's uncertainty.
+"""Prediction bands: what a run of a configuration would measure, with the calibration's uncertainty.
 
-A calibration is a point of a set of parameter vectors the data cannot reject (its 95 %
-confidence set, :mod:`calibrate.confidence`); it carries points of that set
-(:attr:`schemas.calibration.Calibration.band_points`). A what-if replayed at each of them
-gives the range of answers the data allow: the band of every predicted statistic is its
-smallest and largest value over the calibration's point and the set's points. Where the
-replay itself draws random numbers (accepted draft tokens of speculative decoding) the
-optimum is also replayed at other seeds and the band widened by their spread.
+A band combines independent parts in quadrature (:func:`band_of_rows`; each shown by ``--wide``):
 
-This is the projection method (Casella & Berger, Statistical Inference, 2nd ed., section
-9.2.3): when the set holds the true parameters with probability 0.95, the range of a
-prediction over the set holds the true prediction at least as often. The points are an
-inner approximation of the set (the ends of the line searches that traced it), so the band
-is an inner approximation of that range; ``tests/calibrate/test_bands.py`` measures its coverage over
-seeds on synthetic logs of a known cluster and ``bench/bands.py`` on real runs.
+- the parameters: a calibration is a point of the set of parameter vectors its data cannot reject
+  (its 95 % confidence set, :mod:`calibrate.confidence`) and carries points of that set
+  (:attr:`schemas.calibration.Calibration.band_points`); the what-if is replayed at each, and the
+  farthest one moves the prediction, by ratio, is taken on both sides (the projection method,
+  Casella & Berger, Statistical Inference, 2nd ed., section 9.2.3, linearised: a parameter at a
+  bound does not make the band one-sided). Where the replay draws random numbers (speculative
+  decoding) the optimum is also replayed at other seeds, which count as points;
+- the model's error out of sample, held out inside the calibration's own data
+  (:mod:`calibrate.holdout`), widened with the what-if's distance from the fitted load
+  (:mod:`replay.analysis.band_parts`);
+- the transfer error of a calibration carried to another model, GPU, parallelism or engine;
+- for a plan's future traffic only, the sampling noise of each percentile.
+
+``tests/calibrate/test_bands.py`` checks the arithmetic by hand, ``tests/calibrate/test_band_coverage.py``
+the coverage over seeds on synthetic logs of a cluster the simulator misdescribes, and
+``bench/bands.py`` the coverage on real runs.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from ..core.closed_loop import on_send_times
-from .band_parts import (ERROR_SOURCE, TRANSFER_ERROR, Z95, distance, growth, load_features,
-                         model_error_quantiles, percentile_noise)
+from .band_basis import BandBasis
+from .band_parts import ERROR_SOURCE, Z95, distance, growth, load_features, model_error_quantiles, percentile_noise
 from .compare import SCHEDULER_TABLE_METRICS, scheduler_table
 from .metrics import PERCENTILES, goodput_rps
 from ..simulate import replay_frame
@@ -69,95 +73,6 @@ def prediction_row(result: pd.DataFrame, slo_ttft_s: float | None = None, slo_tp
 #: Columns of :func:`prediction_row` that a band is put on (every one but ``n_ok``).
 BAND_STATS = tuple(f"{m}_p{q}_s" for m in SCHEDULER_TABLE_METRICS for q in PERCENTILES) + ("goodput_rps",
                                                                                         "throughput_rps")
-
-
-#: ``source.format`` of a calibration fitted on a kernel profile (no engine around the kernels).
-KERNEL_PROFILE_FORMATS = ("llmservingsim_profile",)
-
-
-def carried_across(cal, cost_model) -> list[str]:
-    """What calibration ``cal`` is carried across to a replay with ``cost_model``: another model, GPU
-    or parallelism than it was fitted on, or a kernel profile's timings to an engine's latencies; one
-    phrase each (empty: not carried). The engine (colocated or disaggregated) is the scheduler's, so
-    it is :meth:`BandBasis.with_scheduler`'s."""
-    out = []
-    for what, fitted, now in (("the model", cal.model.name, cost_model.model.name),
-                              ("the GPU", cal.gpu.name, cost_model.gpu.name),
-                              ("TP", cal.tp, cost_model.tp), ("DP", cal.dp, cost_model.dp),
-                              ("PP", cal.pp, getattr(cost_model, "pp", 1)),
-                              ("expert parallelism", cal.expert_parallel, cost_model.expert_parallel)):
-        if fitted != now:
-            out.append(f"{what} ({fitted} -> {now})")
-    if cal.source.get("format") in KERNEL_PROFILE_FORMATS:
-        out.append("a kernel profile to an engine's latencies (no CPU time between kernels)")
-    return out
-
-
-@dataclass(frozen=True)
-class BandBasis:
-    """What a band takes from its calibration besides its points.
-
-    Attributes
-    ----------
-    model_error : dict
-        The in-sample misfit beyond sampling noise (:attr:`schemas.calibration.Calibration.model_error`),
-        used for a metric without held-out errors.
-    holdout : dict
-        :attr:`schemas.calibration.Calibration.holdout`: held-out errors and the fitted load range.
-    carried : tuple of str
-        What the calibration is carried across to this replay (``"the model: llama-3.1-8b -> qwen3-32b"``);
-        non-empty adds the transfer part (:data:`replay.analysis.band_parts.TRANSFER_ERROR`).
-    transfer_error : dict
-        Metric -> relative transfer error (default the measured table).
-    grade : str
-        The calibration's fit quality in words (:func:`schemas.calibration.fit_grade`); a band of a
-        ``poor`` one is not meaningful, and says so.
-    new_sample : bool
-        The band is for another sample of requests like these (a plan's future traffic): it adds the
-        percentiles' sampling noise. A replay of given requests predicts a run of those very
-        requests, which shares their sample: no sampling part.
-    fitted_disagg : bool
-        The calibration was fitted on a disaggregated run.
-    scheduler : str or None
-        The scheduler of the replay the band is for (:meth:`with_scheduler`); with ``fitted_disagg``
-        it says whether the calibration is carried across the engine too.
-    """
-
-    model_error: dict = field(default_factory=dict)
-    holdout: dict = field(default_factory=dict)
-    carried: tuple = ()
-    transfer_error: dict = field(default_factory=lambda: dict(TRANSFER_ERROR))
-    grade: str = ""
-    new_sample: bool = False
-    fitted_disagg: bool = False
-    scheduler: str | None = None
-
-    @classmethod
-    def of(cls, cal, carried=(), new_sample: bool = False, scheduler: str | None = None) -> "BandBasis":
-        """The basis of calibration ``cal`` (:class:`schemas.calibration.Calibration`), carried across
-        ``carried`` (:func:`carried_across`), for a replay under ``scheduler``."""
-        from schemas.calibration import fit_grade
-
-        return cls(dict(cal.model_error), dict(cal.holdout), tuple(carried), grade=fit_grade(cal.fit)[0],
-                   new_sample=new_sample, fitted_disagg=cal.engine.get("scheduler") == "disagg", scheduler=scheduler)
-
-    def with_scheduler(self, scheduler: str) -> "BandBasis":
-        """This basis for a replay under ``scheduler`` (a row of a scheduler comparison or a sweep)."""
-        return replace(self, scheduler=scheduler)
-
-    @property
-    def carried_all(self) -> tuple:
-        """:attr:`carried`, and the engine when the replay's scheduler is disaggregated and the fit's
-        was not, or the reverse."""
-        if self.scheduler is None or (self.scheduler == "disagg") == self.fitted_disagg:
-            return tuple(self.carried)
-        return (*self.carried, "the engine (a colocated fit to disaggregated pools)" if not self.fitted_disagg
-                else "the engine (disaggregated pools to a colocated engine)")
-
-    @property
-    def informative(self) -> bool:
-        """Whether it widens a band beyond the parameters' range (any part but the points)."""
-        return bool(self.holdout.get("errors") or any(self.model_error.values()) or self.carried_all)
 
 
 @dataclass

@@ -211,7 +211,7 @@ def _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, sett
         raise DataError(f"{trace}: is a {kind}; replay needs a request trace ({REQUEST_TRACE})")
     differences = whatif_differences(cal, calibration_path, model_spec, cost_model, settings["scheduler"], meta,
                                      trace, sources)
-    from ..analysis.bands import BandBasis, carried_across
+    from ..analysis.band_basis import BandBasis, carried_across
 
     # points None: no band replays at all (--no-band)
     basis = (BandBasis.of(cal, carried_across(cal, cost_model), scheduler=settings["scheduler"]) if band

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from schemas.calibration import Calibration
 from schemas.spec_catalog import catalog_key, get_gpu
 
-from ..analysis.bands import BandBasis, carried_across
+from ..analysis.band_basis import BandBasis, carried_across
 from ..config import EngineOptions, ReplayConfig
 from ..cost.cost_model import RooflineCostModel, cost_model_from_calibration
 from ..core.disagg import pool_cost_models
