@@ -58,10 +58,12 @@ def band_legend(band: Band | None, reason: str | None = None) -> str:
 
 
 def prediction_cells(band: Band, percentiles=PERCENTILES) -> tuple[list[str], list[list[str]]]:
-    """Header and cells of the PREDICTION table: a row per metric of :data:`PREDICTION_METRICS`,
-    a column per percentile (ms, with bands)."""
+    """Header and cells of the PREDICTION table: a row per metric of :data:`PREDICTION_METRICS` and
+    ITL when the replay recorded token times, a column per percentile (ms, with bands)."""
     head = ["metric"] + [f"p{q}" for q in percentiles]
-    rows = [[m] + [band_cell(band, f"{m}_p{q}_s") for q in percentiles] for m in PREDICTION_METRICS]
+    shown = [m for m in (*PREDICTION_METRICS, "itl")
+             if m != "itl" or any(np.isfinite(band.point.get(f"itl_p{q}_s", np.nan)) for q in percentiles)]
+    rows = [[m] + [band_cell(band, f"{m}_p{q}_s") for q in percentiles] for m in shown]
     return head, rows
 
 
@@ -101,7 +103,7 @@ def parts_table(band: Band, percentiles=COVERAGE_PERCENTILES) -> str:
 
     head = ["statistic", *PART_NAMES, "band"]
     rows = []
-    for m in PREDICTION_METRICS:
+    for m in (*PREDICTION_METRICS, "itl"):
         for q in percentiles:
             s = f"{m}_p{q}_s"
             p, parts = band.point.get(s, np.nan), band.parts.get(s, {})
@@ -119,7 +121,7 @@ def band_coverage(table, band: Band, percentiles=COVERAGE_PERCENTILES) -> str | 
         return None
     inside, outside = 0, []
     for r in table.to_dict("records"):
-        if r["metric"] not in PREDICTION_METRICS:
+        if r["metric"] not in (*PREDICTION_METRICS, "itl"):  # ITL: with token times on both sides
             continue
         for q in percentiles:
             stat, meas = f"{r['metric']}_p{q}_s", r.get(f"meas_p{q}", np.nan)

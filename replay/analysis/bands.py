@@ -61,18 +61,35 @@ def prediction_row(result: pd.DataFrame, slo_ttft_s: float | None = None, slo_tp
         :data:`replay.analysis.compare.SCHEDULER_TABLE_METRICS` and the percentiles of
         :data:`replay.analysis.metrics.PERCENTILES` (seconds), ``throughput_rps`` (completed
         requests/s) and ``goodput_rps`` (those meeting the SLOs given; requests/s,
-        :func:`replay.analysis.metrics.goodput_rps`), on the simulated sends of a closed loop.
+        :func:`replay.analysis.metrics.goodput_rps`), on the simulated sends of a closed loop;
+        ``itl_p{q}_s`` over the completed requests' inter-token gaps when the replay recorded token
+        times (NaN otherwise).
     """
     result = on_send_times(result)
     row = scheduler_table({"": result}, slo_ttft_s, slo_tpot_s).iloc[0].to_dict()
     del row["scheduler"]
     row["throughput_rps"] = goodput_rps(result, None, None)
+    row.update(_itl_percentiles(result))
     return row
 
 
+def _itl_percentiles(result: pd.DataFrame) -> dict:
+    """``itl_p{q}_s`` of the completed requests' inter-token gaps (seconds; NaN without token times)."""
+    from schemas.status import OK
+
+    from .metrics import percentile
+
+    gaps = np.empty(0)
+    if "pred_token_times_s" in result:
+        times = result.loc[result["pred_status"] == OK, "pred_token_times_s"]
+        diffs = [np.diff(np.asarray(t, float)) for t in times if t is not None and len(t) > 1]
+        gaps = np.concatenate(diffs) if diffs else gaps
+    return {f"itl_p{q}_s": percentile(gaps, q) if gaps.size else float("nan") for q in PERCENTILES}
+
+
 #: Columns of :func:`prediction_row` that a band is put on (every one but ``n_ok``).
-BAND_STATS = tuple(f"{m}_p{q}_s" for m in SCHEDULER_TABLE_METRICS for q in PERCENTILES) + ("goodput_rps",
-                                                                                        "throughput_rps")
+BAND_STATS = tuple(f"{m}_p{q}_s" for m in (*SCHEDULER_TABLE_METRICS, "itl") for q in PERCENTILES) + (
+    "goodput_rps", "throughput_rps")
 
 
 @dataclass
@@ -187,6 +204,26 @@ def _parameter_part(p: float, vals: np.ndarray, seeds: np.ndarray) -> tuple[floa
     return w, w
 
 
+def _notes(basis: BandBasis, words: str | None, widened: float, quantiles: dict) -> list[str]:
+    """What a band's reader must know (:attr:`Band.notes`): the distance from the fitted load, a model
+    error from few held-out errors, a carried calibration, a poor one."""
+    notes = []
+    if words:
+        notes.append(f"{words}: outside the load the calibration saw, its model error widened x{widened:.1f}"
+                     + ("" if quantiles else " (it has no held-out errors to widen: its runs were too short to "
+                                             "split, or it was fitted before 'calibrate fit' held parts out)"))
+    thin = sorted(m for m, (_, n, ok) in quantiles.items() if not ok)
+    if thin:
+        notes.append(f"model error from fewer than 19 held-out errors ({', '.join(thin)}): the largest is used, "
+                     "the 95 % is not guaranteed")
+    if basis.carried_all:
+        notes.append("carried across " + "; ".join(basis.carried_all) + ": the transfer error measured on the "
+                     "project's real cross-runs is added")
+    if basis.grade == "poor":
+        notes.append("the calibration is graded poor: its bands are not meaningful")
+    return notes
+
+
 def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), basis: BandBasis | None = None,
                  details: dict | None = None) -> Band:
     """The band of ``point`` (:func:`prediction_row` at the calibration's values) from the rows at
@@ -196,7 +233,8 @@ def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), 
     Each side of a statistic's band is ``sqrt(parameters^2 + sampling^2 + model^2 + transfer^2)``
     from the point, the parts independent errors (Kennedy & O'Hagan 2001), the low end clipped at 0:
 
-    - parameters: :func:`_parameter_part` over ``at_points`` and ``at_seeds``;
+    - parameters: :func:`_parameter_part` over ``at_points`` and ``at_seeds`` (ITL, which the band's
+      replays do not record, takes TPOT's by ratio);
     - sampling (``basis.new_sample`` only): the order-statistic interval of the percentile
       (``details["noise"]``); a rate's relative ``1.96 / sqrt(n_ok)``;
     - model: the held-out errors' conformal quantile for the statistic's metric
@@ -215,21 +253,8 @@ def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), 
     noise = details.get("noise", {})
     dist, words = distance(details.get("load", {}), basis.holdout.get("fitted_range", {}))
     quantiles = model_error_quantiles(basis.holdout.get("errors", []))
-    notes = []
-    if words:
-        notes.append(f"{words}: outside the load the calibration saw, its model error widened x{growth(dist):.1f}"
-                     + ("" if quantiles else " (it has no held-out errors to widen: its runs were too short to "
-                                             "split, or it was fitted before 'calibrate fit' held parts out)"))
-    thin = sorted(m for m, (_, n, ok) in quantiles.items() if not ok)
-    if thin:
-        notes.append(f"model error from fewer than 19 held-out errors ({', '.join(thin)}): the largest is used, "
-                     "the 95 % is not guaranteed")
     carried = basis.carried_all
-    if carried:
-        notes.append("carried across " + "; ".join(carried) + ": the transfer error measured on the project's "
-                     "real cross-runs is added")
-    if basis.grade == "poor":
-        notes.append("the calibration is graded poor: its bands are not meaningful")
+    notes = _notes(basis, words, growth(dist), quantiles)
 
     def model_rel(label: str) -> float:
         m = ERROR_SOURCE.get(label, "")
@@ -246,8 +271,13 @@ def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), 
             low[s], high[s], parts[s] = float(p), float(p), {}
             continue
         label, _, pct = s.removesuffix("_s").rpartition("_p") if "_p" in s else (s.removesuffix("_rps"), "", "")
-        par_lo, par_hi = _parameter_part(p, np.array([r.get(s, np.nan) for r in at_points], float),
-                                         np.array([r.get(s, np.nan) for r in at_seeds], float))
+        at = np.array([r.get(s, np.nan) for r in at_points], float)
+        par_lo, par_hi = _parameter_part(p, at, np.array([r.get(s, np.nan) for r in at_seeds], float))
+        tpot = f"tpot_p{pct}_s"
+        if label == "itl" and at.size and not np.isfinite(at).any() and point.get(tpot) and tpot in parts:
+            # the band's replays record no token times: the gaps move as TPOT does, by the same ratio
+            lo_t, hi_t = parts[tpot].get("parameters", (0.0, 0.0))
+            par_lo, par_hi = p * lo_t / point[tpot], p * hi_t / point[tpot]
         scale = point.get(f"ttft_p{pct}_s", p) if label == "queue_wait" else p  # the queue wait: TTFT's ms
         below = above = 0.0
         if basis.new_sample and pct:

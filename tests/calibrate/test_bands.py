@@ -277,6 +277,21 @@ def test_a_band_is_carried_across_the_engine_per_scheduler():
     assert len(fitted_disagg.with_scheduler("chunked").carried_all) == 2
 
 
+def test_itl_takes_tpot_s_parameters_part_by_ratio_when_the_band_replays_record_no_token_times():
+    point = {**_row(10.0), **{f"itl_p{q}_s": 5.0 for q in (50, 90, 99)}}
+    at = [{**_row(12.0), **{f"itl_p{q}_s": float("nan") for q in (50, 90, 99)}}]  # TPOT 1.2x at the point
+    band = band_of_rows(point, at, basis=BandBasis(holdout=_holdout([0.1] * 20, metric="tpot_s")))
+    # TPOT's parameters part (10 / 1.2 .. 12) on ITL's 5 ms: (5 - 5 / 1.2, 1.0); the model part is TPOT's 10 %
+    assert band.parts["itl_p50_s"]["parameters"] == pytest.approx((5 - 5 / 1.2, 1.0))
+    assert band.high["itl_p50_s"] == pytest.approx(5.0 + math.hypot(1.0, 0.5))
+    assert "itl_p50_s" in BAND_STATS and np.isnan(prediction_row(_tiny_result())["itl_p50_s"])
+
+
+def _tiny_result():
+    trace = synth_requests(5, 5.0, "fixed:50", "fixed:4", seed=1)
+    return replay_frame(trace, _llama(), ReplayConfig(EngineOptions(max_num_seqs=4)))[0]
+
+
 def test_the_fit_grade_words():
     assert fit_grade({"residual_by_run": {"r": {"ttft_s": {"p50": 0.01, "p90": -0.03}}}})[0] == "good"
     assert fit_grade({"residual_by_run": {"r": {"ttft_s": {"p50": 0.2, "p90": -0.3}}}})[0] == "poor"

@@ -468,3 +468,12 @@ def test_a_disaggregated_replay_of_a_colocated_run_is_a_what_if_whatever_the_cal
     assert "--scheduler disagg (the measured run records no disaggregated pools)" in " ".join(what_if.output.split())
     gated = invoke(*args, "--tolerance", "ttft_p50=0.1")
     assert gated.exit_code == 2 and "what-if" in gated.output
+
+
+def test_a_replay_with_token_times_prints_itl_with_its_band(spaced):
+    trace, cal = spaced
+    res = invoke(trace, "--calibration", cal, "--token-times")
+    assert res.exit_code == 0, res.output
+    row = next(line for line in res.output.splitlines() if line.strip().startswith("itl"))
+    assert "[" in row  # point [low, high]
+    assert "itl" not in invoke(trace, "--calibration", cal).output.split("PREDICTION")[1].split("throughput")[0]
