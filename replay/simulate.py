@@ -21,7 +21,8 @@ from schemas.status import OK
 from .core.closed_loop import ClosedLoop, send_times_column
 from .config import EngineOptions, ReplayConfig
 from .cost.cost_model import LINKS, StepCostModel
-from .core.disagg import DisaggEngine, resolve_pools
+from .core.disagg import DisaggEngine
+from .core.disagg_pools import resolve_pools
 from .core.engine import Engine
 from .core.engine_config import EngineConfig
 from .errors import ConfigError

@@ -52,7 +52,8 @@ def replay_and_summarise(run: ReplayInputs, cfg: ReplayConfig):
     Returns ``(result, engine, seconds)``: the replay_result/1 frame, the engine after the run
     and the wall time of the replay, seconds.
     """
-    from ..core.disagg import DisaggEngine, describe_config
+    from ..core.disagg import DisaggEngine
+    from ..core.disagg_pools import describe_config
     from ..schedulers import get_scheduler_factory
     from ..simulate import replay_frame
 

@@ -57,7 +57,7 @@ def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: D
     from ..analysis.band_tables import band_columns, band_legend
     from ..analysis.bands import prediction_row
     from ..analysis.compare import format_scheduler_table
-    from ..core.disagg import describe_config
+    from ..core.disagg_pools import describe_config
     from ..simulate import replay_frame
     from .band_run import band_of_replay
 
@@ -112,9 +112,9 @@ def hardware(cost_model, replicas: int) -> str:
 
 def num_gpus(cost_model, replicas: int, disagg=None) -> int:
     """GPUs a run uses: ``replicas`` x TP x DP x PP colocated, or the prefill and decode pools'
-    (:func:`replay.core.disagg.pool_gpus`) of ``disagg`` (:class:`~replay.config.DisaggOptions`)."""
+    (:func:`replay.core.disagg_pools.pool_gpus`) of ``disagg`` (:class:`~replay.config.DisaggOptions`)."""
     if disagg is not None:
-        from ..core.disagg import pool_gpus
+        from ..core.disagg_pools import pool_gpus
 
         return pool_gpus(cost_model, disagg)
     return replicas * cost_model.tp * getattr(cost_model, "dp", 1) * getattr(cost_model, "pp", 1)

@@ -129,7 +129,7 @@ def report_context(trace=None, calibration=None, cost_model=None, cfg=None, engi
         eng, scheduling, closed = cfg.engine, cfg.scheduling, cfg.closed_loop
         sched = scheduling.scheduler
         if cfg.disagg is not None and cost_model is not None:
-            from ..core.disagg import describe_config
+            from ..core.disagg_pools import describe_config
 
             sched += f": {describe_config(cost_model, cfg.disagg)}"
         elif scheduling.replicas != 1:

@@ -16,7 +16,8 @@ from helpers import LinearStepCost, replay_both_paths, step_rows
 from replay.cost.cost_model import Link, RooflineCostModel, kv_transfer_time_s
 from replay.cost.cost_terms import SEED_TERMS
 from schemas.cost_params import CostParams
-from replay.core.disagg import DisaggEngine, pool_cost_models, resolve_link
+from replay.core.disagg import DisaggEngine
+from replay.core.disagg_pools import pool_cost_models, resolve_link
 from replay.core.engine_config import EngineConfig
 from replay.errors import ConfigError
 from replay.core.kv_cache import KVCache
