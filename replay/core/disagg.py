@@ -210,18 +210,27 @@ class DisaggEngine(Engine):
         """``prealloc``: reserve, in arrival order, a decode instance (the least loaded of those whose free
         blocks, less the blocks reserved there, hold the prompt) for each waiting request, and queue it
         for prefill; stop at the first none can hold."""
-        p = self.num_prefill_replicas
         while self._prealloc:
-            req, arrived = self._prealloc[0]
-            open_ = [i for i in range(self.num_decode_replicas) if self._room(i, req)]
-            if not open_:
+            taken = self._take_head(self._prealloc, self._room, now)
+            if taken is None:
                 return
-            i = min(open_, key=self._decode_load)
-            self._prealloc.popleft()
-            self._accepted_blocks[i] += self.replicas[p + i].kv.blocks_for(req.num_prompt_tokens)
+            (req, _), i = taken
             self._reserved_at[req.index] = i
-            self._handoff_wait[req.index] = now - arrived
             super().arrive(req, now)
+
+    def _take_head(self, queue: deque, admits, now: float):
+        """The head of ``queue`` (a tuple whose first item is the request and last the time it began
+        waiting) with the least-loaded decode entry that ``admits(i, request)``, taken off the queue:
+        its prompt's blocks counted there, its wait recorded; None when no entry admits it."""
+        req, since = queue[0][0], queue[0][-1]
+        open_ = [i for i in range(self.num_decode_replicas) if admits(i, req)]
+        if not open_:
+            return None
+        i = min(open_, key=self._decode_load)
+        entry = queue.popleft()
+        self._accepted_blocks[i] += self.replicas[self.num_prefill_replicas + i].kv.blocks_for(req.num_prompt_tokens)
+        self._handoff_wait[req.index] = now - since
+        return entry, i
 
     def _room(self, i: int, req: Request) -> bool:
         """Whether decode instance ``i``'s free blocks, less those accepted or reserved there, hold ``req``'s prompt."""
@@ -280,17 +289,12 @@ class DisaggEngine(Engine):
     def _pull(self, now: float) -> None:
         """Start the transfers of the finished prompts, in order, that a decode instance accepts now
         (the least-loaded one of those that accept); stop at the first no instance accepts."""
-        p = self.num_prefill_replicas
         while self._unaccepted:
-            req, src, ended = self._unaccepted[0]
-            open_ = [i for i in range(self.num_decode_replicas) if self._accepts(i, req)]
-            if not open_:
+            taken = self._take_head(self._unaccepted, self._accepts, now)
+            if taken is None:
                 return
-            i = min(open_, key=self._decode_load)
-            self._unaccepted.popleft()
-            self._accepted_blocks[i] += self.replicas[p + i].kv.blocks_for(req.num_prompt_tokens)
-            self._handoff_wait[req.index] = now - ended
-            self._start_transfer(req, src, p + i, now)
+            (req, src, _), i = taken
+            self._start_transfer(req, src, self.num_prefill_replicas + i, now)
 
     def _decode_load(self, i: int) -> tuple[int, int]:
         """Decode instance ``i``'s (0-based in the pool) waiting + running + inbound requests, and ``i`` for ties."""
