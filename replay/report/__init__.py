@@ -36,7 +36,7 @@ from ..errors import ConfigError, ReplayError
 from .figures import STEP_COLUMNS, cdf_figure, scatter_figure
 from .provenance import provenance_blocks
 from .render import pct, render
-from .sections import (ReportBody, benchmark_section, comparison_section, errors_over_time_section,
+from .sections import (ReportBody, benchmark_section, comparison_section, disagg_section, errors_over_time_section,
                        prediction_section, steps_section, timeseries_section, tolerance_section)
 from .timeseries import (NUM_TIME_WINDOWS, TIMESERIES_COLUMNS, check_timeseries_span, errors_over_time,
                          read_timeseries, simulated_counts)
@@ -74,7 +74,8 @@ def figures_folder(path: str | os.PathLike) -> Path | None:
 #: Every file a Markdown report may write into its figures' folder (the replay report's, and
 #: those of the sweep, scheduler-comparison and plan reports, :mod:`.predictions`): the CLI
 #: refuses, before any work, one of these names that exists there as other than a regular file.
-FIGURE_NAMES = ("scatter.png", "cdf.png", "timeseries.png", "steps.png", "sweep.png", "schedulers.png", "front.png")
+FIGURE_NAMES = ("scatter.png", "cdf.png", "timeseries.png", "steps.png", "disagg_waits.png", "sweep.png",
+                "schedulers.png", "front.png")
 
 
 def _figures_name(path: Path) -> str:
@@ -268,6 +269,8 @@ def write_report(result_df: pd.DataFrame, path: str | os.PathLike, measured_time
         body.figure("Distributions: measured and predicted CDFs", "CDFs of measured and predicted", "cdf.png", fig)
     if "ttft" in metrics:
         errors_over_time_section(body, result_df, differences)
+    if "pred_handoff_wait_s" in result_df:
+        disagg_section(body, result_df)
     if ts is not None:
         timeseries_section(body, result_df, ts)
     if simulated_steps is not None and len(simulated_steps):

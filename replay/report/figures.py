@@ -122,6 +122,24 @@ def timeseries_figure(ts: pd.DataFrame, running: np.ndarray, waiting: np.ndarray
     return fig
 
 
+def disagg_waits_figure(win: pd.DataFrame, waits: tuple):
+    """A disaggregated replay's waits (p50 per window of arrival time, ``waits``: (label, column)) next
+    to its measured and predicted TTFT p50: where the queue forms."""
+    fig, axes = _figure(1, 2, width=9.0, height=2.8)
+    mid = (win["start_s"].to_numpy(float) + win["end_s"].to_numpy(float)) / 2
+    for label, col in waits:
+        axes[0].plot(mid, win[col].to_numpy(float) * 1e3, marker=".", label=label)
+    axes[0].set_ylabel("p50 wait (ms)")
+    axes[0].legend(loc="upper left", fontsize="small")
+    for label, col in (("measured", "meas_ttft_p50"), ("predicted", "pred_ttft_p50")):
+        axes[1].plot(mid, win[col].to_numpy(float) * 1e3, marker=".", label=label)
+    axes[1].set_ylabel("TTFT p50 (ms)")
+    axes[1].legend(loc="upper left", fontsize="small")
+    for ax in axes:
+        ax.set_xlabel("arrival time (s)")
+    return fig
+
+
 def steps_figure(steps: pd.DataFrame):
     """Simulated step durations and tokens per step over time."""
     fig, axes = _figure(1, 2, width=9.0, height=2.8)

@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.compare import MAPE_MIN_MEAS_S, REL_ERR_FLOOR_S, compare, compared_rows, err_cell, ms_cell, table_cells
-from .figures import png as png_bytes, steps_figure, timeseries_figure
+from .figures import disagg_waits_figure, png as png_bytes, steps_figure, timeseries_figure
 from .provenance import with_band_columns
 from .render import ms
 from .step_terms import term_time_cells
-from .timeseries import NUM_TIME_WINDOWS, errors_over_time, simulated_counts
+from .timeseries import DISAGG_WAITS, NUM_TIME_WINDOWS, disagg_waits_over_time, errors_over_time, simulated_counts
 
 #: Metrics and percentiles of the per-benchmark table.
 BENCHMARK_METRICS = ("ttft", "tpot", "e2e")
@@ -127,6 +127,25 @@ def errors_over_time_section(body: ReportBody, result_df: pd.DataFrame, differen
     body.blocks += [("h2", "Changes over time" if differences else "Errors over time"),
                     ("p", f"TTFT p50 in {NUM_TIME_WINDOWS} equal windows of arrival time (compared requests only)."),
                     ("table", head, rows)]
+
+
+def disagg_section(body: ReportBody, result_df: pd.DataFrame) -> None:
+    """Where a disaggregated replay's requests wait over the run: the prefill queue, the handoff (a finished
+    prompt waiting for room on the decode side), the KV transfer and the decode queue, next to TTFT."""
+    win = disagg_waits_over_time(result_df)
+    rows = [[f"{i + 1}", f"{r['start_s']:.1f}-{r['end_s']:.1f}", str(r["n"]), ms(r["meas_ttft_p50"]),
+             ms(r["pred_ttft_p50"]), *(ms(r[col]) for _, col in DISAGG_WAITS)]
+            for i, r in enumerate(win.to_dict("records"))]
+    head = ["window", "arrivals (s)", "n", "meas_ttft_p50_ms", "pred_ttft_p50_ms",
+            *(f"{label.replace(' ', '_')}_p50_ms" for label, _ in DISAGG_WAITS)]
+    body.blocks += [("h2", "Where the queue forms (disaggregated pools)"),
+                    ("p", f"Per equal window of arrival time ({NUM_TIME_WINDOWS}), the median of each wait a request "
+                          "meets: the prefill queue, the handoff (its prompt done, waiting for room on a decode "
+                          "instance, its KV still on the prefill side; before the prefill with --kv-handoff prealloc), "
+                          "the KV transfer and the decode queue.")]
+    body.figure("", "the waits of the disaggregated pools and TTFT over arrival time", "disagg_waits.png",
+                disagg_waits_figure(win, DISAGG_WAITS))
+    body.blocks.append(("table", head, rows))
 
 
 def timeseries_section(body: ReportBody, result_df: pd.DataFrame, ts: pd.DataFrame) -> None:

@@ -188,3 +188,41 @@ def errors_over_time(result: pd.DataFrame, num_windows: int = NUM_TIME_WINDOWS) 
         else:
             rows.append((lo, hi, 0, np.nan, np.nan, np.nan))
     return pd.DataFrame(rows, columns=["start_s", "end_s", "n", "meas_p50", "pred_p50", "rel_err_p50"])
+
+
+#: The waits of a disaggregated replay, in the order a request meets them (result columns, seconds).
+DISAGG_WAITS = (("prefill queue", "pred_queue_wait_s"), ("handoff", "pred_handoff_wait_s"),
+                ("KV transfer", "pred_kv_transfer_s"), ("decode queue", "pred_decode_queue_wait_s"))
+
+
+def disagg_waits_over_time(result: pd.DataFrame, num_windows: int = NUM_TIME_WINDOWS) -> pd.DataFrame:
+    """Where a disaggregated replay's requests wait, per equal window of arrival time.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per window: ``start_s``, ``end_s`` (arrival-time bounds, the last window closed),
+        ``n``, the measured and predicted TTFT p50 (``meas_ttft_p50``, ``pred_ttft_p50``; NaN without
+        a measured TTFT) and the p50 of each wait of :data:`DISAGG_WAITS` over the window's completed
+        requests (seconds; NaN where none has it, e.g. a one-token request moves no KV).
+    """
+    from schemas.status import OK
+
+    arrival = result["arrival_time_s"].to_numpy(float)
+    ok = (result["pred_status"] == OK).to_numpy()
+    edges = np.linspace(arrival.min(), arrival.max(), num_windows + 1) if arrival.size else np.zeros(num_windows + 1)
+
+    def p50(col: str, rows) -> float:
+        if col not in result:
+            return float("nan")
+        v = result.loc[rows, col].to_numpy(float, na_value=np.nan)
+        v = v[np.isfinite(v)]
+        return float(np.median(v)) if v.size else float("nan")
+
+    out = []
+    for i in range(num_windows):
+        lo, hi = edges[i], edges[i + 1]
+        rows = ok & (arrival >= lo) & ((arrival < hi) if i < num_windows - 1 else (arrival <= hi))
+        out.append({"start_s": lo, "end_s": hi, "n": int(rows.sum()), "meas_ttft_p50": p50("ttft_s", rows),
+                    "pred_ttft_p50": p50("pred_ttft_s", rows), **{col: p50(col, rows) for _, col in DISAGG_WAITS}})
+    return pd.DataFrame(out)

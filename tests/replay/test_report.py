@@ -388,3 +388,26 @@ def test_cli_report_of_a_guidellm_sweep_has_the_per_benchmark_table(tmp_path):
     assert res.exit_code == 0, res.output
     text = (tmp_path / "r.md").read_text()
     assert "## Per benchmark" in text and "| low |" in text and "| high |" in text
+
+
+def test_a_disaggregated_replay_s_report_shows_where_the_queue_forms(tmp_path):
+    """Issue #34 item 4: per window of arrival time, the median prefill queue, handoff, KV transfer and
+    decode queue waits next to TTFT; checked by hand on four requests in two windows."""
+    from replay.report.timeseries import disagg_waits_over_time
+
+    res = pd.DataFrame({"request_id": list("abcd"), "arrival_time_s": [0.0, 1.0, 2.0, 3.0],
+                        "num_prompt_tokens": [10] * 4, "num_output_tokens": [3] * 4, "ttft_s": [0.1, 0.2, 0.5, 0.7],
+                        "tpot_s": [0.01] * 4, "e2e_s": [1.0] * 4, "pred_status": ["ok"] * 4,
+                        "pred_queue_wait_s": [0.0, 0.0, 0.4, 0.6], "pred_ttft_s": [0.1, 0.1, 0.5, 0.7],
+                        "pred_tpot_s": [0.01] * 4, "pred_e2e_s": [1.0] * 4,
+                        "pred_handoff_wait_s": [0.0, 0.2, 2.0, 4.0], "pred_kv_transfer_s": [0.01] * 4,
+                        "pred_decode_queue_wait_s": [0.0, 0.0, 0.1, 0.3]})
+    win = disagg_waits_over_time(res, num_windows=2)  # arrivals [0, 1.5) and [1.5, 3]
+    assert list(win["n"]) == [2, 2]
+    assert list(win["pred_handoff_wait_s"]) == pytest.approx([0.1, 3.0])
+    assert list(win["pred_queue_wait_s"]) == pytest.approx([0.0, 0.5])
+    assert list(win["meas_ttft_p50"]) == pytest.approx([0.15, 0.6])
+    written = write_report(res, tmp_path / "d.md")
+    text = written[0].read_text()
+    assert "## Where the queue forms (disaggregated pools)" in text and "handoff_p50_ms" in text
+    assert any(p.name == "disagg_waits.png" for p in written)
