@@ -68,7 +68,7 @@ class ScoredBandJob(BandJob):
         scored = result if self.scored is None else result[self.scored]
         row = stats_of(compare(scored))
         if details:
-            row["details"] = point_details(scored)
+            row["details"] = point_details(scored, self.basis.new_sample)
         return row
 
 

@@ -250,8 +250,8 @@ def fit_requests(runs: list[Run], cost_model: RooflineCostModel, variants=("max"
     Residuals: ``(q_pred - q_meas) / max(q_meas, 1 ms)`` for every run, metric and quantile.
     Each start is polished with lmfit's ``least_squares`` (finite differences with a 5 %
     step: the replayed quantiles are piecewise constant below that); the best wins.
-    The model's out-of-sample error (``stats["holdout"]``) is measured by refits without a run
-    or half a run, :func:`calibrate.holdout.holdout`.
+    The model's out-of-sample error (``stats["holdout"]``) is measured by refits without a run,
+    or on a run's earlier time blocks only, :func:`calibrate.holdout.holdout`.
     Uncertainty and identifiability: :func:`calibrate.identify.assess`, the delta method
     with the Jacobian at the optimum and the sampling covariance of the measured quantiles
     from a moving-block bootstrap over requests (:meth:`_QuantileResidual.sampling_cov`),

@@ -171,12 +171,13 @@ def model_error_quantiles(errors: list[dict], coverage: float = COVERAGE) -> dic
     return out
 
 
-def percentile_noise(values, q: float) -> tuple[float, float]:
+def percentile_noise(values, q: float, presorted: bool = False) -> tuple[float, float]:
     """How far a future run's ``q``-th percentile over as many values may fall below and above the
-    percentile of ``values`` (the order-statistic interval of the module's Notes), in their units.
+    percentile of ``values`` (the order-statistic interval of the module's Notes), in their units;
+    ``presorted``: ``values`` are already sorted and finite (one sort for several percentiles).
 
     Returns ``(below, above)`` (non-negative; 0 with fewer than 2 finite values)."""
-    v = np.sort(np.asarray(values, float))
+    v = np.asarray(values, float) if presorted else np.sort(np.asarray(values, float))
     v = v[np.isfinite(v)]
     n = v.size
     if n < 2:

@@ -117,6 +117,9 @@ class Band:
         How far the replay's load is outside the calibration's (log2 units; 0 inside or unknown).
     meaningful : bool
         False when the calibration is graded poor.
+    warnings : list of str
+        The notes a user must not miss (``replay`` prints them on stderr): the replay is outside the
+        fitted load, or the calibration is graded poor.
     """
 
     point: dict
@@ -128,6 +131,7 @@ class Band:
     notes: list = field(default_factory=list)
     distance: float = 0.0
     meaningful: bool = True
+    warnings: list = field(default_factory=list)
 
     def cell(self, stat: str, scale: float = 1e3, digits: int = 1, fmt=None) -> str:
         """``"412.3 [398.0, 430.1]"``: the point and the band of ``stat``, times ``scale``;
@@ -145,11 +149,6 @@ class Band:
         return f"{fmt(p)} [{fmt(lo)}, {fmt(hi)}]"
 
     @property
-    def warnings(self) -> list[str]:
-        """The notes a user must not miss: the replay is outside the fitted load, or the calibration is poor."""
-        return [n for n in self.notes if "outside the load" in n or "graded poor" in n]
-
-    @property
     def has_band(self) -> bool:
         """Whether the band is more than the point."""
         return any(self.low[s] != self.high[s] for s in self.low if np.isfinite(self.low[s]))
@@ -164,25 +163,29 @@ class Band:
         return (self.high[stat] - self.low[stat]) / 2 / p if p else float("nan")
 
 
-def point_details(result: pd.DataFrame) -> dict:
+def point_details(result: pd.DataFrame, noise: bool = False) -> dict:
     """What a band takes from the replay at the calibration's values besides its statistics:
+    ``load`` (:func:`replay.analysis.band_parts.load_features` of the replay: arrival rate, requests
+    in the system and running by Little's law on the predicted latencies, mean prompt) and, with
+    ``noise`` (:attr:`BandBasis.new_sample`: only a plan's band uses it; it sorts every latency),
     ``noise`` (statistic -> ``(below, above)``, :func:`replay.analysis.band_parts.percentile_noise`
-    of the completed requests' latencies, seconds) and ``load``
-    (:func:`replay.analysis.band_parts.load_features` of the replay: arrival rate, requests in the
-    system and running by Little's law on the predicted latencies, mean prompt)."""
-    from schemas.status import OK
-
-    from .compare import METRICS
-
+    of the completed requests' latencies, seconds)."""
     result = on_send_times(result)
-    ok = (result["pred_status"] == OK).to_numpy()
-    pred_col = {label: p for _, p, label in METRICS}
-    noise = {}
-    for label in SCHEDULER_TABLE_METRICS:
-        values = result.loc[ok, pred_col[label]].to_numpy(float, na_value=np.nan)
-        for q in PERCENTILES:
-            noise[f"{label}_p{q}_s"] = percentile_noise(values, q)
-    return {"noise": noise, "load": load_features(result)}
+    out: dict = {"load": load_features(result)}
+    if noise:
+        from schemas.status import OK
+
+        from .compare import METRICS
+
+        ok = (result["pred_status"] == OK).to_numpy()
+        pred_col = {label: p for _, p, label in METRICS}
+        out["noise"] = {}
+        for label in SCHEDULER_TABLE_METRICS:
+            values = np.sort(result.loc[ok, pred_col[label]].to_numpy(float, na_value=np.nan))
+            values = values[np.isfinite(values)]
+            for q in PERCENTILES:
+                out["noise"][f"{label}_p{q}_s"] = percentile_noise(values, q, presorted=True)
+    return out
 
 
 def _parameter_part(p: float, vals: np.ndarray, seeds: np.ndarray) -> tuple[float, float]:
@@ -204,14 +207,17 @@ def _parameter_part(p: float, vals: np.ndarray, seeds: np.ndarray) -> tuple[floa
     return w, w
 
 
-def _notes(basis: BandBasis, words: str | None, widened: float, quantiles: dict) -> list[str]:
-    """What a band's reader must know (:attr:`Band.notes`): the distance from the fitted load, a model
-    error from few held-out errors, a carried calibration, a poor one."""
-    notes = []
+def _notes(basis: BandBasis, words: str | None, widened: float, quantiles: dict) -> tuple[list[str], list[str]]:
+    """What a band's reader must know: ``(warnings, other notes)`` (:attr:`Band.warnings`,
+    :attr:`Band.notes`): the distance from the fitted load and a poor calibration; a model error from
+    few held-out errors and a carried calibration."""
+    warnings, notes = [], []
     if words:
-        notes.append(f"{words}: outside the load the calibration saw, its model error widened x{widened:.1f}"
-                     + ("" if quantiles else " (it has no held-out errors to widen: its runs were too short to "
-                                             "split, or it was fitted before 'calibrate fit' held parts out)"))
+        warnings.append(f"{words}: outside the load the calibration saw, its model error widened x{widened:.1f}"
+                        + ("" if quantiles else " (it has no held-out errors to widen: its runs were too short to "
+                                                "split, or it was fitted before 'calibrate fit' held parts out)"))
+    if basis.grade == "poor":
+        warnings.append("the calibration is graded poor: its bands are not meaningful")
     thin = sorted(m for m, (_, n, ok) in quantiles.items() if not ok)
     if thin:
         notes.append(f"model error from fewer than 19 held-out errors ({', '.join(thin)}): the largest is used, "
@@ -219,9 +225,7 @@ def _notes(basis: BandBasis, words: str | None, widened: float, quantiles: dict)
     if basis.carried_all:
         notes.append("carried across " + "; ".join(basis.carried_all) + ": the transfer error measured on the "
                      "project's real cross-runs is added")
-    if basis.grade == "poor":
-        notes.append("the calibration is graded poor: its bands are not meaningful")
-    return notes
+    return warnings, notes
 
 
 def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), basis: BandBasis | None = None,
@@ -254,7 +258,7 @@ def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), 
     dist, words = distance(details.get("load", {}), basis.holdout.get("fitted_range", {}))
     quantiles = model_error_quantiles(basis.holdout.get("errors", []))
     carried = basis.carried_all
-    notes = _notes(basis, words, growth(dist), quantiles)
+    warnings, notes = _notes(basis, words, growth(dist), quantiles)
 
     def model_rel(label: str) -> float:
         m = ERROR_SOURCE.get(label, "")
@@ -291,11 +295,13 @@ def band_of_rows(point: dict, at_points: list[dict], at_seeds: list[dict] = (), 
                     "transfer": (w_tr, w_tr)}
         low[s] = max(0.0, p - math.hypot(par_lo, below, w_mod, w_tr))
         high[s] = p + math.hypot(par_hi, above, w_mod, w_tr)
-        clipped = clipped or (low[s] == 0.0 < p and pct != "")
+        # the queue wait is near 0 by nature; a latency clipped at 0 is a band that bounds nothing below
+        clipped = clipped or (low[s] == 0.0 < p and pct != "" and label != "queue_wait")
     if clipped:
         notes.append("some bands reach 0 (their low end is clipped there): the calibration cannot bound those "
                      "statistics from below here, and their bands say little")
-    return Band(dict(point), low, high, len(at_points), len(at_seeds), parts, notes, dist, basis.grade != "poor")
+    return Band(dict(point), low, high, len(at_points), len(at_seeds), parts, warnings + notes, dist,
+                basis.grade != "poor", warnings)
 
 
 @dataclass
@@ -341,7 +347,7 @@ class BandJob:
         s = cfg.scheduling
         row = prediction_row(result, s.slo_ttft_s, s.slo_tpot_s)
         if details:
-            row["details"] = point_details(result)
+            row["details"] = point_details(result, self.basis.new_sample)
         return row
 
 

@@ -44,7 +44,7 @@ def band_of_replay(frame, meta, cost_model, cfg, points: list, point_row: dict, 
     if points is None:  # --no-band
         return band_of_rows(point_row, [])
     basis = basis or BandBasis()
-    details = point_details(result) if result is not None else None
+    details = point_details(result, basis.new_sample) if result is not None else None
     if not points and not cfg.engine.num_speculative_tokens:
         return band_of_rows(point_row, [], basis=basis, details=details)
     job = BandJob(frame, meta or {}, cost_model, replace(cfg, record=RecordOptions()), list(points), basis)

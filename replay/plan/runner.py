@@ -65,7 +65,7 @@ def run_task(work: Workload, task: Task) -> dict:
         return {"error": str(exc)}
     row = prediction_row(result, cfg.scheduling.slo_ttft_s, cfg.scheduling.slo_tpot_s)
     row["attainment"] = attainment(row, work.num_requests)
-    row["details"] = point_details(result)  # the band's sampling noise and distance
+    row["details"] = point_details(result, noise=True)  # a plan's band: future traffic's sampling noise, distance
     return row
 
 

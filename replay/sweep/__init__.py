@@ -117,7 +117,7 @@ def evaluate_point(ctx: SweepContext, point: dict) -> dict:
     band = (band_of_rows(row, []) if ctx.band_points is None else
             predict_with_band(BandJob(frame, ctx.metadata, ctx.cost_model, cfg, list(ctx.band_points),
                                       ctx.basis.with_scheduler(cfg.scheduling.scheduler)),
-                              row, details=point_details(result)))
+                              row, details=point_details(result, ctx.basis.new_sample)))
     return {**{column(k): v for k, v in point.items()}, **band_columns(row, band)}
 
 
