@@ -236,20 +236,28 @@ def fit_grade(stats: dict) -> tuple[str, str]:
     """A fit's quality in words from its statistics (a calibration's ``fit``, a fit result's ``stats``):
     ``("good" | "fair" | "poor" | "", details)``: a step fit by its median relative step error, a
     request fit by its median relative quantile error (under 5 % good, under 15 % fair); ``""`` when
-    the statistics hold neither."""
-    if "rel_residual_pct" in stats:
-        p50, p90 = stats["rel_residual_pct"]["p50"], stats["rel_residual_pct"]["p90"]
-        kinds = ", ".join(f"{k} {v:.1%}" for k, v in stats.get("rel_residual_p50_by_kind", {}).items())
-        word = "good" if p50 < 0.05 else "fair" if p50 < 0.15 else "poor"
-        return word, f"median step error {p50:.1%}, p90 {p90:.1%}; by kind {kinds}; {stats.get('n_rows')} steps"
-    errs = sorted(abs(v) for run in stats.get("residual_by_run", {}).values() for e in run.values()
-                  for v in e.values())
+    the statistics hold neither, or hold them in another shape (a file's ``fit`` block is not checked
+    on reading: it only informs)."""
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+
+    def word(v: float) -> str:
+        return "good" if v < 0.05 else "fair" if v < 0.15 else "poor"
+
+    steps = stats.get("rel_residual_pct")
+    if isinstance(steps, dict) and number(steps.get("p50")) and number(steps.get("p90")):
+        p50, p90 = steps["p50"], steps["p90"]
+        by_kind = stats.get("rel_residual_p50_by_kind")
+        kinds = ", ".join(f"{k} {v:.1%}" for k, v in by_kind.items() if number(v)) if isinstance(by_kind, dict) else ""
+        return word(p50), f"median step error {p50:.1%}, p90 {p90:.1%}; by kind {kinds}; {stats.get('n_rows')} steps"
+    by_run = stats.get("residual_by_run")
+    errs = sorted(abs(v) for run in (by_run.values() if isinstance(by_run, dict) else ()) if isinstance(run, dict)
+                  for e in run.values() if isinstance(e, dict) for v in e.values() if number(v))
     if not errs:
         return "", "no residuals recorded"
     med, worst = errs[len(errs) // 2], errs[-1]
-    word = "good" if med < 0.05 else "fair" if med < 0.15 else "poor"
-    return word, (f"median quantile error {med:.1%}, worst {worst:.1%}; {stats.get('n_runs', 1)} run(s), "
-                  f"{stats.get('n_requests')} requests, {stats.get('n_replays')} replays")
+    return word(med), (f"median quantile error {med:.1%}, worst {worst:.1%}; {stats.get('n_runs', 1)} run(s), "
+                       f"{stats.get('n_requests')} requests, {stats.get('n_replays')} replays")
 
 
 #: The range a held-out error's fields and a fitted load may take (anything else is not a fit's output).

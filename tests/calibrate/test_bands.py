@@ -297,6 +297,10 @@ def test_the_fit_grade_words():
     assert fit_grade({"residual_by_run": {"r": {"ttft_s": {"p50": 0.2, "p90": -0.3}}}})[0] == "poor"
     assert fit_grade({"rel_residual_pct": {"p50": 0.08, "p90": 0.2}})[0] == "fair"
     assert fit_grade({}) == ("", "no residuals recorded")
+    # found by the long fuzz: a calibration file whose fit block has another shape crashed replay
+    for bad in ({"rel_residual_pct": {"p50": None, "p90": 0.1}}, {"rel_residual_pct": 3},
+                {"residual_by_run": {"r": {"ttft_s": {"p50": None, "p90": "x"}}}}, {"residual_by_run": [1, 2]}):
+        assert fit_grade(bad) == ("", "no residuals recorded"), bad
 
 
 def test_model_error_is_zero_for_the_true_model_and_the_misfit_of_a_wrong_one():
