@@ -47,7 +47,8 @@ def resolve_num_gpu_blocks(cfg: EngineOptions, model: ModelSpec, gpu: GpuSpec, t
     if cfg.num_gpu_blocks is not None:
         return cfg.num_gpu_blocks
     try:
-        blocks = kv_capacity_blocks(model, gpu, tp, cfg.gpu_memory_utilization, cfg.block_size, pp=pp)
+        blocks = kv_capacity_blocks(model, gpu, tp, cfg.gpu_memory_utilization, cfg.block_size, pp=pp,
+                                    max_num_seqs=cfg.max_num_seqs)
     except ValueError as exc:
         raise ConfigError(f"{exc}; raise --tp, --pp or --gpu-memory-utilization, or give --num-gpu-blocks") from None
     except OverflowError:  # a spec with absurd sizes (e.g. a KV of inf bytes per token)

@@ -83,6 +83,21 @@ class ModelSpec:
         MLA: width of the non-RoPE part of each query/key head [elements].
     v_head_dim : int
         MLA: width of each value head [elements].
+    num_window_layers : int
+        Layers whose attention sees only the last ``sliding_window_tokens`` tokens (gpt-oss
+        alternates them with full attention, Gemma 3 has five to one); 0 for none. Their KV is
+        counted per sequence, at the window, not per context token (:attr:`seq_state_bytes_per_rank`).
+    sliding_window_tokens : int
+        The window of those layers [tokens]; 0 without windowed layers.
+    num_linear_layers : int
+        Linear-attention layers (Qwen3-Next's Gated DeltaNet): no KV cache, a state of constant
+        size per sequence; 0 for none.
+    linear_state_bytes : float
+        One sequence's state in ONE linear-attention layer (recurrent state plus convolution
+        window) [bytes]; 0 without linear layers.
+    linear_flops_per_token : float
+        FLOPs one token spends in ONE linear-attention layer outside its projections (the state
+        update and read-out, the short convolution) [FLOP/token]; 0 without linear layers.
 
     Raises
     ------
@@ -114,6 +129,11 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    num_window_layers: int = 0
+    sliding_window_tokens: int = 0
+    num_linear_layers: int = 0
+    linear_state_bytes: float = 0.0
+    linear_flops_per_token: float = 0.0
 
     def __post_init__(self) -> None:
         where = f"model spec '{self.name}'"
@@ -127,8 +147,11 @@ class ModelSpec:
             check_number(getattr(self, f), f, where, integer=True)
         for f in ("num_experts", "num_experts_per_token", "intermediate_size",
                   "moe_intermediate_size", "vocab_size", "kv_lora_rank", "qk_rope_head_dim",
-                  "qk_nope_head_dim", "v_head_dim"):
+                  "qk_nope_head_dim", "v_head_dim", "num_window_layers", "sliding_window_tokens",
+                  "num_linear_layers"):
             check_number(getattr(self, f), f, where, integer=True, strict=False)
+        for f in ("linear_state_bytes", "linear_flops_per_token"):
+            check_number(getattr(self, f), f, where, strict=False)
         if self.num_active_params > self.num_params:
             raise SpecError(f"{where}: num_active_params ({self.num_active_params:g}) exceeds "
                             f"num_params ({self.num_params:g})")
@@ -158,6 +181,23 @@ class ModelSpec:
             raise SpecError(f"{where}: multi-head latent attention (kv_lora_rank "
                             f"{self.kv_lora_rank}) needs qk_nope_head_dim + qk_rope_head_dim > 0 "
                             f"and v_head_dim > 0")
+        self._check_layer_kinds(where)
+
+    def _check_layer_kinds(self, where: str) -> None:
+        """Windowed and linear-attention layers: consistent counts, at least one full layer."""
+        if (self.num_window_layers == 0) != (self.sliding_window_tokens == 0):
+            raise SpecError(f"{where}: num_window_layers ({self.num_window_layers}) and sliding_window_tokens "
+                            f"({self.sliding_window_tokens}) must both be 0 or both be > 0")
+        if (self.num_linear_layers == 0) != (self.linear_state_bytes == 0):
+            raise SpecError(f"{where}: num_linear_layers ({self.num_linear_layers}) and linear_state_bytes "
+                            f"({self.linear_state_bytes:g}) must both be 0 or both be > 0")
+        if self.num_full_layers < 1:
+            raise SpecError(f"{where}: num_window_layers ({self.num_window_layers}) + num_linear_layers "
+                            f"({self.num_linear_layers}) must leave at least one of the num_layers "
+                            f"({self.num_layers}) with full attention")
+        if self.is_mla and (self.num_window_layers or self.num_linear_layers):
+            raise SpecError(f"{where}: windowed or linear-attention layers are not supported with "
+                            f"multi-head latent attention (kv_lora_rank {self.kv_lora_rank})")
 
     # ----------------------------------------------------------------------- KV cache
 
@@ -167,22 +207,26 @@ class ModelSpec:
         return self.kv_lora_rank > 0
 
     @property
+    def num_full_layers(self) -> int:
+        """Layers whose KV grows with the context: all but the windowed and linear-attention ones."""
+        return self.num_layers - self.num_window_layers - self.num_linear_layers
+
+    @property
     def kv_bytes_per_token(self) -> float:
-        """KV-cache bytes one token occupies across all layers, D_kv [bytes/token].
+        """KV-cache bytes one token of context occupies across the full-attention layers, D_kv
+        [bytes/token].
 
         Notes
         -----
-        ``2 * num_layers * num_kv_heads * head_dim * kv_dtype_bytes`` (keys and values; seed
+        ``2 * num_full_layers * num_kv_heads * head_dim * kv_dtype_bytes`` (keys and values; seed
         theory.md section 1; KV heads, not query heads, and the config's ``head_dim``, not
         hidden/heads: case NC-01). MLA caches one latent per token and layer, no per-head
         keys or values: ``num_layers * (kv_lora_rank + qk_rope_head_dim) * kv_dtype_bytes``
         (DeepSeek-V2 paper, section 2.1.2; vLLM's MLA KV spec: head size 576 for 512 + 64).
+        Windowed and linear-attention layers hold a bounded amount per sequence instead
+        (:meth:`seq_state_bytes_per_rank`).
         """
-        if self.is_mla:
-            return int_if_whole(self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim)
-                                 * self.kv_dtype_bytes)
-        return int_if_whole(2 * self.num_layers * self.num_kv_heads * self.head_dim
-                             * self.kv_dtype_bytes)
+        return self.kv_bytes_per_token_per_rank(1)
 
     def kv_bytes_per_token_per_rank(self, tp: int) -> float:
         """KV-cache bytes one token occupies on each GPU of a ``tp``-way replica [bytes/token].
@@ -203,11 +247,36 @@ class ModelSpec:
         heads the heads are replicated, not split further (case NC-01: 8 KV heads at TP 16
         keep 1 head per rank). MLA's latent is not split by heads: every rank holds all of it.
         """
-        check_number(tp, "tp", f"model spec '{self.name}'", integer=True)
         if self.is_mla:
-            return self.kv_bytes_per_token
-        heads = max(1, self.num_kv_heads // int(tp))
-        return int_if_whole(2 * self.num_layers * heads * self.head_dim * self.kv_dtype_bytes)
+            return int_if_whole(self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim)
+                                 * self.kv_dtype_bytes)
+        return int_if_whole(self.num_full_layers * self._kv_bytes_per_token_layer(tp))
+
+    def _kv_bytes_per_token_layer(self, tp: int) -> float:
+        """Keys and values of one token in one attention layer on one of ``tp`` ranks [bytes]."""
+        check_number(tp, "tp", f"model spec '{self.name}'", integer=True)
+        return 2 * max(1, self.num_kv_heads // int(tp)) * self.head_dim * self.kv_dtype_bytes
+
+    def seq_state_bytes_per_rank(self, tp: int) -> float:
+        """Bytes one running sequence holds on each GPU of a ``tp``-way replica whatever its
+        length: the KV of its window in the windowed layers and its state in the linear-attention
+        layers [bytes/sequence]; 0 for a model with full attention only.
+
+        Raises
+        ------
+        SpecError
+            If ``tp`` is not a positive integer.
+
+        Notes
+        -----
+        Windowed layers: ``num_window_layers * sliding_window_tokens`` tokens of keys and values
+        (the window is taken whole: exact once the sequence is longer than the window, an upper
+        bound before; vLLM's hybrid KV-cache manager frees the blocks that fall out of the window,
+        keeping up to one block more). Linear layers: ``num_linear_layers * linear_state_bytes / tp``
+        (vLLM splits the linear-attention heads, and so their state, over the TP ranks).
+        """
+        window = self.num_window_layers * self.sliding_window_tokens * self._kv_bytes_per_token_layer(tp)
+        return int_if_whole(window + self.num_linear_layers * self.linear_state_bytes / int(tp))
 
     def with_kv_cache_dtype(self, kv_cache_dtype: str) -> "ModelSpec":
         """A copy with the KV cache in ``kv_cache_dtype`` (vLLM's ``--kv-cache-dtype``).
@@ -269,12 +338,13 @@ class ModelSpec:
 
     @property
     def attention_flops_per_context_token(self) -> int:
-        """FLOPs one query token spends per token of context, over all layers [FLOP/token].
+        """FLOPs one query token spends per token of context, over the full-attention layers [FLOP/token].
 
         Notes
         -----
         Scores ``Q K^T`` and the weighted sum ``P V`` are each a multiply-add (2 FLOPs) per
-        head per head-dimension element: ``4 * num_layers * num_attention_heads * head_dim``.
+        head per head-dimension element: ``4 * num_full_layers * num_attention_heads * head_dim``
+        (the windowed and linear-attention layers: :attr:`bounded_attention_flops_per_token`).
         For MLA the query/key heads are ``qk_nope_head_dim + qk_rope_head_dim`` wide and the
         value heads ``v_head_dim`` (DeepSeek-V2's ``q_head_dim`` and ``v_head_dim``):
         ``2 * num_layers * num_attention_heads * (qk_nope + qk_rope + v_head_dim)``. That is
@@ -286,7 +356,23 @@ class ModelSpec:
         if self.is_mla:
             return 2 * self.num_layers * self.num_attention_heads * (
                 self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
-        return 4 * self.num_layers * self.num_attention_heads * self.head_dim
+        return 4 * self.num_full_layers * self.num_attention_heads * self.head_dim
+
+    @property
+    def bounded_attention_flops_per_token(self) -> float:
+        """FLOPs one token spends in the layers whose attention does not grow with the context:
+        the windowed layers at their whole window and the linear-attention layers [FLOP/token];
+        0 for a model with full attention only.
+
+        Notes
+        -----
+        ``4 * num_window_layers * num_attention_heads * head_dim * sliding_window_tokens`` (as
+        :attr:`attention_flops_per_context_token` per layer, over the window: an upper bound for
+        a token nearer than that to its sequence's start) plus ``num_linear_layers *
+        linear_flops_per_token``.
+        """
+        window = 4 * self.num_window_layers * self.num_attention_heads * self.head_dim * self.sliding_window_tokens
+        return int_if_whole(window + self.num_linear_layers * self.linear_flops_per_token)
 
     # ----------------------------------------------------------------------- contract
 

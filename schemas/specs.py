@@ -26,7 +26,6 @@ from .dtypes import (
 )
 from .hf_config import (
     count_params,
-    is_moe_layer,
     model_from_hf_config,
     num_routed_experts,
     read_json,
@@ -48,7 +47,7 @@ from .spec_types import GpuSpec, Link, ModelSpec
 
 __all__ = [
     "CATALOG_DIR", "KV_CACHE_DTYPE_BYTES", "GpuSpec", "Link", "ModelSpec", "catalog_key", "count_params",
-    "dtype_bytes", "get_gpu", "get_link", "get_model", "gpu_from_json", "is_moe_layer",
+    "dtype_bytes", "get_gpu", "get_link", "get_model", "gpu_from_json",
     "kv_cache_dtype_bytes", "kv_dtype_bytes", "link_presets", "list_gpus", "list_links",
     "list_models", "model_from_hf_config", "num_routed_experts", "read_json", "spec_from_config",
     "weight_dtype_bytes",

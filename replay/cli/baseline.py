@@ -117,9 +117,10 @@ def rederive_kv_blocks(kwargs: dict, sources: list, cal: Calibration, cost_model
     keeping the recorded ``num_gpu_blocks`` (in ``kwargs``, in place); what to tell the user.
 
     The recorded count ``B0`` at TP ``t0`` says how much memory per GPU the run had beside the
-    weights and the cache: ``other = mem * util - weights / t0 - B0 * block_bytes(t0)``
-    (clipped at 0), kept at the new TP ``t``:
-    ``floor((mem * util - weights / t - other) / block_bytes(t))``
+    weights and the cache: ``other = mem * util - weights / t0 - B0 * block_bytes(t0) - state(t0)``
+    (clipped at 0; ``state`` the ``max_num_seqs`` sequences' window KV and linear-attention state,
+    0 for full attention), kept at the new TP ``t``:
+    ``floor((mem * util - weights / t - state(t) - other) / block_bytes(t))``
     (:func:`replay.cost.kv_capacity.kv_capacity_blocks`; bytes per GPU, ``block_bytes`` of
     :func:`replay.cost.kv_capacity.kv_block_bytes_per_rank`). A typed ``--num-gpu-blocks`` wins;
     a count recorded at the same TP is kept. Another DP degree keeps the per-rank count
@@ -147,9 +148,10 @@ def rederive_kv_blocks(kwargs: dict, sources: list, cal: Calibration, cost_model
     if t == t0:
         return None
     m, g = cost_model.model, cost_model.gpu
-    util, bs = kwargs["gpu_memory_utilization"], kwargs["block_size"]
-    other = max(0.0, g.mem_bytes * util - m.weight_bytes / t0 - old * kv_block_bytes_per_rank(m, t0, bs))
-    new = kv_capacity_blocks(m, g, t, util, bs, non_torch_bytes=other)
+    util, bs, seqs = kwargs["gpu_memory_utilization"], kwargs["block_size"], kwargs.get("max_num_seqs", 0)
+    other = max(0.0, g.mem_bytes * util - m.weight_bytes / t0 - old * kv_block_bytes_per_rank(m, t0, bs)
+                - seqs * m.seq_state_bytes_per_rank(t0))
+    new = kv_capacity_blocks(m, g, t, util, bs, non_torch_bytes=other, max_num_seqs=seqs)
     kwargs["num_gpu_blocks"] = new
     return (f"num_gpu_blocks {old} (recorded at TP {t0}) -> {new} from GPU memory at TP {t} (weights / {t}; the "
             f"{other / 2**30:.2f} GiB per GPU beside weights and KV that the recorded count implies kept; "

@@ -268,9 +268,12 @@ def kv_transfer_time_s(num_prompt_tokens: int, model: ModelSpec, link: Link) -> 
 
     Notes
     -----
-    Seed, theory.md section 2: ``T = L_prompt * D_kv / link_bw + latency``.
+    Seed, theory.md section 2: ``T = (L_prompt * D_kv + B_seq) / link_bw + latency``, with ``B_seq``
+    what a sequence holds whatever its length (its window's KV in windowed layers, its linear-attention
+    state: :meth:`schemas.spec_types.ModelSpec.seq_state_bytes_per_rank` at TP 1; 0 for full attention).
     """
-    return num_prompt_tokens * model.kv_bytes_per_token / link.bandwidth_bytes_per_s + link.latency_s
+    state_bytes = model.seq_state_bytes_per_rank(1)
+    return (num_prompt_tokens * model.kv_bytes_per_token + state_bytes) / link.bandwidth_bytes_per_s + link.latency_s
 
 
 def cost_model_from_calibration(cal: Calibration, model: ModelSpec | None = None, tp: int | None = None,

@@ -91,6 +91,7 @@ class Coefficients:
     memory_s: float = 0.0
     memory_per_context_token_s: float = 0.0
     memory_per_prefill_context_token_s: float = 0.0
+    memory_per_seq_s: float = 0.0
     memory_expert_s: float = 0.0
     expert_miss: float = 1.0
     overlap: float = 0.0
@@ -217,16 +218,19 @@ class AttentionCompute(CostTerm):
     Notes
     -----
     ``F_att A / (eta_compute peak)`` with ``F_att`` the FLOPs one query token spends per
-    context token over all layers (``4 n_layers n_heads head_dim``: QK^T and PV, 2 FLOPs a
-    multiply-add; Kaplan et al. 2020, table 1) and ``A`` the query-key pairs of the step.
+    context token over the full-attention layers (``4 n_layers n_heads head_dim``: QK^T and PV,
+    2 FLOPs a multiply-add; Kaplan et al. 2020, table 1) and ``A`` the query-key pairs of the
+    step; plus, per token, the FLOPs of the windowed and linear-attention layers, whose work
+    does not grow with the context (:attr:`schemas.spec_types.ModelSpec.bounded_attention_flops_per_token`).
     """
 
     name = "attention_compute"
     params = ("eta_compute",)
 
     def fold(self, shape, p, coef):
-        coef.compute_per_pair_s += shape.model.attention_flops_per_context_token / (
-            p["eta_compute"] * shape.gpu.peak_flops * shape.num_gpus * shape.pp)
+        rate = p["eta_compute"] * shape.gpu.peak_flops * shape.num_gpus * shape.pp
+        coef.compute_per_pair_s += shape.model.attention_flops_per_context_token / rate
+        coef.compute_per_token_s += shape.model.bounded_attention_flops_per_token / rate
 
 
 class WeightMemory(CostTerm):
@@ -265,15 +269,19 @@ class KVMemory(CostTerm):
     -----
     ``C D_kv_rank / (eta_mem bw dp)``: ``D_kv_rank`` the KV bytes per token on one TP rank
     (at least one KV head per rank, docs/CASES_2.md NC-01), the context spread over the DP
-    ranks (seed section 1: the ``L_total D_kv`` term).
+    ranks (seed section 1: the ``L_total D_kv`` term); plus ``(S + D) B_seq / (eta_mem bw dp)``,
+    each sequence of the step reading what it holds whatever its length (``B_seq``: its window's
+    KV in windowed layers, its linear-attention state:
+    :meth:`schemas.spec_types.ModelSpec.seq_state_bytes_per_rank`; 0 for full attention only).
     """
 
     name = "kv_memory"
     params = ("eta_mem",)
 
     def fold(self, shape, p, coef):
-        coef.memory_per_context_token_s += shape.model.kv_bytes_per_token_per_rank(shape.tp) / (
-            p["eta_mem"] * shape.gpu.mem_bandwidth_bytes_per_s * shape.dp * shape.pp)
+        m, bw = shape.model, p["eta_mem"] * shape.gpu.mem_bandwidth_bytes_per_s * shape.dp * shape.pp
+        coef.memory_per_context_token_s += m.kv_bytes_per_token_per_rank(shape.tp) / bw
+        coef.memory_per_seq_s += m.seq_state_bytes_per_rank(shape.tp) / bw
 
 
 class PrefillAttentionKV(CostTerm):

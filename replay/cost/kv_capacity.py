@@ -29,7 +29,8 @@ def kv_block_bytes_per_rank(model: ModelSpec, tp: int, block_size: int, pp: int 
 
 def kv_capacity_blocks(model: ModelSpec, gpu: GpuSpec, tp: int, gpu_memory_utilization: float,
                        block_size: int, *, activation_bytes: float = 0.0,
-                       non_torch_bytes: float = 0.0, free_bytes: float | None = None, pp: int = 1) -> int:
+                       non_torch_bytes: float = 0.0, free_bytes: float | None = None, pp: int = 1,
+                       max_num_seqs: int = 0) -> int:
     """Number of KV blocks a replica of ``tp x pp`` GPUs holds, as vLLM sizes its cache.
 
     Parameters
@@ -56,12 +57,16 @@ def kv_capacity_blocks(model: ModelSpec, gpu: GpuSpec, tp: int, gpu_memory_utili
         Pipeline-parallel stages (default 1); each GPU holds ``1 / pp`` of the layers, their
         weights and their KV. (vLLM v0 then splits the blocks between its ``pp`` virtual
         engines; :func:`replay.simulate.replay_frame` does.)
+    max_num_seqs : int, optional
+        vLLM's ``--max-num-seqs`` (default 0): for a model with windowed or linear-attention
+        layers, the length-independent state of that many sequences is set aside before the
+        blocks are counted (see Notes); nothing for a model with full attention only.
 
     Returns
     -------
     int
-        ``floor((mem_bytes * util - (weight_bytes / (tp pp) + activation_bytes + non_torch_bytes))
-        / (block_size * kv_bytes_per_token_per_rank(tp) / pp))``.
+        ``floor((mem_bytes * util - (weight_bytes / (tp pp) + activation_bytes + non_torch_bytes
+        + max_num_seqs * seq_state_bytes_per_rank(tp) / pp)) / (block_size * kv_bytes_per_token_per_rank(tp) / pp))``.
 
     Raises
     ------
@@ -72,6 +77,15 @@ def kv_capacity_blocks(model: ModelSpec, gpu: GpuSpec, tp: int, gpu_memory_utili
 
     Notes
     -----
+    Windowed and linear-attention layers (:meth:`ModelSpec.seq_state_bytes_per_rank`, ``B_seq``
+    per sequence): the blocks count the full-attention layers' KV alone, and the memory the others
+    can hold at once is set aside, ``n B_seq`` for ``n = min(max_num_seqs, available / (B_seq +
+    w D_kv_rank))`` sequences (``w`` the window, at least a block: a sequence holds a whole window
+    only once it holds as many tokens of full-attention KV; ``available`` the memory left beside
+    the weights). vLLM's hybrid KV-cache manager takes both from one pool as sequences come: the
+    set-aside is exact when ``n`` sequences run with whole windows and leaves fewer blocks than
+    vLLM would when fewer run; it never exceeds the memory, so the engine always starts.
+
     Case NC-04: 80 GiB, 18 GiB of weights, activations and non-torch memory, a 2 MiB block
     (32 layers, 8 KV heads, head_dim 128, bf16, 16 tokens): 27,648 blocks at 0.90, 29,696 at
     0.95, 55,296 with an fp8 KV cache at 0.90. Replicated weights under TP (norms, the KV
@@ -89,6 +103,8 @@ def kv_capacity_blocks(model: ModelSpec, gpu: GpuSpec, tp: int, gpu_memory_utili
             f"{gpu_memory_utilization}: vLLM refuses to start; lower the utilization")
     non_kv = model.weight_bytes / (tp * pp) + activation_bytes + non_torch_bytes
     available = requested - non_kv
+    state = _state_set_aside_bytes(model, tp, pp, block_size, max_num_seqs, available)
+    available -= state
     if available <= 0:
         other = activation_bytes + non_torch_bytes
         raise ConfigError(
@@ -96,3 +112,15 @@ def kv_capacity_blocks(model: ModelSpec, gpu: GpuSpec, tp: int, gpu_memory_utili
             f"{f' and {other / 2**30:.2f} GiB per GPU of other non-KV memory' if other else ''}"
             f" do not fit in {tp * pp} x {gpu.name} at gpu_memory_utilization={gpu_memory_utilization}")
     return int(math.floor(available / kv_block_bytes_per_rank(model, tp, block_size, pp)))
+
+
+def _state_set_aside_bytes(model: ModelSpec, tp: int, pp: int, block_size: int, max_num_seqs: int,
+                           available: float) -> float:
+    """Memory per GPU set aside for the sequences' window KV and linear-attention state [bytes]
+    (:func:`kv_capacity_blocks`, Notes); 0 for full attention only or no memory left."""
+    state = model.seq_state_bytes_per_rank(tp) / pp
+    if not state or available <= 0:
+        return 0.0
+    window = max(model.sliding_window_tokens, block_size)
+    seqs = min(max_num_seqs, math.floor(available / (state + window * model.kv_bytes_per_token_per_rank(tp) / pp)))
+    return seqs * state

@@ -35,7 +35,7 @@ N = P + Q
 A = C_d + (Q - D) * (C_d / max(D, 1) + Q / (2 * max(D, 1))) + (P * C_p + P * P / 2) / max(S, 1)
 C = C_d + C_p + (Q - D)
 c = compute_per_token * N + compute + compute_per_pair * A + c_x
-m = (memory + memory_per_context_token * C + memory_per_prefill_context_token * C_p
+m = (memory + memory_per_context_token * C + memory_per_prefill_context_token * C_p + memory_per_seq * (S + D)
      + memory_expert * (1 - expert_miss ** N) + m_x)
 step = fixed + serial_x + per_seq * (S + D) + max(c, m) + overlap * min(c, m) + (comm + comm_per_token * N)"""
 
@@ -94,7 +94,7 @@ def step_time_function(coef):
     through the same lines; the fold's ``max``/``min`` and the experts' ``pow`` are spelled
     for each (the same floats), and the engine's per-step call costs one Python call.
     """
-    fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_exp, miss, overlap, k_0, k_tok = coef.as_tuple()
+    fixed, per_seq, c_tok, c_0, c_pair, m_0, m_ctx, m_pctx, m_seq, m_exp, miss, overlap, k_0, k_tok = coef.as_tuple()
     derived = _priced_derived(coef)
 
     def step_time_s(num_prefill_tokens, num_decode_seqs, decode_context_tokens, prefill_context_tokens=0,
@@ -120,6 +120,8 @@ def step_time_function(coef):
         pairs = pairs + (p * cp + p * p / 2) / (s + (s == 0))
         c = c_tok * tokens + c_0 + c_pair * pairs
         m = m_0 + m_ctx * ctx + m_pctx * cp
+        if m_seq:
+            m = m + m_seq * (s + d)
         if m_exp:
             m = m + m_exp * (1.0 - (miss ** tokens if scalar else _pow_each(miss, tokens)))
         start = fixed

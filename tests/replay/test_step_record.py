@@ -1,6 +1,7 @@
 """The step record declared once, the step-time expression written once (and quoted by the
 README), and the time of each term (eval_components) in the step trace and the report."""
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -62,8 +63,11 @@ def _evaluate_formula(coef, c_x=0.0, m_x=0.0, serial_x=0.0, **features) -> float
                                       dict(P=2048, S=1, D=1, C_d=100, C_p=0, Q=1)])
 def test_the_written_formula_is_the_code(features):
     """Every coefficient non-zero: Qwen3-30B-A3B, TP 2 x DP 2 with expert parallelism (all-reduce,
-    all-to-all, experts touched), overlap 0.3, per-step and per-sequence CPU time."""
-    cm = RooflineCostModel(get_model("qwen3-30b-a3b"), GPU, CostParams(t_step_s=3e-4, t_seq_s=2e-5, overlap=0.3,
+    all-to-all, experts touched), overlap 0.3, per-step and per-sequence CPU time, and a quarter
+    of its layers made windowed and a quarter linear-attention (a sequence's state read per step)."""
+    hybrid = replace(get_model("qwen3-30b-a3b"), num_window_layers=12, sliding_window_tokens=128,
+                     num_linear_layers=12, linear_state_bytes=1.1e6, linear_flops_per_token=3.2e6)
+    cm = RooflineCostModel(hybrid, GPU, CostParams(t_step_s=3e-4, t_seq_s=2e-5, overlap=0.3,
                                                                        n_half_tokens=50), tp=2, dp=2,
                            expert_parallel=True, tp_link=Link("l", 100e9, 5e-6))
     assert all(cm.coefficients.as_tuple())
