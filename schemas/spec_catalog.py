@@ -267,7 +267,7 @@ def list_gpus() -> list[dict]:
 
 def get_link(name: str) -> Link:
     """Look up an interconnect preset (``pcie4``, ``pcie5``, ``nvlink3``, ``nvlink4``,
-    ``nvlink5``, ``infinity-fabric-mi300``, ``infinity-fabric-mi355``, ``100gbe``, ``200gbe``,
+    ``nvlink5``, ``xgmi-mi300``, ``xgmi-mi355``, ``100gbe``, ``200gbe``,
     ``400gbe``), case and separators ignored.
 
     Returns

@@ -93,7 +93,7 @@ class ModelSpec:
         The precision the linear layers' GEMMs multiply in where the GPU has it: ``"bf16"``
         (default; also every weight-only quantisation, dequantised to BF16 in the kernel),
         ``"fp8"`` (W8A8 FP8) or ``"fp4"`` (W4A4 NVFP4). The cost model prices the GEMMs at
-        :meth:`GpuSpec.peak_flops_for` of it.
+        :meth:`schemas.gpu_types.GpuSpec.peak_flops_for` of it.
 
     Raises
     ------

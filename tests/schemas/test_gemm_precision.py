@@ -170,9 +170,9 @@ NEW_GPUS = {
     # GB200 superchip, 2 GPUs, with sparsity: BF16 10, FP8 20, FP4 40 PFLOPS; 16 TB/s, 372 GB
     "gb200": (10e15 / 2 / 2, 20e15 / 2 / 2, 40e15 / 2 / 2, 16e12 / 2, 186 * 2**30, "nvlink5"),
     "h20": (148e12, 296e12, 0, 4.0e12, 96 * 2**30, "nvlink4"),
-    "mi300x": (1307.4e12, 2614.9e12, 0, 5.3e12, 192 * 2**30, "infinity-fabric-mi300"),
-    "mi325x": (1307.4e12, 2614.9e12, 0, 6.0e12, 256 * 2**30, "infinity-fabric-mi300"),
-    "mi355x": (2516.6e12, 5033.2e12, 10066.3e12, 8.0e12, 288 * 2**30, "infinity-fabric-mi355"),
+    "mi300x": (1307.4e12, 2614.9e12, 0, 5.3e12, 192 * 2**30, "xgmi-mi300"),
+    "mi325x": (1307.4e12, 2614.9e12, 0, 6.0e12, 256 * 2**30, "xgmi-mi300"),
+    "mi355x": (2516.6e12, 5033.2e12, 10066.3e12, 8.0e12, 288 * 2**30, "xgmi-mi355"),
     "h200": (1979e12 / 2, 3958e12 / 2, 0, 4.8e12, 141 * 2**30, "nvlink4"),
 }
 
@@ -188,8 +188,9 @@ def test_the_catalog_loads_every_new_gpu_and_its_link(key):
 def test_the_new_links_one_direction():
     # NVLink 5: 1.8 TB/s per GPU both ways; MI300X: 7 links x 64 GB/s each way; MI355X: 7 x 76.8
     assert get_link("nvlink5").bandwidth_bytes_per_s == 1.8e12 / 2
-    assert get_link("infinity-fabric-mi300").bandwidth_bytes_per_s == 7 * 64e9
-    assert get_link("infinity-fabric-mi355").bandwidth_bytes_per_s == pytest.approx(7 * 153.6e9 / 2)
+    assert get_link("xgmi-mi300").bandwidth_bytes_per_s == 7 * 64e9
+    assert get_link("xgmi-mi355").bandwidth_bytes_per_s == pytest.approx(7 * 153.6e9 / 2)
+    assert get_link("Infinity Fabric MI300").name == "xgmi-mi300"      # xGMI: AMD's name for the GPU links
 
 
 @pytest.mark.parametrize("alias, key", [("NVIDIA B200", "b200"), ("NVIDIA GB200", "gb200"), ("NVIDIA H20", "h20"),
