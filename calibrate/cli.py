@@ -314,11 +314,13 @@ def catalog(name):
             click.echo(textwrap.fill(text, WIDTH, subsequent_indent="    ", break_long_words=False,
                                      break_on_hyphens=False))
         return
-    click.echo("GPUs:")
+    click.echo("GPUs: dense tensor TFLOP/s per precision ('-': no such tensor cores, priced at BF16), memory")
     kw = max(len(r["key"]) for r in gpus + models)
+    click.echo(f"  {'key':<{kw}}   BF16   FP8   FP4   TB/s   GB  description")
     for g in gpus:
-        nums = (f"{g['peak_flops'] / 1e12:>5.0f} TFLOP/s {g['mem_bandwidth_bytes_per_s'] / 1e12:>5.2f} TB/s "
-                f"{g['mem_bytes'] / 2**30:>4.0f} GB  ")
+        peaks = " ".join(f"{g[f] / 1e12:>5.0f}" if g[f] else f"{'-':>5}"
+                         for f in ("peak_flops", "peak_flops_fp8", "peak_flops_fp4"))
+        nums = f"{peaks}  {g['mem_bandwidth_bytes_per_s'] / 1e12:>5.2f} {g['mem_bytes'] / 2**30:>4.0f}  "
         lead = f"  {g['key']:<{kw}}  {nums}"
         click.echo(textwrap.fill(g["description"], WIDTH, initial_indent=lead,
                                  subsequent_indent=" " * len(lead), break_on_hyphens=False))

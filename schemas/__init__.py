@@ -8,7 +8,8 @@
 - ``status``: the status vocabulary (``ok``, ``failed: ...``, ``rejected: ...``, a request's
   states in a replay), named once.
 - ``calibration``: the calibration file (calibration/2) that ``calibrate`` writes.
-- ``spec_types``, ``hf_config``, ``dtypes``, ``spec_catalog`` (re-exported by ``specs``):
+- ``spec_types``, ``gpu_types``, ``hf_config``, ``dtypes``, ``spec_catalog`` (re-exported by
+  ``specs``):
   model, GPU and link specs, Hugging Face configs, the built-in catalog (``catalog/``).
 - ``errors``: the error types (the command-line error mapping is
   :mod:`traces.cli.support`; the console scripts' Ctrl-C guard :mod:`traces.console`).

@@ -1,7 +1,7 @@
 """Hugging Face ``config.json`` -> :class:`~schemas.spec_types.ModelSpec`: dense, MoE and MLA.
 
 Reads the fields of a model's ``config.json`` that the cost model needs, counts the parameters
-from the shapes (:func:`count_params`), and reads the weight and KV-cache dtypes
+from the shapes (:func:`count_params`), and reads the weight and KV-cache dtypes and the GEMMs' precision
 (``torch_dtype``, ``quantization_config``/``quantization``, ``kv_cache_dtype``). Supported
 ``model_type`` values: Llama-style gated decoders (``llama``, ``mistral``, ``qwen2``, ``qwen3``,
 ``yi``), their MoE variants (``mixtral``, ``qwen2_moe``, ``qwen3_moe``, ``deepseek``, ``glm4_moe``),
@@ -21,7 +21,7 @@ import re
 import warnings
 from pathlib import Path
 from typing import Any
-from .dtypes import dtype_bytes, kv_dtype_bytes, weight_dtype_bytes
+from .dtypes import dtype_bytes, kv_dtype_bytes, weight_format
 from .errors import SpecError, SpecFileError, text_reason
 from .hf_identity import EXTENDED_MODEL_TYPES, SpecNote, config_name, read_as_type
 from .hf_layers import (CHUNKED, LINEAR, WINDOW, WRAPPER_TYPES, cfg_int, dense_mlp_width, is_moe_layer,
@@ -286,7 +286,7 @@ def spec_from_config(cfg: dict, name: str, where: str = "config", *,
         max_model_len=cfg_int(cfg, "max_position_embeddings", where),
         num_experts=num_experts,
         num_experts_per_token=cfg_int(cfg, "num_experts_per_tok", where) if num_experts else 0,
-        weight_dtype_bytes=weight_dtype_bytes(cfg, where),
+        **weight_format(cfg, where),        # weight bytes (dense, experts), GEMM precision
         kv_dtype_bytes=kv_dtype_bytes(cfg, where, act_bytes),
         intermediate_size=dense_mlp_width(cfg, model_type, where, default=cfg_int(cfg, "ffn_dim", where, default=0)),
         moe_intermediate_size=moe_intermediate_size(cfg, where) if num_experts else 0,

@@ -23,7 +23,8 @@ from typing import Any
 from .errors import SpecError, SpecFileError
 from .hf_config import model_from_hf_config, read_json, spec_from_config
 from .spec_checks import check_number
-from .spec_types import GpuSpec, Link, ModelSpec
+from .gpu_types import GpuSpec, Link
+from .spec_types import ModelSpec
 
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 
@@ -184,14 +185,20 @@ def list_models() -> list[dict]:
 
 # --------------------------------------------------------------------------- GPUs
 
+#: The numbers of a catalog GPU, each ``{"value": ..., "source": ...}``: the dense tensor peaks
+#: per precision [FLOP/s] (an FP8/FP4 peak of 0: no such tensor cores), bandwidth and capacity.
+_GPU_NUMBERS = ("peak_flops", "peak_flops_fp8", "peak_flops_fp4", "mem_bandwidth_bytes_per_s",
+                "mem_bytes")
+
 def gpu_from_json(path: str | Path) -> GpuSpec:
     """Read a GPU spec JSON file into a :class:`GpuSpec`.
 
     Parameters
     ----------
     path : str or Path
-        A JSON object with ``peak_flops`` [FLOP/s], ``mem_bandwidth_bytes_per_s`` [bytes/s]
-        and ``mem_bytes`` [bytes]; ``name`` defaults to the file stem. A value may also be
+        A JSON object with ``peak_flops`` (dense BF16) [FLOP/s], ``mem_bandwidth_bytes_per_s``
+        [bytes/s] and ``mem_bytes`` [bytes]; optionally ``peak_flops_fp8`` and ``peak_flops_fp4``
+        [FLOP/s] (0, the default: none) and ``tp_link``; ``name`` defaults to the file stem. A value may also be
         written as ``{"value": ..., "source": ...}`` as in the catalog.
 
     Raises
@@ -238,8 +245,7 @@ def get_gpu(name: str) -> GpuSpec:
             return gpu_from_json(name)
         raise
     entry = _catalog("gpus")[0][key]
-    values = {f: _unwrap(entry.get(f)) for f in ("peak_flops", "mem_bandwidth_bytes_per_s",
-                                                 "mem_bytes", "tp_link") if f in entry}
+    values = {f: _unwrap(entry.get(f)) for f in (*_GPU_NUMBERS, "tp_link") if f in entry}
     return GpuSpec.from_dict({"name": key, **values}, f"{CATALOG_DIR / 'gpus.json'}: gpu '{key}'")
 
 
@@ -250,7 +256,7 @@ def list_gpus() -> list[dict]:
         spec = get_gpu(key)
         row = {"key": key, "description": entry.get("description", ""),
                "aliases": list(entry.get("aliases", []))}
-        for f in ("peak_flops", "mem_bandwidth_bytes_per_s", "mem_bytes"):
+        for f in (*_GPU_NUMBERS, "tp_link"):
             row[f] = getattr(spec, f)
             row[f"{f}_source"] = entry[f]["source"]
         rows.append(row)
@@ -261,7 +267,8 @@ def list_gpus() -> list[dict]:
 
 def get_link(name: str) -> Link:
     """Look up an interconnect preset (``pcie4``, ``pcie5``, ``nvlink3``, ``nvlink4``,
-    ``100gbe``, ``200gbe``, ``400gbe``), case and separators ignored.
+    ``nvlink5``, ``xgmi-mi300``, ``xgmi-mi355``, ``100gbe``, ``200gbe``,
+    ``400gbe``), case and separators ignored.
 
     Returns
     -------

@@ -68,3 +68,21 @@ def build_checked(cls: type, d: Any, where: str) -> Any:
 def int_if_whole(x: float) -> float:
     """``2.0`` -> ``2`` (so byte counts stay ints in JSON and in products); ``0.5`` unchanged."""
     return int(x) if float(x).is_integer() else x
+
+
+def check_layer_kinds(spec: Any, where: str) -> None:
+    """A :class:`~schemas.spec_types.ModelSpec`'s windowed and linear-attention layers: consistent
+    counts, at least one full-attention layer, none with MLA (SpecError naming the fields)."""
+    if (spec.num_window_layers == 0) != (spec.sliding_window_tokens == 0):
+        raise SpecError(f"{where}: num_window_layers ({spec.num_window_layers}) and sliding_window_tokens "
+                        f"({spec.sliding_window_tokens}) must both be 0 or both be > 0")
+    if (spec.num_linear_layers == 0) != (spec.linear_state_bytes == 0):
+        raise SpecError(f"{where}: num_linear_layers ({spec.num_linear_layers}) and linear_state_bytes "
+                        f"({spec.linear_state_bytes:g}) must both be 0 or both be > 0")
+    if spec.num_full_layers < 1:
+        raise SpecError(f"{where}: num_window_layers ({spec.num_window_layers}) + num_linear_layers "
+                        f"({spec.num_linear_layers}) must leave at least one of the num_layers "
+                        f"({spec.num_layers}) with full attention")
+    if spec.is_mla and (spec.num_window_layers or spec.num_linear_layers):
+        raise SpecError(f"{where}: windowed or linear-attention layers are not supported with "
+                        f"multi-head latent attention (kv_lora_rank {spec.kv_lora_rank})")

@@ -1,8 +1,8 @@
-"""Spec types: what the cost model and the KV-cache sizing need from a model, a GPU and a link.
+"""Spec types: what the cost model and the KV-cache sizing need from a model.
 
-:class:`ModelSpec`, :class:`GpuSpec` and :class:`Link` are plain frozen dataclasses with
-validation; ``ModelSpec`` and ``GpuSpec`` are part of the calibration file's contract
-(``to_dict`` / ``from_dict``). Where the values come from (the catalog, a Hugging Face
+:class:`ModelSpec` is a plain frozen dataclass with validation, part of the calibration file's
+contract (``to_dict`` / ``from_dict``); the GPU's and the link's types are in
+:mod:`schemas.gpu_types`. Where the values come from (the catalog, a Hugging Face
 ``config.json``) is the business of :mod:`schemas.spec_catalog` and :mod:`schemas.hf_config`.
 
 Every problem is raised as :class:`~schemas.errors.SpecError` with one clear message.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from .dtypes import kv_cache_dtype_bytes
+from .dtypes import GEMM_PRECISIONS, kv_cache_dtype_bytes
 from .errors import SpecError
-from .spec_checks import build_checked, check_number, int_if_whole
+from .spec_checks import build_checked, check_layer_kinds, check_number, int_if_whole
 
 
 # --------------------------------------------------------------------------- ModelSpec
@@ -58,8 +58,10 @@ class ModelSpec:
     num_experts_per_token : int
         Routed experts each token uses; 0 for a dense model.
     weight_dtype_bytes : float, optional
-        Bytes per weight [bytes]: 1 for fp8/int8, 0.5 for 4-bit (AWQ, GPTQ, int4); default
-        ``dtype_bytes``. Quantisation scales are not counted.
+        Bytes per weight [bytes]: 1 for fp8/int8, 0.5 for 4-bit (AWQ, GPTQ, int4), 0.5625 for
+        NVFP4; default ``dtype_bytes``. Integer formats' scales are not counted, FP4 formats'
+        are (:func:`schemas.dtypes.weight_format`). The routed experts' are
+        ``expert_weight_dtype_bytes``.
     kv_dtype_bytes : float, optional
         Bytes per KV-cache element [bytes]: 1 for an fp8 KV cache; default ``dtype_bytes``
         (vLLM's ``--kv-cache-dtype auto``).
@@ -98,6 +100,15 @@ class ModelSpec:
     linear_flops_per_token : float
         FLOPs one token spends in ONE linear-attention layer outside its projections (the state
         update and read-out, the short convolution) [FLOP/token]; 0 without linear layers.
+    expert_weight_dtype_bytes : float, optional
+        Bytes per weight of the routed experts [bytes]; default ``weight_dtype_bytes``.
+        gpt-oss's MXFP4 experts: 0.53125 (4-bit E2M1 plus an 8-bit scale per 32), the rest of
+        the model in its ``torch_dtype``.
+    gemm_precision : str
+        The precision the linear layers' GEMMs multiply in where the GPU has it: ``"bf16"``
+        (default; also every weight-only quantisation, dequantised to BF16 in the kernel),
+        ``"fp8"`` (W8A8 FP8) or ``"fp4"`` (W4A4 NVFP4). The cost model prices the GEMMs at
+        :meth:`schemas.gpu_types.GpuSpec.peak_flops_for` of it.
 
     Raises
     ------
@@ -134,6 +145,8 @@ class ModelSpec:
     num_linear_layers: int = 0
     linear_state_bytes: float = 0.0
     linear_flops_per_token: float = 0.0
+    expert_weight_dtype_bytes: float = None  # type: ignore[assignment]  # None: weight_dtype_bytes
+    gemm_precision: str = "bf16"
 
     def __post_init__(self) -> None:
         where = f"model spec '{self.name}'"
@@ -163,10 +176,14 @@ class ModelSpec:
             raise SpecError(f"{where}: num_experts_per_token ({self.num_experts_per_token}) "
                             f"must be 0 for a dense model and 1..num_experts "
                             f"({self.num_experts}) for MoE")
+        if self.gemm_precision not in GEMM_PRECISIONS:
+            raise SpecError(f"{where}: field 'gemm_precision' must be one of "
+                            f"{', '.join(GEMM_PRECISIONS)}, got {self.gemm_precision!r}")
         # defaults that depend on other fields (frozen: set through object.__setattr__)
-        for f in ("weight_dtype_bytes", "kv_dtype_bytes"):
+        for f in ("weight_dtype_bytes", "kv_dtype_bytes", "expert_weight_dtype_bytes"):
             value = getattr(self, f)
-            value = self.dtype_bytes if value is None else check_number(value, f, where)
+            default = self.weight_dtype_bytes if f == "expert_weight_dtype_bytes" else self.dtype_bytes
+            value = default if value is None else check_number(value, f, where)
             object.__setattr__(self, f, int_if_whole(value))
         moe_layers = self.num_moe_layers
         if moe_layers is None:
@@ -181,23 +198,7 @@ class ModelSpec:
             raise SpecError(f"{where}: multi-head latent attention (kv_lora_rank "
                             f"{self.kv_lora_rank}) needs qk_nope_head_dim + qk_rope_head_dim > 0 "
                             f"and v_head_dim > 0")
-        self._check_layer_kinds(where)
-
-    def _check_layer_kinds(self, where: str) -> None:
-        """Windowed and linear-attention layers: consistent counts, at least one full layer."""
-        if (self.num_window_layers == 0) != (self.sliding_window_tokens == 0):
-            raise SpecError(f"{where}: num_window_layers ({self.num_window_layers}) and sliding_window_tokens "
-                            f"({self.sliding_window_tokens}) must both be 0 or both be > 0")
-        if (self.num_linear_layers == 0) != (self.linear_state_bytes == 0):
-            raise SpecError(f"{where}: num_linear_layers ({self.num_linear_layers}) and linear_state_bytes "
-                            f"({self.linear_state_bytes:g}) must both be 0 or both be > 0")
-        if self.num_full_layers < 1:
-            raise SpecError(f"{where}: num_window_layers ({self.num_window_layers}) + num_linear_layers "
-                            f"({self.num_linear_layers}) must leave at least one of the num_layers "
-                            f"({self.num_layers}) with full attention")
-        if self.is_mla and (self.num_window_layers or self.num_linear_layers):
-            raise SpecError(f"{where}: windowed or linear-attention layers are not supported with "
-                            f"multi-head latent attention (kv_lora_rank {self.kv_lora_rank})")
+        check_layer_kinds(self, where)
 
     # ----------------------------------------------------------------------- KV cache
 
@@ -292,8 +293,17 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> float:
-        """Bytes of all weights, ``num_params * weight_dtype_bytes`` = P*b [bytes]."""
-        return self.num_params * self.weight_dtype_bytes
+        """Bytes of all weights, ``num_params * weight_dtype_bytes`` = P*b [bytes], the routed
+        experts' parameters at ``expert_weight_dtype_bytes`` (when that differs: MXFP4 experts).
+
+        Notes
+        -----
+        ``P b + R (b_expert - b)`` with ``R = num_moe_layers * num_experts * expert_params``
+        the routed experts' parameters: the dense part at ``b``, the experts at ``b_expert``.
+        """
+        extra = self.expert_weight_dtype_bytes - self.weight_dtype_bytes
+        routed = self.num_moe_layers * self.num_experts * self.expert_params if extra else 0
+        return self.num_params * self.weight_dtype_bytes + routed * extra
 
     @property
     def is_moe(self) -> bool:
@@ -301,27 +311,37 @@ class ModelSpec:
         return self.num_experts > 0
 
     @property
-    def expert_weight_bytes(self) -> float:
-        """Bytes of ONE routed expert in ONE MoE layer [bytes]; 0 for a dense model.
+    def expert_params(self) -> float:
+        """Parameters of ONE routed expert in ONE MoE layer [parameters]; 0 for a dense model.
+
+        Raises
+        ------
+        SpecError
+            When ``moe_intermediate_size`` is unknown and every expert is active.
 
         Notes
         -----
-        Gated MLP (gate, up and down projections): ``3 * hidden_size * moe_intermediate_size
-        * weight_dtype_bytes``. When ``moe_intermediate_size`` is unknown (a spec written
-        before the field existed) it is inferred from the counts: the experts a token skips
-        hold ``num_params - num_active_params`` parameters, i.e.
-        ``(P - P_active) / (num_moe_layers * (num_experts - num_experts_per_token))`` each.
+        Gated MLP (gate, up and down projections): ``3 * hidden_size * moe_intermediate_size``.
+        When ``moe_intermediate_size`` is unknown (a spec written before the field existed) it
+        is inferred from the counts: the experts a token skips hold ``num_params -
+        num_active_params`` parameters, i.e. ``(P - P_active) / (num_moe_layers * (num_experts
+        - num_experts_per_token))`` each.
         """
         if not self.is_moe:
-            return 0.0
+            return 0
         if self.moe_intermediate_size:
-            return int_if_whole(3 * self.hidden_size * self.moe_intermediate_size
-                                 * self.weight_dtype_bytes)
+            return 3 * self.hidden_size * self.moe_intermediate_size
         skipped = self.num_moe_layers * (self.num_experts - self.num_experts_per_token)
         if skipped == 0:
             raise SpecError(f"model spec '{self.name}': moe_intermediate_size is unknown and "
                             f"every expert is active, so one expert's size cannot be inferred")
-        return (self.num_params - self.num_active_params) / skipped * self.weight_dtype_bytes
+        return (self.num_params - self.num_active_params) / skipped
+
+    @property
+    def expert_weight_bytes(self) -> float:
+        """Bytes of ONE routed expert in ONE MoE layer, ``expert_params *
+        expert_weight_dtype_bytes`` [bytes]; 0 for a dense model."""
+        return int_if_whole(self.expert_params * self.expert_weight_dtype_bytes)
 
     @property
     def dense_weight_bytes(self) -> float:
@@ -330,7 +350,8 @@ class ModelSpec:
 
         Notes
         -----
-        ``weight_bytes - num_moe_layers * num_experts * expert_weight_bytes``.
+        ``weight_bytes - num_moe_layers * num_experts * expert_weight_bytes``, i.e. the
+        parameters outside the routed experts at ``weight_dtype_bytes``.
         """
         return self.weight_bytes - self.num_moe_layers * self.num_experts * self.expert_weight_bytes
 
@@ -385,73 +406,3 @@ class ModelSpec:
         """Build a spec from :meth:`to_dict` output (also an older one, without the fields
         added later); SpecError names the bad field."""
         return build_checked(cls, d, where)
-
-
-# --------------------------------------------------------------------------- GpuSpec, Link
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """What the cost model needs to know about one GPU.
-
-    Attributes
-    ----------
-    name : str
-        Catalog key (e.g. ``"rtx-pro-6000"``) or the name given in a spec file.
-    peak_flops : float
-        Dense BF16 tensor-core peak, no structured sparsity [FLOP/s].
-    mem_bandwidth_bytes_per_s : float
-        Datasheet DRAM bandwidth (HBM or GDDR) [bytes/s].
-    mem_bytes : float
-        DRAM capacity [bytes]. The catalog reads a datasheet "80 GB" as 80 GiB, since GPU
-        memory is built from binary-sized DRAM (an A100 80GB reports 81920 MiB).
-    tp_link : str
-        Interconnect between GPUs of one tensor-parallel replica, a link preset of the
-        catalog (:func:`schemas.spec_catalog.get_link`: ``nvlink4`` on H100 SXM, ``pcie5``
-        on a PCIe card...).
-
-    Raises
-    ------
-    SpecError
-        On construction, naming the field, for a missing, non-numeric or non-positive value.
-    """
-
-    name: str
-    peak_flops: float
-    mem_bandwidth_bytes_per_s: float
-    mem_bytes: float
-    tp_link: str = "pcie4"
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise SpecError(f"gpu spec: field 'name' must be a non-empty string, got {self.name!r}")
-        where = f"gpu spec '{self.name}'"
-        for f in ("peak_flops", "mem_bandwidth_bytes_per_s", "mem_bytes"):
-            check_number(getattr(self, f), f, where)
-
-    def to_dict(self) -> dict:
-        """The spec as a JSON-ready dict (the calibration file's ``gpu`` block)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict, where: str = "gpu spec") -> "GpuSpec":
-        """Build a spec from :meth:`to_dict` output; SpecError names the bad field."""
-        return build_checked(cls, d, where)
-
-
-@dataclass(frozen=True)
-class Link:
-    """An interconnect between GPUs or hosts.
-
-    Attributes
-    ----------
-    name : str
-        Preset name (``"nvlink4"``, ``"400gbe"``...) or ``"custom"``.
-    bandwidth_bytes_per_s : float
-        Bandwidth in one direction [bytes/s] (may be ``inf`` for an ideal link in tests).
-    latency_s : float
-        One-way latency of one transfer [s].
-    """
-
-    name: str
-    bandwidth_bytes_per_s: float
-    latency_s: float

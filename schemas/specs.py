@@ -3,12 +3,13 @@
 This module gathers, under the import path callers have always used, the modules split by
 concern:
 
-- :mod:`schemas.spec_types`: the types (:class:`ModelSpec`, :class:`GpuSpec`, :class:`Link`),
-  their validation and the properties the cost model uses (weight bytes, KV bytes per token
-  and per TP rank, MoE expert bytes, attention FLOPs);
+- :mod:`schemas.spec_types`: :class:`ModelSpec`, its validation and the properties the cost
+  model uses (weight bytes, KV bytes per token and per TP rank, MoE expert bytes, attention
+  FLOPs);
+- :mod:`schemas.gpu_types`: :class:`GpuSpec` (its peaks per precision) and :class:`Link`;
 - :mod:`schemas.hf_config`: a Hugging Face ``config.json`` -> ``ModelSpec`` (dense, MoE, MLA);
-- :mod:`schemas.dtypes`: bytes per weight, activation and KV element (``torch_dtype``,
-  quantisation settings, vLLM's ``--kv-cache-dtype``);
+- :mod:`schemas.dtypes`: bytes per weight, activation and KV element and the GEMM precision
+  (``torch_dtype``, quantisation settings, vLLM's ``--kv-cache-dtype``);
 - :mod:`schemas.spec_checks`: the value checks they share;
 - :mod:`schemas.spec_catalog`: lookups in ``schemas/catalog/`` (``models.json``,
   ``gpus.json``, ``links.json``; every value with its source).
@@ -22,7 +23,7 @@ from .dtypes import (
     dtype_bytes,
     kv_cache_dtype_bytes,
     kv_dtype_bytes,
-    weight_dtype_bytes,
+    weight_format,
 )
 from .hf_config import (
     count_params,
@@ -43,12 +44,13 @@ from .spec_catalog import (
     list_links,
     list_models,
 )
-from .spec_types import GpuSpec, Link, ModelSpec
+from .gpu_types import GpuSpec, Link
+from .spec_types import ModelSpec
 
 __all__ = [
     "CATALOG_DIR", "KV_CACHE_DTYPE_BYTES", "GpuSpec", "Link", "ModelSpec", "catalog_key", "count_params",
     "dtype_bytes", "get_gpu", "get_link", "get_model", "gpu_from_json",
     "kv_cache_dtype_bytes", "kv_dtype_bytes", "link_presets", "list_gpus", "list_links",
     "list_models", "model_from_hf_config", "num_routed_experts", "read_json", "spec_from_config",
-    "weight_dtype_bytes",
+    "weight_format",
 ]

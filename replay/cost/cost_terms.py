@@ -169,7 +169,12 @@ class DenseCompute(CostTerm):
     (seed section 1 for the FLOPs; the saturating efficiency models GEMMs too small to fill
     the GPU's SMs, which a decode step of a few sequences is), i.e.
     ``2 P_active (N + n_half) / (eta_compute peak)``. The FLOPs spread over the replica's
-    ``tp * dp`` GPUs.
+    ``tp * dp`` GPUs. ``peak`` is the GPU's dense tensor peak in the model's GEMM precision,
+    ``gpu.peak_flops_for(model.gemm_precision)``: FP8 for a W8A8 FP8 checkpoint, FP4 for NVFP4,
+    BF16 for the rest and where the GPU lacks the precision (vLLM then runs the weights
+    dequantised to BF16: :meth:`schemas.gpu_types.GpuSpec.peak_flops_for`). The whole
+    ``P_active`` is priced at it, though a quantised checkpoint usually keeps its lm_head in
+    BF16 (a few percent of the FLOPs of a large model).
     """
 
     name = "dense_compute"
@@ -183,8 +188,10 @@ class DenseCompute(CostTerm):
 
 def _gemm_s_per_token(shape: ReplicaShape, p: CostParams) -> float:
     """Seconds of GEMM FLOPs per token, ``2 P_active / (eta_compute peak)`` over the replica's
-    GPUs, one stage's layers (seed section 1)."""
-    return 2.0 * shape.model.num_active_params / (p["eta_compute"] * shape.gpu.peak_flops * shape.num_gpus * shape.pp)
+    GPUs, one stage's layers (seed section 1); ``peak`` the GPU's in the model's GEMM precision
+    [FLOP/s] (:class:`DenseCompute`)."""
+    peak = shape.gpu.peak_flops_for(shape.model.gemm_precision)
+    return 2.0 * shape.model.num_active_params / (p["eta_compute"] * peak * shape.num_gpus * shape.pp)
 
 
 class CudaGraphPadding(CostTerm):
@@ -195,7 +202,8 @@ class CudaGraphPadding(CostTerm):
     vLLM v1 replays a step of ``N`` tokens, up to its largest capture size, in the CUDA graph
     captured for the next size: the linear layers compute ``G`` padding rows
     (:func:`schemas.step_record.cudagraph_padding_tokens`), priced per row as
-    :class:`DenseCompute` prices a token, ``2 P_active / (eta_compute peak)``, in the compute
+    :class:`DenseCompute` prices a token, ``2 P_active / (eta_compute peak)`` (the peak in the
+    model's GEMM precision), in the compute
     part: with it the GEMMs see ``N + G`` rows, the capture size, never fewer as ``N`` grows.
     The padding has no context: no attention pairs, no KV read, and the weights are read once
     anyway. A DP replica is priced with the padding of its whole step (vLLM pads each rank's
@@ -222,6 +230,11 @@ class AttentionCompute(CostTerm):
     2 FLOPs a multiply-add; Kaplan et al. 2020, table 1) and ``A`` the query-key pairs of the
     step; plus, per token, the FLOPs of the windowed and linear-attention layers, whose work
     does not grow with the context (:attr:`schemas.spec_types.ModelSpec.bounded_attention_flops_per_token`).
+    ``peak`` is the BF16 peak whatever the model's GEMM precision: vLLM's default attention
+    backends (FlashAttention, FlashInfer, Triton; ROCm's AITER/Triton) compute QK^T and PV in
+    the activations' BF16/FP16 with the default ``--kv-cache-dtype auto``, also for an FP8 or
+    FP4 checkpoint (its quantisation covers the linear layers); FP8 attention kernels over an
+    FP8 KV cache (FlashAttention-3 on Hopper) are not modelled.
     """
 
     name = "attention_compute"

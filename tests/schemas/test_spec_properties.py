@@ -325,7 +325,8 @@ def test_link_presets_from_the_catalog():
     assert get_link("NVLink-3") == Link("nvlink3", 300e9, 2e-6)
     assert get_link("100GbE") == Link("100gbe", 12.5e9, 1e-5)
     presets = link_presets()
-    assert list(presets) == ["pcie4", "pcie5", "nvlink3", "nvlink4", "100gbe", "200gbe", "400gbe"]
+    assert list(presets) == ["pcie4", "pcie5", "nvlink3", "nvlink4", "nvlink5", "xgmi-mi300",
+                             "xgmi-mi355", "100gbe", "200gbe", "400gbe"]
     from replay.cost.cost_model import LINKS
     assert LINKS == presets
     for row in list_links():
