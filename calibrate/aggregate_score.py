@@ -70,7 +70,8 @@ def format_aggregate_validation(table: pd.DataFrame) -> str:
     the median and worst |error| of the means out of sample."""
     lines = []
     for (run, sample), g in table.groupby(["run", "sample"], sort=False):
-        lines.append(f"{run} ({sample} of sample; {int(g['n'].iloc[0])} requests replayed)")
+        where = "in sample" if sample == "in" else "out of sample"
+        lines.append(f"{run} ({where}; {int(g['n'].iloc[0])} requests replayed)")
         lines.append(f"  {'metric':6s} {'stat':>5s} {'reported ms':>12s} {'predicted ms':>13s} {'error':>8s}")
         for _, r in g.iterrows():
             err = f"{r['rel_err']:+.1%}" if np.isfinite(r["rel_err"]) else "n/a"
