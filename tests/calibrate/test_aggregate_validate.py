@@ -73,7 +73,7 @@ def test_validate_scores_each_level_of_an_aggregate(tmp_path):
                           "--variants", "sum", "--jobs", "1", "--table-out", table)
     assert res.exit_code == 0, res.output
     text = flat(res.output)
-    assert f"{agg}#1 (out of sample; 20 requests replayed)" in text and f"{agg}#0 (in of sample" in text
+    assert f"{agg}#1 (out of sample; 20 requests replayed)" in text and f"{agg}#0 (in sample;" in text
     assert "out of sample, mean TTFT: median |error|" in text
     rows = pd.read_csv(table)
     out = rows[rows["sample"] == "out"]
