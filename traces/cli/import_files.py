@@ -216,17 +216,19 @@ def import_csv_cmd(src, output, mapping, time_unit, filters, invalid):
 
 
 def _selector(field: str, kind, what: str):
-    return click.option(f"--{field}", field, multiple=True, type=kind, metavar="VALUE[,VALUE]",
+    return click.option(f"--{field}", f"select_{field}", multiple=True, type=kind, metavar="VALUE[,VALUE]",
                         help=f"inferencemax: keep the points of {what} (repeatable, or comma-separated).")
 
 
 def _inferencemax_selection(given: dict) -> dict:
-    """``--hw h200,b200 --tp 8`` -> ``{"hw": ("h200", "b200"), "tp": (8,)}``, whole numbers for
-    the numeric fields (click.BadParameter naming the option otherwise)."""
+    """``--hw h200,b200 --tp 8`` (``select_hw``, ``select_tp``) -> ``{"hw": ("h200", "b200"),
+    "tp": (8,)}``, whole numbers for the numeric fields (click.BadParameter naming the option
+    otherwise)."""
     from ..importers.inferencemax import SELECTORS
 
     out = {}
-    for field, values in given.items():
+    for name, values in given.items():
+        field = name.removeprefix("select_")  # not 'model': that name is a model spec's (--model in calibrate)
         items = [v.strip() for value in values for v in value.split(",") if v.strip()]
         if SELECTORS[field] is int:
             bad = [v for v in items if not (v.isascii() and v.isdigit())]
