@@ -16,7 +16,12 @@ Workload of a level (seeded: the same file gives the same runs):
   reported ones to within a request); otherwise a normal of
   the reported mean and std (std unknown: every request at the mean), clipped to
   [max(1, min), max]; rounded to whole tokens, at least 1;
-* load: ``concurrency`` N, a closed loop of N clients (:class:`replay.core.closed_loop.ClosedLoop`);
+* load: ``concurrency`` N, a closed loop of N clients (:class:`replay.core.closed_loop.ClosedLoop`),
+  all sending at 0 as a benchmark's clients do; when every synthesized request has the same
+  lengths (the aggregate gives only means), the clients would complete in the same steps and
+  send again together forever, which real clients, staggered by the server's own variation, do
+  not: their first sends are then spread evenly over the level's reported mean E2E (the cycle
+  of a client in the steady state; ``closed_loop_start_spread_s`` in the run's metadata);
   ``poisson_rate`` r, exponential gaps of mean 1/r from 0; ``constant_rate`` r, one request
   every 1/r s;
 * prompts: unique (no prefix-cache hit), unless the file's metadata states
@@ -91,13 +96,15 @@ def level_trace(level: pd.DataFrame, where: str, seed: int, shared_prefix_tokens
     return trace
 
 
-def level_targets(level: pd.DataFrame) -> dict:
-    """metric -> (percentiles, NaN for a mean; values, seconds): what the fit matches."""
+def level_targets(level: pd.DataFrame, pct_range: tuple[float, float] = MATCHED_PCT) -> dict:
+    """metric -> (percentiles, NaN for a mean; values, seconds): the reported means and the
+    percentiles in ``pct_range`` (default: what the fit matches; (0, 100): every one, scored by
+    validation)."""
     out = {}
     for m in AGGREGATE_LATENCIES:
         rows = level[level["metric"] == m]
         q = rows["quantile_pct"].to_numpy(float)
-        keep = ((rows["statistic"] == "quantile").to_numpy() & (q >= MATCHED_PCT[0]) & (q <= MATCHED_PCT[1])) \
+        keep = ((rows["statistic"] == "quantile").to_numpy() & (q >= pct_range[0]) & (q <= pct_range[1])) \
             | (rows["statistic"] == "mean").to_numpy()
         if keep.any():
             out[m] = (np.where(rows["statistic"].to_numpy()[keep] == "mean", np.nan, q[keep]),
@@ -110,7 +117,7 @@ def aggregate_runs(path: str, frame: pd.DataFrame, meta: dict, cfg, level: int |
 
     Each run's trace is the level's synthesized workload (:func:`level_trace`, seed
     ``SEED + level``), its config ``cfg`` with the level's ``concurrency`` (None for a rate),
-    its targets :func:`level_targets`.
+    its targets :func:`level_targets`, its ``reported`` every mean and percentile of the level.
 
     Raises
     ------
@@ -133,8 +140,17 @@ def aggregate_runs(path: str, frame: pd.DataFrame, meta: dict, cfg, level: int |
         meta_k = {**meta, "aggregate_level": f"{kind.replace('_', ' ')} {value:g}",
                   "hash_block_tokens": str(BLOCK_TOKENS)}
         trace = level_trace(rows, name, SEED + int(k), shared_prefix_tokens(meta, path))
-        runs.append(Run(name, trace, run_cfg, meta_k, None, None, targets))
+        if kind == "concurrency" and _identical(trace) and "e2e_s" in targets:
+            means = targets["e2e_s"][1][np.isnan(targets["e2e_s"][0])]
+            if means.size:
+                meta_k["closed_loop_start_spread_s"] = f"{means[0]:.9g}"
+        runs.append(Run(name, trace, run_cfg, meta_k, None, None, targets, level_targets(rows, (0.0, 100.0))))
     return runs
+
+
+def _identical(trace: pd.DataFrame) -> bool:
+    """Whether every synthesized request has the same prompt and output lengths."""
+    return trace["num_prompt_tokens"].nunique() == 1 and trace["num_output_tokens"].nunique() == 1
 
 
 def shared_prefix_tokens(meta: dict, path) -> int:
@@ -176,11 +192,11 @@ def not_identified(runs: list[Run]) -> list[str]:
     out = ["fitted from aggregates (aggregate_targets/1): each level's workload is synthesized from its "
            f"recorded length statistics (seed {SEED}), not the measured requests; only reported percentiles in "
            f"p{MATCHED_PCT[0]:g}..p{MATCHED_PCT[1]:g} and means are matched"]
-    spread = [r.name for r in runs if r.trace["num_prompt_tokens"].nunique() == 1
-              and r.trace["num_output_tokens"].nunique() == 1]
+    spread = [r.name for r in runs if _identical(r.trace)]
     if spread:
-        out.append(f"{', '.join(spread)}: every synthesized request has the same lengths (the aggregate gives no "
-                   "spread), so terms that grow with the length are told apart only across levels")
+        out.append(f"{', '.join(spread)}: every synthesized request has the same lengths (the aggregate gives only "
+                   "their means), so terms that grow with the length are told apart only across levels, and a "
+                   "closed loop's clients start spread over the level's mean E2E instead of at once")
     if len(runs) == 1:
         out.append("one load level: per-step and per-token costs, and the scheduler's batching, are told apart "
                    "only by the spread of lengths within it; fit several levels (concurrencies or rates)")

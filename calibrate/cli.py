@@ -189,7 +189,8 @@ def fit(traces, model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, pp,
               help="Request log(s) to calibrate on: FILE, FILE#K (benchmark K of a sweep), FILE@START:END "
                    "(requests arriving in a time window, seconds); repeatable.")
 @click.option("--score-on", "score_on", multiple=True, required=True, metavar="TRACE",
-              help="Request log(s) or windows the calibration does not see, to measure its error on (repeatable).")
+              help="Request log(s) or windows the calibration does not see, to measure its error on, or "
+                   "aggregates (FILE, FILE#K: each level's reported statistics against its replay); repeatable.")
 @hardware_options
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Processes running the fit's starts.")
 @replay_options
@@ -203,7 +204,9 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
     """Out-of-sample error: calibrate on some runs, print measured vs predicted on the others.
 
     The error on runs the fit did not see is what a what-if deserves to be trusted by.
-    Each run is replayed under its own engine settings (as for 'calibrate fit').
+    Each run is replayed under its own engine settings (as for 'calibrate fit'). A level of
+    an aggregate (traces import summary) is replayed as the fit replays it, and every mean and
+    percentile it reports of TTFT, TPOT and E2E is set beside the replay's, one table a level.
 
     \b
     Example:
@@ -211,13 +214,15 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
                          --score-on sweep.parquet#2 --model codellama-34b --gpu h100-80gb \\
                          --max-num-seqs 32 --max-num-batched-tokens 64 --enable-prefix-caching
       calibrate validate --fit-on run.parquet@0:15 --score-on run.parquet@15: ...
+      calibrate validate --fit-on dsr1_1k1k.parquet --score-on dsr1_8k1k.parquet ...
     """
     import pandas as pd
 
     from traces.io import read_trace
 
     from .request_fit import engine_settings
-    from .runs import check_scorable, in_source, load_runs, score_runs, share_requests
+    from .aggregate_score import format_aggregate_validation, score_aggregates
+    from .runs import in_source, load_runs, score_runs, share_requests
     from .traces_fit import METHODS
     from .step_fit import set_ci95
     from .summary import to_calibration
@@ -232,8 +237,6 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
         cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, pp)
         cfg = replay_config(replay_kwargs)
     train, test = load_runs(fit_on, cfg, read_trace, keep=set_here), load_runs(score_on, cfg, read_trace, keep=set_here)
-    for r in test:
-        check_scorable(r)  # before the fit
     fixed, free_names, variants, held_why, cm = held_and_free(fix, fix_from, free, variants, cm)
     seen = [r for r in test if any(share_requests(r, f) for f in train)]
     if seen:  # scored as what it is: in sample
@@ -249,10 +252,17 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
     names = parse_names(variants, list(VARIANTS), "--variants")
     fits = fit_request_runs(train, cm, names, free_names, fixed, jobs, None, verbose, held_why)
     fitted = cm.with_params(fits[0].cost_params())
-    logs = [r for r in train if r.targets is None]  # an aggregate has no requests to score
-    table = pd.concat([score_runs(logs + seen, fitted).assign(sample="in"),
-                       score_runs(test, fitted).assign(sample="out")], ignore_index=True)
-    click.echo(format_validation(table))
+    logs = [r for r in train if r.targets is None]
+    scored = {"in": train + seen, "out": test}
+    table = pd.concat([score_runs([r for r in runs if r.targets is None], fitted).assign(sample=sample)
+                       for sample, runs in scored.items()], ignore_index=True)
+    aggregates = pd.concat([score_aggregates([r for r in runs if r.targets is not None], fitted).assign(sample=sample)
+                            for sample, runs in scored.items()], ignore_index=True)
+    if not table.empty:
+        click.echo(format_validation(table))
+    if not aggregates.empty:
+        click.echo(format_aggregate_validation(aggregates))
+    table = pd.concat([table, aggregates], ignore_index=True)
     if output:
         set_ci95(fits[0], "stderr")
         kind = AGGREGATE_TARGETS if len(logs) < len(train) else REQUEST_TRACE

@@ -65,6 +65,10 @@ class Run:
         from an aggregate, :mod:`calibrate.aggregate_runs`, whose trace is a synthesized
         workload): metric -> (percentiles, NaN for a mean; values in seconds), float arrays
         of one shape.
+    reported : dict, optional
+        Every statistic of TTFT, TPOT and E2E the aggregate reported (means and all
+        percentiles, the tails too), in the form of ``targets``: what validation scores
+        (:mod:`calibrate.aggregate_score`). None for a request log.
     """
 
     name: str
@@ -74,6 +78,7 @@ class Run:
     note: str | None = None
     scored: np.ndarray | None = None
     targets: dict | None = None
+    reported: dict | None = None
 
     def scored_rows(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The rows of ``frame`` (this run's trace or its replay result) that are scored."""

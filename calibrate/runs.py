@@ -125,7 +125,11 @@ _MEASURED_KEY = ("request_id", "num_prompt_tokens", "num_output_tokens", "ttft_s
 def share_requests(a: Run, b: Run) -> bool:
     """Whether runs ``a`` and ``b`` score some of the same measured requests (the same request
     id, lengths and measured TTFT and E2E): the same file under another path, a copy, a slice
-    (``traces slice``) or an overlapping window alike."""
+    (``traces slice``) or an overlapping window alike; for runs of aggregates, the same level
+    of the same file (its bytes)."""
+    if a.targets is not None or b.targets is not None:  # an aggregate's level: the same file's same level
+        (pa, ka, _), (pb, kb, _) = parse_run_spec(a.name), parse_run_spec(b.name)
+        return a.targets is not None and b.targets is not None and ka == kb and _same_file(pa, pb)
     cols = [c for c in _MEASURED_KEY if c in a.trace and c in b.trace]
     if "request_id" not in cols or not {"ttft_s", "e2e_s"} & set(cols):
         return False
@@ -137,6 +141,15 @@ def share_requests(a: Run, b: Run) -> bool:
         return set(map(tuple, rows[cols].astype(str).to_numpy()))
 
     return not keys(a).isdisjoint(keys(b))
+
+
+def _same_file(a, b) -> bool:
+    from schemas.calibration import sha256_of
+
+    try:
+        return sha256_of(a) == sha256_of(b)
+    except OSError:
+        return False
 
 
 def in_source(a: Run, spec: str, sha256: str) -> bool:
@@ -178,29 +191,22 @@ def _with_engine_metadata(cfg: ReplayConfig, meta: dict, path, keep=frozenset())
     return cfg.with_options(**changes) if changes else cfg
 
 
-def check_scorable(run: Run) -> None:
-    """Raise :class:`FitError` for a run of an aggregate: it has no measured requests to score."""
-    if run.targets is not None:
-        raise FitError(f"{run.name}: an aggregate has no measured requests to score; score on a request log "
-                       "(--score-on), fit on the aggregate (--fit-on)")
-
-
 def score_runs(runs: list[Run], cost_model) -> pd.DataFrame:
-    """Measured vs predicted on every run: one row per run and metric with the p50/p90
+    """Measured vs predicted on every request log: one row per run and metric with the p50/p90
     relative errors (``err_p50``, ``err_p90``) and the absolute ones in ms where the
     measured value is below 1 ms (``replay.analysis.compare.compare``'s table, stacked).
+    Aggregates are scored by :func:`calibrate.aggregate_score.score_aggregates`.
 
     Raises
     ------
     FitError
         A run none of whose scored requests the engine completes (all rejected: its settings
-        admit none), naming the run and why; a run of an aggregate (nothing measured to score).
+        admit none), naming the run and why.
     """
     from schemas.status import OK
 
     rows = []
     for run in runs:
-        check_scorable(run)
         res, _ = replay_frame(run.trace, cost_model, replace(run.config, record=RecordOptions()), run.metadata)
         scored = run.scored_rows(res)
         if not (scored["pred_status"] == OK).any():

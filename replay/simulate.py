@@ -123,7 +123,9 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
     metadata : dict, optional
         The trace's ``servecal.*`` metadata; ``hash_block_tokens`` (tokens per hash block
         of ``block_hashes``; ``hash_block_size`` is accepted too) is used when
-        ``cfg.engine.hash_block_size`` is None.
+        ``cfg.engine.hash_block_size`` is None; ``closed_loop_start_spread_s`` (seconds, set
+        by :func:`calibrate.aggregate_runs.aggregate_runs` for identical requests) spreads a
+        closed loop's first sends (:class:`~replay.core.closed_loop.ClosedLoop`).
 
     Returns
     -------
@@ -169,7 +171,8 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
         if closed.concurrency is None:
             engine.run(reqs if frontend_s is None else sorted(reqs, key=attrgetter("arrival_time_s")))
         else:
-            loop = ClosedLoop(engine, reqs, closed.concurrency, closed.think_time_s, frontend_s, stream_s)
+            spread = float((metadata or {}).get("closed_loop_start_spread_s", 0.0))
+            loop = ClosedLoop(engine, reqs, closed.concurrency, closed.think_time_s, frontend_s, stream_s, spread)
             loop.run()
         result = result_frame(df, reqs, rec.token_times, frontend_s, stream_s)
         if loop is not None:

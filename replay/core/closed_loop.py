@@ -43,6 +43,13 @@ class ClosedLoop:
         (:func:`replay.simulate.frontend_delays`).
     stream_per_token_s : float
         Time to stream each output token after the first to the client, seconds (default 0).
+    start_spread_s : float
+        The clients' first sends are spread evenly over this many seconds, client ``i`` of
+        ``m = min(concurrency, n)`` at ``i * start_spread_s / m`` (default 0: all at time 0).
+        A workload of identical requests sent at once keeps its clients in lock step forever
+        (they complete in the same step and send again together); real clients are staggered
+        by the server's own variation, which a spread of their starts stands in for
+        (:mod:`calibrate.aggregate_runs`).
 
     Attributes
     ----------
@@ -54,7 +61,8 @@ class ClosedLoop:
 
     Notes
     -----
-    The first ``min(concurrency, n)`` requests are sent at time 0. A request sent at ``s``
+    The first ``min(concurrency, n)`` requests are sent at time 0 (or spread over
+    ``start_spread_s``). A request sent at ``s``
     reaches the engine at ``s + frontend_s`` (its ``arrival_time_s``, as in the open loop,
     where the trace's arrival is the send). Whenever a request emits its last token at
     ``t``, its client has it at ``t + stream_per_token_s * (num_output_tokens - 1)`` and
@@ -83,12 +91,13 @@ class ClosedLoop:
     """
 
     def __init__(self, engine: Engine, requests: list[Request], concurrency: int, think_time_s: float = 0.0,
-                 frontend_s: np.ndarray | None = None, stream_per_token_s: float = 0.0):
+                 frontend_s: np.ndarray | None = None, stream_per_token_s: float = 0.0, start_spread_s: float = 0.0):
         ClosedLoopOptions(concurrency, think_time_s)  # raises for impossible values
         assert engine.on_request_done is None and engine.arrival_bound is None, "engine hooks already taken"
         self.engine, self.requests = engine, requests
         self.concurrency, self.think_time_s = int(concurrency), float(think_time_s)
         self.frontend_s, self.stream_per_token_s = frontend_s, float(stream_per_token_s)
+        self.start_spread_s = float(start_spread_s)
         self.sent_at_s: dict[int, float] = {}
         self._next = 0        # index in requests of the next request to send
         self._scheduled = 0   # sends scheduled, not yet made
@@ -101,8 +110,9 @@ class ClosedLoop:
         eng = self.engine
         eng.on_request_done = self._client_free
         eng.arrival_bound = partial(eng.completion_bound_s, self.min_step_s)
-        for _ in range(min(self.concurrency, len(self.requests))):
-            self._schedule_send(0.0)
+        first = min(self.concurrency, len(self.requests))
+        for i in range(first):
+            self._schedule_send(i * self.start_spread_s / first)
         eng.run([])
         return self.requests
 

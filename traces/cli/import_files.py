@@ -215,37 +215,102 @@ def import_csv_cmd(src, output, mapping, time_unit, filters, invalid):
     write_requests(frame, meta, output)
 
 
+def _selector(field: str, kind, what: str):
+    return click.option(f"--{field}", f"select_{field}", multiple=True, type=kind, metavar="VALUE[,VALUE]",
+                        help=f"inferencemax: keep the points of {what} (repeatable, or comma-separated).")
+
+
+def _inferencemax_selection(given: dict) -> dict:
+    """``--hw h200,b200 --tp 8`` (``select_hw``, ``select_tp``) -> ``{"hw": ("h200", "b200"),
+    "tp": (8,)}``, whole numbers for the numeric fields (click.BadParameter naming the option
+    otherwise)."""
+    from ..importers.inferencemax import SELECTORS
+
+    out = {}
+    for name, values in given.items():
+        field = name.removeprefix("select_")  # not 'model': that name is a model spec's (--model in calibrate)
+        items = [v.strip() for value in values for v in value.split(",") if v.strip()]
+        if SELECTORS[field] is int:
+            bad = [v for v in items if not (v.isascii() and v.isdigit())]
+            if bad:
+                raise click.BadParameter(f"{bad[0]!r} is not a whole number", param_hint=f"--{field}")
+            items = [int(v) for v in items]
+        if items:
+            out[field] = tuple(items)
+    return out
+
+
 @import_.command("summary")
-@click.argument("fmt", metavar="FORMAT", type=click.Choice(["llmperf", "guidellm", "vllm-bench", "sglang-bench"]))
+@click.argument("fmt", metavar="FORMAT",
+                type=click.Choice(["llmperf", "guidellm", "vllm-bench", "sglang-bench", "inferencemax"]))
 @click.argument("sources", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @OUTPUT
 @click.option("--shared-prefix-tokens", type=click.IntRange(min=0), default=0, show_default=True,
               help="Tokens every prompt of a level opens with (a shared system prompt, GuideLLM's prefix_tokens): "
                    "the fit's synthesized prompts share them, so the prefix cache hits as measured. An aggregate "
                    "does not record it.")
+@_selector("hw", str, "these GPUs (h100, h200, b200, b200-trt, ...)")
+@_selector("model", str, "these models (Hugging Face ids)")
+@_selector("framework", str, "these engines (vllm, sglang, trt, ...)")
+@_selector("precision", str, "these precisions (fp4, fp8)")
+@_selector("tp", str, "these tensor-parallel sizes")
+@_selector("ep", str, "these expert-parallel sizes")
+@_selector("isl", str, "these input lengths (tokens)")
+@_selector("osl", str, "these output lengths (tokens)")
+@click.option("--range-ratio", type=click.FloatRange(0, 1), default=None,
+              help="inferencemax: the benchmark's --random-range-ratio R, lengths uniform in [int(L*R), L] "
+                   "[default: 0.8, InferenceMAX's; not in the file].")
+@click.option("--prompts-per-client", type=click.IntRange(min=1), default=None,
+              help="inferencemax: requests per client (--num-prompts / conc) [default: 10, InferenceMAX's; "
+                   "not in the file].")
 @file_errors
-def import_summary_cmd(fmt, sources, output, shared_prefix_tokens):
+def import_summary_cmd(fmt, sources, output, shared_prefix_tokens, range_ratio, prompts_per_client, **selection):
     """A benchmark's aggregate results (percentiles per load level, no per-request rows)
     -> aggregate_targets/1, which 'calibrate fit' matches by replaying each level.
 
     One level per LLMPerf summary, per GuideLLM benchmark, per vLLM result file, per line
-    of an SGLang output file; FILE#K in 'calibrate fit' takes level K (0-based, in order).
+    of an SGLang output file, per selected point of an InferenceMAX agg_bmk.json (one
+    deployment; in order of isl, osl, conc); FILE#K in 'calibrate fit' takes level K
+    (0-based, in order).
 
     \b
     Example:
       traces import summary llmperf anyscale_70b_summary.json -o agg.parquet
       traces import summary vllm-bench rate2.json rate4.json rate8.json -o agg.parquet
+      traces import summary inferencemax agg_bmk.json --hw h200 --framework sglang \\
+                            --precision fp8 --isl 1024 --osl 1024 -o dsr1_1k1k.parquet
     """
+    selection = _inferencemax_selection(selection)
+    if fmt == "inferencemax":
+        from ..importers.inferencemax import DEFAULT_RANGE_RATIO, PROMPTS_PER_CLIENT, import_inferencemax
+
+        if len(sources) != 1:
+            raise click.UsageError("inferencemax: give one agg_bmk.json (each run's points are one file)")
+        frame, meta = import_inferencemax(sources[0], selection,
+                                          DEFAULT_RANGE_RATIO if range_ratio is None else range_ratio,
+                                          PROMPTS_PER_CLIENT if prompts_per_client is None else prompts_per_client)
+        write_summary(frame, meta, output, shared_prefix_tokens)
+        return
+    named = [f"--{f}" for f in selection] + ["--range-ratio"] * (range_ratio is not None) \
+        + ["--prompts-per-client"] * (prompts_per_client is not None)
+    if named:
+        raise click.UsageError(f"{', '.join(named)}: only for FORMAT inferencemax")
     from ..importers.summaries import import_summaries
-    from ..io import write_trace
 
     frame, meta = import_summaries(sources, fmt)
-    meta["shared_prefix_tokens"] = str(shared_prefix_tokens)
-    write_trace(frame, AGGREGATE_TARGETS, output, meta, source=meta["source"])
+    write_summary(frame, meta, output, shared_prefix_tokens)
+
+
+def write_summary(frame, meta: dict, output: str, shared_prefix_tokens: int) -> None:
+    """Write an imported aggregate (with ``shared_prefix_tokens`` in its metadata) and say what it holds."""
     from schemas.text import wrap
 
+    from ..io import write_trace
+
+    meta["shared_prefix_tokens"] = str(shared_prefix_tokens)
+    write_trace(frame, AGGREGATE_TARGETS, output, meta, source=meta["source"])
+
     levels = frame.drop_duplicates("level")
-    click.echo(wrap(f"{output}: {len(levels)} level(s) ("
-                    + ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in zip(levels["level_kind"],
-                                                                               levels["level_value"]))
-                    + f"), {len(frame)} statistics (aggregate_targets/1)"))
+    named = meta.get("levels") or ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in zip(levels["level_kind"],
+                                                                                        levels["level_value"]))
+    click.echo(wrap(f"{output}: {len(levels)} level(s) ({named}), {len(frame)} statistics (aggregate_targets/1)"))

@@ -44,7 +44,7 @@ import pandas as pd
 from ..errors import TraceFormatError
 from ._json import iter_jsonl, json_number, read_json
 
-__all__ = ["FORMATS", "import_summaries"]
+__all__ = ["FORMATS", "Level", "import_summaries", "levels_frame"]
 
 FORMATS = ("llmperf", "guidellm", "vllm-bench", "sglang-bench")
 
@@ -64,7 +64,7 @@ _BENCH_METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2e_s", "e2e_late
 _STAT = {"stddev": "std", "std_dev": "std", "std": "std", "mean": "mean", "min": "min", "max": "max"}
 
 
-class _Level:
+class Level:
     """The rows of one load level while a file is read."""
 
     def __init__(self, kind: str, value: float, num_requests: int):
@@ -73,6 +73,17 @@ class _Level:
 
     def add(self, metric: str, statistic: str, quantile_pct: float | None, value: float) -> None:
         self.rows.append((metric, statistic, quantile_pct, value))
+
+    def add_uniform(self, metric: str, low_tokens: int, high_tokens: int) -> None:
+        """The statistics of a length drawn uniformly from the integers ``low_tokens ..
+        high_tokens`` (a benchmark's random dataset): min, max, mean and median. Their
+        piecewise-linear inverse CDF through (0, min), (50, median), (100, max), which the
+        fit synthesizes lengths from (:func:`calibrate.aggregate_runs.level_trace`), is that
+        uniform's."""
+        mid = (low_tokens + high_tokens) / 2
+        for statistic, q, v in (("min", None, low_tokens), ("max", None, high_tokens), ("mean", None, mid),
+                                ("quantile", 50.0, mid)):
+            self.add(metric, statistic, q, float(v))
 
 
 def _number(path, value, column: str, row: int | None = None, **limits) -> float:
@@ -85,7 +96,7 @@ def _number(path, value, column: str, row: int | None = None, **limits) -> float
     return json_number(path, value, column=column, row=row, **limits)
 
 
-def _llmperf(path: Path) -> list[_Level]:
+def _llmperf(path: Path) -> list[Level]:
     obj = read_json(path)
     if not isinstance(obj, dict) or "num_concurrent_requests" not in obj:
         raise TraceFormatError(path, "has no 'num_concurrent_requests'", column="num_concurrent_requests",
@@ -96,7 +107,7 @@ def _llmperf(path: Path) -> list[_Level]:
                                expected="the number of completed requests")
     n = _number(path, obj["results_num_completed_requests"], "results_num_completed_requests", integer=True,
                 minimum=1)
-    level = _Level("concurrency", float(clients), int(n))
+    level = Level("concurrency", float(clients), int(n))
     for key, value in obj.items():
         m = _LLMPERF_KEY.fullmatch(key)
         if m:
@@ -125,7 +136,7 @@ def _guidellm_strategy(path, bench: dict, b: int, count: int) -> tuple[str, floa
                            expected="synchronous, concurrent, throughput, constant or poisson")
 
 
-def _guidellm(path: Path) -> list[_Level]:
+def _guidellm(path: Path) -> list[Level]:
     obj = read_json(path)
     if not isinstance(obj, dict) or not isinstance(obj.get("benchmarks"), list) or not obj["benchmarks"]:
         raise TraceFormatError(path, "has no 'benchmarks' list", column="benchmarks",
@@ -148,7 +159,7 @@ def _guidellm(path: Path) -> list[_Level]:
         count = _number(path, stats["time_to_first_token_ms"].get("count"), col, integer=True, minimum=0)
         if count == 0:
             continue  # a benchmark with no successful request states nothing to match
-        level = _Level(*_guidellm_strategy(path, bench, b, count), count)
+        level = Level(*_guidellm_strategy(path, bench, b, count), count)
         for name, s in stats.items():
             metric, factor = _GUIDELLM_METRICS[name]
             where = f"benchmarks[{b}].metrics.{name}.successful"
@@ -170,7 +181,7 @@ def _guidellm(path: Path) -> list[_Level]:
     return levels
 
 
-def _bench_level(path, obj, row: int | None) -> _Level:
+def _bench_level(path, obj, row: int | None) -> Level:
     """One ``vllm bench serve`` / SGLang ``bench_serving`` result object."""
     if not isinstance(obj, dict):
         raise TraceFormatError(path, f"is a JSON {type(obj).__name__}", row=row, expected="a benchmark result object")
@@ -190,9 +201,9 @@ def _bench_level(path, obj, row: int | None) -> _Level:
         raise TraceFormatError(path, f"burstiness {burst} is not 1", row=row, column="burstiness",
                                expected="Poisson arrivals (burstiness 1): the fit replays no other arrival process")
     if rate == math.inf:
-        level = _Level("concurrency", float(min(cap or n, n)), n)
+        level = Level("concurrency", float(min(cap or n, n)), n)
     elif cap is None or cap >= n:
-        level = _Level("poisson_rate", rate, n)
+        level = Level("poisson_rate", rate, n)
     else:
         raise TraceFormatError(path, f"request_rate {rate:g} with max_concurrency {cap}", row=row,
                                column="max_concurrency", expected="a rate (no cap) or a cap with an infinite rate: "
@@ -233,7 +244,7 @@ def import_summaries(paths, fmt: str) -> tuple[pd.DataFrame, dict]:
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown summary format {fmt!r}")
-    levels: list[tuple[Path, _Level]] = []
+    levels: list[Level] = []
     for path in map(Path, paths):
         if fmt == "llmperf":
             found = _llmperf(path)
@@ -249,14 +260,21 @@ def import_summaries(paths, fmt: str) -> tuple[pd.DataFrame, dict]:
             if not any(m in ("ttft_s", "tpot_s", "e2e_s") for m, *_ in level.rows):
                 raise TraceFormatError(path, "has no latency statistic", expected="percentiles or means of TTFT, "
                                        "TPOT or E2E (e.g. median_ttft_ms, results_ttft_s_quantiles_p50)")
-            levels.append((path, level))
+            levels.append(level)
+    return levels_frame(levels, f"{fmt}-summary", paths)
+
+
+def levels_frame(levels: list[Level], source_format: str, paths) -> tuple[pd.DataFrame, dict]:
+    """``aggregate_targets/1`` rows of ``levels`` (numbered in order) and the metadata
+    ``source_format``, ``source`` (``paths``) and ``num_levels``; a statistic a level gives
+    twice (vLLM's ``median`` and ``p50``) is kept once, the first."""
     rows = [{"level": k, "level_kind": lv.kind, "level_value": lv.value, "num_requests": lv.num_requests,
              "metric": m, "statistic": s, "quantile_pct": q,
              "value_s": v if m.endswith("_s") else None, "value_tokens": None if m.endswith("_s") else v}
-            for k, (_, lv) in enumerate(levels) for m, s, q, v in lv.rows]
+            for k, lv in enumerate(levels) for m, s, q, v in lv.rows]
     df = pd.DataFrame(rows).astype({"quantile_pct": float, "value_s": float, "value_tokens": float})
     df = df.assign(q=df["quantile_pct"].fillna(-1)).drop_duplicates(["level", "metric", "statistic", "q"])
     df = df.drop(columns="q").reset_index(drop=True)
-    meta = {"source_format": f"{fmt}-summary", "source": ", ".join(str(p) for p in paths),
+    meta = {"source_format": source_format, "source": ", ".join(str(p) for p in paths),
             "num_levels": str(len(levels))}
     return df, meta
