@@ -113,8 +113,14 @@ class Link:
         Bandwidth in one direction [bytes/s] (may be ``inf`` for an ideal link in tests).
     latency_s : float
         One-way latency of one transfer [s].
+    fully_connected : bool
+        Every GPU of a group reaches every other directly (NVLink through NVSwitch, AMD's
+        Infinity Fabric mesh): a small all-reduce then takes the same few steps at any group size
+        (vLLM's custom all-reduce; :class:`replay.cost.cost_terms.TensorParallelComm`). False
+        (default) for PCIe and networks, where a ring's steps grow with the group.
     """
 
     name: str
     bandwidth_bytes_per_s: float
     latency_s: float
+    fully_connected: bool = False

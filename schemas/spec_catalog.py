@@ -273,7 +273,8 @@ def get_link(name: str) -> Link:
     Returns
     -------
     Link
-        Named by its catalog key; bandwidth one way [bytes/s], latency [s].
+        Named by its catalog key; bandwidth one way [bytes/s], latency [s], whether it connects
+        every GPU of a group directly (``fully_connected``, default false).
 
     Raises
     ------
@@ -285,7 +286,10 @@ def get_link(name: str) -> Link:
     where = f"{CATALOG_DIR / 'links.json'}: link '{key}'"
     bw = check_number(_unwrap(entry.get("bandwidth_bytes_per_s")), "bandwidth_bytes_per_s", where)
     lat = check_number(_unwrap(entry.get("latency_s")), "latency_s", where, strict=False)
-    return Link(key, bw, lat)
+    connected = _unwrap(entry.get("fully_connected", False))
+    if not isinstance(connected, bool):
+        raise SpecError(f"{where}: field 'fully_connected' must be true or false, got {connected!r}")
+    return Link(key, bw, lat, connected)
 
 
 def link_presets() -> dict[str, Link]:

@@ -339,14 +339,20 @@ class Overlap(CostTerm):
 
 
 class TensorParallelComm(CostTerm):
-    """Two ring all-reduces per layer of the step's activations (Megatron-LM).
+    """Two all-reduces per layer of the step's activations (Megatron-LM).
 
     Notes
     -----
     One all-reduce of ``S = (N / dp) h b`` bytes over ``k = tp`` GPUs takes
-    ``2 (k-1) alpha + 2 (k-1)/k S / (eta_link link_bw)`` (Patarasuk & Yuan 2009), twice per
-    layer; nothing at TP 1 (docs/CASES_2.md NC-11). ``alpha`` is ``t_allreduce_hop_s``, the
-    link preset's latency unless fitted (PCIe-only TP shows far more than the preset's 5 us);
+    ``2 (k-1) alpha + 2 (k-1)/k S / (eta_link link_bw)`` (the ring: Patarasuk & Yuan 2009), twice
+    per layer; nothing at TP 1 (docs/CASES_2.md NC-11). Over a ``fully_connected`` link (NVLink
+    through NVSwitch, Infinity Fabric's mesh) the latency is ``2 alpha`` at any ``k``: vLLM's custom
+    all-reduce reads every peer's buffer directly, in one step (one-shot) or a reduce-scatter and an
+    all-gather step (two-shot), never ``k - 1`` ring steps; the same at ``k = 2``. InferenceMAX's
+    gpt-oss-120b on H100 shows it: the TPOT of 4 clients falls from 5.2 ms at TP 2 to 3.6 ms at TP 8,
+    which a ring's 14 latency steps a layer at TP 8 would not allow (bench/INFERENCEMAX.md).
+    ``alpha`` is ``t_allreduce_hop_s``, the link preset's latency unless fitted (PCIe-only TP
+    shows far more than the preset's 5 us);
     ``eta_link`` the fraction of the link's bandwidth the collective reaches (fitted on a TP run
     whose GPU terms come from a TP-1 calibration: on its own a TP run cannot tell it from
     ``eta_compute``, both cost time per token).
@@ -363,7 +369,8 @@ class TensorParallelComm(CostTerm):
         layers = m.num_layers / shape.pp  # one stage's (exact: 32 / 1 == 32.0)
         alpha = p["t_allreduce_hop_s"]
         alpha = shape.link.latency_s if math.isnan(alpha) else alpha
-        coef.comm_s += 2 * layers * 2 * (k - 1) * alpha
+        steps = 1 if shape.link.fully_connected else k - 1
+        coef.comm_s += 2 * layers * 2 * steps * alpha
         coef.comm_per_token_s += 2 * layers * 2 * (k - 1) / k * m.hidden_size * m.dtype_bytes / (
             p["eta_link"] * shape.link.bandwidth_bytes_per_s * shape.dp)
 

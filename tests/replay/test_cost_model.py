@@ -1,4 +1,5 @@
 """The roofline against hand-computed values (seed theory.md sections 1-2; BR-23)."""
+from dataclasses import replace
 import numpy as np
 import pytest
 
@@ -88,12 +89,18 @@ def test_br23_tp_splits_compute_and_memory_per_phase():
     assert tp2.eval_components(0, 1, 0)["weight_memory"] == pytest.approx(16e9 / 4.5e12)
 
 
-def test_tp_adds_ring_allreduce_per_layer():
+def test_tp_adds_an_allreduce_per_layer_half():
+    """Two all-reduces a layer of 100 tokens x 4,096 x 2 B at TP 4: the ring's bytes 2 (4-1)/4 at
+    450 GB/s; the latency 2 (4-1) steps of 2 us over PCIe-like links, 2 steps over NVLink through
+    NVSwitch (fully connected: vLLM's custom all-reduce)."""
     gpu = GpuSpec(name="g", peak_flops=1e15, mem_bandwidth_bytes_per_s=3e12, mem_bytes=80e9)
-    cm = RooflineCostModel(_br23_model(), gpu, CostParams(t_step_s=0.0), tp=4, tp_link=LINKS["nvlink4"])
     size = 100 * 4096 * 2
-    one = 2 * 3 / 4 * size / 450e9 + 2 * 3 * 2e-6
-    assert cm.eval_components(0, 100, 0)["tp_comm"] == pytest.approx(2 * 32 * one)
+    nvlink = RooflineCostModel(_br23_model(), gpu, CostParams(t_step_s=0.0), tp=4, tp_link=LINKS["nvlink4"])
+    assert nvlink.eval_components(0, 100, 0)["tp_comm"] == pytest.approx(2 * 32 * (2 * 3 / 4 * size / 450e9 + 2 * 2e-6))
+    ring = RooflineCostModel(_br23_model(), gpu, CostParams(t_step_s=0.0), tp=4,
+                             tp_link=replace(LINKS["nvlink4"], fully_connected=False))
+    ring_each = 2 * 3 / 4 * size / 450e9 + 2 * 3 * 2e-6
+    assert ring.eval_components(0, 100, 0)["tp_comm"] == pytest.approx(2 * 32 * ring_each)
 
 
 def test_kv_capacity_like_vllm():

@@ -115,6 +115,24 @@ def test_tp_allreduce_nc11(tp, each_us, step_ms):
     assert cm.step_time_s(0, 64, 0) / 160 == pytest.approx(each_us * 1e-6, abs=1e-9)
 
 
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_tp_allreduce_over_a_fully_connected_link_takes_two_steps_at_any_size(tp):
+    """NC-11's model and link, fully connected (NVLink through NVSwitch): each all-reduce's latency is
+    2 x 5 us at any TP (vLLM's custom all-reduce), its bytes still 2 (n-1)/n of 64 x 8,192 x 2 B at
+    100 GB/s; at TP 2 the same as the ring (2 (2-1) = 2 steps)."""
+    m = ModelSpec(name="nc11", num_params=70e9, num_active_params=70e9, num_layers=80, hidden_size=8192,
+                  num_attention_heads=64, num_kv_heads=8, head_dim=128, dtype_bytes=2, max_model_len=8192)
+    switched, ring = (RooflineCostModel(m, GPU, CostParams(t_allreduce_hop_s=5e-6), tp=tp, terms=("tp_comm",),
+                                        tp_link=Link("l", 1e11, 5e-6, fully_connected=connected))
+                      for connected in (True, False))
+    each_s = 2 * 5e-6 + 2 * (tp - 1) / tp * 64 * 8192 * 2 / 1e11
+    assert switched.step_time_s(0, 64, 0) == pytest.approx(160 * each_s, rel=1e-12)
+    if tp == 2:
+        assert switched.step_time_s(0, 64, 0) == ring.step_time_s(0, 64, 0)
+    else:
+        assert switched.step_time_s(0, 64, 0) < ring.step_time_s(0, 64, 0)
+
+
 def test_tp_allreduce_latency_defaults_to_the_link_and_can_be_fitted():
     m = get_model("llama-3.1-8b")
     link = Link("pcie", 64e9, 5e-6)

@@ -1,0 +1,168 @@
+"""gpt-oss-120b on InferenceMAX's grid: calibrate on one TP and one shape of one GPU, predict the rest.
+
+Issue #35: InferenceMAX's nightly points (``../shared/data/real/inferencemax/``, PROVENANCE.md) of
+gpt-oss-120b (MXFP4, vLLM 0.11.2) on H100, H200 and B200 over TP 1-8, three input/output shapes
+(1k/1k, 1k/8k, 8k/1k) and closed-loop concurrency 4-128. The calibration is fitted on ONE
+deployment and shape (``FIT``: H100, TP 2, 1k/1k, its five concurrencies) and every other point is
+predicted: the same GPU at the other TPs and shapes, then H200 and B200 from their datasheets with
+the H100 calibration's efficiencies (an extrapolation across GPUs). Each point is replayed as the
+fit replays a level (:mod:`calibrate.aggregate_runs`: lengths uniform in [0.8 L, L], conc x 10
+requests) and its reported mean TTFT, TPOT and E2E set beside the replay's
+(:func:`calibrate.aggregate_score.score_aggregates`).
+
+The engine settings are InferenceMAX's gpt-oss launch script for vLLM (``gptoss_fp4_h100.sh``:
+``--max-num-batched-tokens 8192 --max-model-len 10240 --no-enable-prefix-caching
+--gpu-memory-utilization 0.9 --max-num-seqs $CONC``, ``VLLM_MXFP4_USE_MARLIN=1``: the MXFP4 experts
+run as W4A16, BF16 GEMMs); the same settings are used for H200 and B200, whose scripts were not
+checked (B200's MoE kernels may multiply in FP8, which the BF16 peak would price slower).
+
+    python bench/inferencemax.py [--data ../shared/data/real] [--out bench/INFERENCEMAX.md]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from calibrate.aggregate_runs import fit_runs
+from calibrate.aggregate_score import score_aggregates
+from calibrate.runs import load_runs
+from replay.config import EngineOptions, ReplayConfig
+from replay.cost.cost_model import RooflineCostModel
+from replay.cost.cost_terms import DEFAULT_TERMS
+from schemas.cost_params import CostParams
+from schemas.kinds import AGGREGATE_TARGETS
+from schemas.specs import get_gpu, get_model
+from traces.errors import TraceFormatError
+from traces.importers.inferencemax import import_inferencemax
+from traces.io import read_trace, write_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = "inferencemax/inferencemax_run_20218553330_agg_bmk.json"
+MODEL = "gpt-oss-120b"
+#: InferenceMAX's vLLM flags for gpt-oss (max-num-seqs = conc: the closed loop never exceeds 128).
+ENGINE = dict(max_num_seqs=128, max_num_batched_tokens=8192, max_model_len=10240, enable_prefix_caching=False,
+              gpu_memory_utilization=0.9)
+GPUS = {"h100": "h100-80gb", "h200": "h200", "b200": "b200"}
+SHAPES = ((1024, 1024), (1024, 8192), (8192, 1024))
+#: The plan's question of issue #35: the fewest GPUs meeting this mean TPOT at this concurrency.
+PLAN_TPOT_MS, PLAN_CONC = 20.0, 64
+#: The one deployment and shape the calibration sees.
+FIT = ("h100", 2, (1024, 1024))
+
+
+def point_files(data: Path, tmp: Path) -> dict:
+    """``(hw, tp, shape) -> (aggregate file, its levels' concurrency)`` of every deployment and shape
+    the run holds (vLLM points)."""
+    files = {}
+    for hw in GPUS:
+        for tp in (1, 2, 4, 8):
+            for isl, osl in SHAPES:
+                try:
+                    frame, meta = import_inferencemax(data / RUN, {"hw": (hw,), "tp": (tp,), "isl": (isl,),
+                                                                   "osl": (osl,), "framework": ("vllm",)})
+                except TraceFormatError:  # a deployment the run does not hold
+                    continue
+                path = tmp / f"{hw}_tp{tp}_{isl}_{osl}.parquet"
+                write_trace(frame, AGGREGATE_TARGETS, path, metadata=meta)
+                concurrency = frame.groupby("level")["level_value"].first().astype(int).tolist()
+                files[hw, tp, (isl, osl)] = (path, concurrency)
+    return files
+
+
+def cost_model(hw: str, tp: int, params: CostParams | None = None) -> RooflineCostModel:
+    return RooflineCostModel(get_model(MODEL), get_gpu(GPUS[hw]), params or CostParams(), tp=tp, terms=DEFAULT_TERMS)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "real")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "INFERENCEMAX.md")
+    ap.add_argument("--fit", default="h100,2,1024,1024", help="GPU,TP,ISL,OSL of the points fitted")
+    args = ap.parse_args()
+    global FIT
+    hw, tp, isl, osl = args.fit.split(",")
+    FIT = (hw, int(tp), (int(isl), int(osl)))
+    import tempfile
+
+    t0 = time.perf_counter()
+    cfg = ReplayConfig(EngineOptions(**ENGINE))
+    with tempfile.TemporaryDirectory() as tmp:
+        files = point_files(args.data, Path(tmp))
+        hw, tp, shape = FIT
+        fit_on = load_runs([str(files[FIT][0])], cfg, read_trace)
+        fit = fit_runs(fit_on, cost_model(hw, tp), jobs=2)[0]
+        params = fit.cost_params()
+        print(f"fitted on {hw} TP{tp} {shape[0]}/{shape[1]}: {time.perf_counter() - t0:.0f} s", flush=True)
+        rows = []
+        for (hw, tp, shape), (path, concurrency) in sorted(files.items()):
+            runs = load_runs([str(path)], cfg, read_trace)
+            table = score_aggregates(runs, cost_model(hw, tp, params))
+            table = table[table["statistic"] == "mean"]
+            for conc, (_, g) in zip(concurrency, table.groupby("run", sort=False)):
+                err = dict(zip(g["metric"], g["rel_err"]))
+                meas = dict(zip(g["metric"], g["meas_s"]))
+                pred = dict(zip(g["metric"], g["pred_s"]))
+                rows.append({"gpu": hw, "tp": tp, "shape": f"{shape[0]}/{shape[1]}", "level": conc,
+                             "sample": "in" if (hw, tp, shape) == FIT else "out",
+                             **{f"{m}_meas_ms": meas[m] * 1e3 for m in meas},
+                             **{f"{m}_pred_ms": pred[m] * 1e3 for m in pred},
+                             **{f"{m}_err": err[m] for m in err}})
+            print(f"{hw} TP{tp} {shape}: {time.perf_counter() - t0:.0f} s", flush=True)
+    write(pd.DataFrame(rows), fit, args.out, time.perf_counter() - t0)
+
+
+def group(row) -> str:
+    hw, tp, shape = FIT
+    if row["sample"] == "in":
+        return f"in sample ({hw.upper()} TP {tp}, {shape[0]}/{shape[1]})"
+    if row["gpu"] != hw:
+        return f"{row['gpu'].upper()} (carried from {hw.upper()})"
+    if row["tp"] == tp:
+        return f"{hw.upper()} TP {tp}, other shapes"
+    same = row["shape"] == f"{shape[0]}/{shape[1]}"
+    return f"{hw.upper()} other TP, " + (f"{shape[0]}/{shape[1]}" if same else "other shapes")
+
+
+def write(table: pd.DataFrame, fit, out: Path, seconds: float) -> None:
+    table["group"] = table.apply(group, axis=1)
+    lines = [f"# {MODEL} on InferenceMAX's grid (bench/inferencemax.py)", "",
+             (__doc__ or "").split("\n\n", 1)[1].split("\n\n    python")[0], "",
+             "Fitted values: " + ", ".join(f"{k}={v:.4g}" for k, v in fit.values().items()), "",
+             "## Mean TTFT, TPOT and E2E: median and worst |error| per group", "",
+             "| group | points | TTFT median | TTFT worst | TPOT median | TPOT worst | E2E median | E2E worst |",
+             "|---|---|---|---|---|---|---|---|"]
+    hw = FIT[0]
+    groups = list(table.groupby("group", sort=False)) + [
+        (f"every {hw.upper()} point out of sample", table[(table["gpu"] == hw) & (table["sample"] == "out")])]
+    for name, g in groups:
+        cells = []
+        for m in ("ttft", "tpot", "e2e"):
+            e = g[f"{m}_err"].abs()
+            cells += [f"{e.median():.1%}", f"{e.max():.1%}"]
+        lines.append(f"| {name} | {len(g)} | " + " | ".join(cells) + " |")
+    lines += ["", f"## The plan's question: the fewest GPUs meeting mean TPOT <= {PLAN_TPOT_MS:g} ms at concurrency "
+              f"{PLAN_CONC}", "", "Per GPU and shape, the smallest TP whose point at that concurrency meets it, "
+              "measured and predicted (- where no TP of the grid does, or the grid has no such point).", "",
+              "| gpu | shape | measured | predicted | TPs in the grid |", "|---|---|---|---|---|"]
+    at = table[table["level"] == PLAN_CONC]
+    for (gpu, shape), g in at.groupby(["gpu", "shape"], sort=True):
+        g = g.sort_values("tp")
+        meas = next((int(t) for t, v in zip(g["tp"], g["tpot_meas_ms"]) if v <= PLAN_TPOT_MS), None)
+        pred = next((int(t) for t, v in zip(g["tp"], g["tpot_pred_ms"]) if v <= PLAN_TPOT_MS), None)
+        lines.append(f"| {gpu} | {shape} | {meas or '-'} | {pred or '-'} | "
+                     f"{', '.join(str(int(t)) for t in g['tp'])} |")
+    lines += ["", "## Every point", "", "| gpu | tp | shape | level | sample | TTFT meas ms | pred | err | "
+              "TPOT meas ms | pred | err | E2E meas ms | pred | err |", "|" + "---|" * 14]
+    for _, r in table.iterrows():
+        lines.append(f"| {r['gpu']} | {r['tp']} | {r['shape']} | {r['level']} | {r['sample']} | " + " | ".join(
+            f"{r[f'{m}_meas_ms']:.1f} | {r[f'{m}_pred_ms']:.1f} | {r[f'{m}_err']:+.1%}"
+            for m in ("ttft", "tpot", "e2e")) + " |")
+    lines += ["", f"Run time: {seconds / 60:.1f} min (one process, 2 cores)."]
+    out.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
