@@ -2,7 +2,6 @@
 closed loop's clients never move in lock step, and ``calibrate validate --score-on AGG`` sets
 each level's reported statistics beside its replay's."""
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,7 +16,6 @@ from schemas.specs import get_gpu, get_model
 from traces.importers.summaries import Level, levels_frame
 
 RUN = "inferencemax/inferencemax_run_20286929996_agg_bmk.json"
-DSR1 = Path(__file__).parents[1] / "data" / "hf_config_deepseek_r1.json"
 
 
 def _send_times(uniform: bool) -> np.ndarray:
@@ -94,7 +92,7 @@ def test_validate_on_the_deepseek_r1_h200_grid(real_data_dir, tmp_path):
         assert res.exit_code == 0, res.output
     table = tmp_path / "errors.csv"
     res = invoke_servecal("calibrate", "validate", "--fit-on", f"{agg['1k1k']}#4", "--score-on", f"{agg['8k1k']}#3",
-                          "--model-config", DSR1, "--gpu", "h200", "--tp", "8", "--free", "eta_mem,t_step_s",
+                          "--model", "deepseek-r1", "--gpu", "h200", "--tp", "8", "--free", "eta_mem,t_step_s",
                           "--variants", "sum", "--jobs", "1", "--table-out", table)
     assert res.exit_code == 0, res.output
     out = pd.read_csv(table).query("sample == 'out' and statistic == 'mean'").set_index("metric")
