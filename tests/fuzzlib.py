@@ -512,6 +512,11 @@ def importer_targets(real: Path | None) -> list[Target]:
                                        "-o", str(d / "out.parquet"), *_invalid(rng),
                                        *rng.choice([[], ["--data", str(f["t.csv"])]])],
                     list(blis), {"t.yaml": "yaml", "t.csv": "csv"}))
+    # Prometheus scrapes of vLLM (traces import prometheus): 5 scrapes in one file, '# scrape at' parts
+    T.append(Target("prometheus", {"m.txt": (DATA / "vllm_metrics_scrapes.txt").read_bytes()},
+                    lambda d, f, rng: ["traces", "import", "prometheus", str(f["m.txt"]), "-o", str(d / "out.parquet"),
+                                       *rng.choice([[], ["--window-s", "30"], ["--by-label", "model_name"]])],
+                    ["m.txt"], {"m.txt": "text"}, output_kind="aggregate_targets/1"))
     if real is None or not real.is_dir():
         return T
     T.append(Target("azure", {"a.csv": _head(real / "azure_llm_2023_code.csv", 60)},

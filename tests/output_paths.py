@@ -22,7 +22,7 @@ OUTPUTS = [
         ("vllm-request-stats", "in.jsonl"), ("llmservingsim-profile", "in.yaml"), ("azure", "in.csv"),
         ("vidur", "in.csv"), ("burstgpt", "in.csv"), ("mooncake", "in.jsonl"), ("vllm-bench", "in.json"),
         ("sglang-bench", "in.jsonl"), ("distserve", "in.log"), ("genai-perf", "in.json"), ("guidellm", "in.json"),
-        ("blis-observe", "in.yaml"), ("vllm-otlp", "in.jsonl"), ("vllm-log", "in.log")]],
+        ("blis-observe", "in.yaml"), ("vllm-otlp", "in.jsonl"), ("vllm-log", "in.log"), ("prometheus", "in.log")]],
     (("traces", "import", "csv"), ["in.csv", "--map", "a=arrival_time_s"], "-o"),
     (("traces", "import", "llmperf"), ["in.json", "--concurrency", "2"], "-o"),
     (("traces", "import", "summary"), ["llmperf", "in.json"], "-o"),

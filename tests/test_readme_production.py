@@ -21,11 +21,12 @@ def _commands() -> list[str]:
 
 def test_the_recipes_are_the_ones_these_tests_run():
     commands = _commands()
-    assert len(commands) == 11 and all(c.startswith("traces import ") for c in commands[:4])
+    assert len(commands) == 13 and all(c.startswith("traces import ") for c in commands[:4])
     assert commands[4].startswith("calibrate fit ") and commands[5].startswith("replay ")
     assert commands[6].startswith("traces import blis-observe trace.yaml")
     assert all(c.startswith("traces import distserve ") for c in commands[7:9])
     assert commands[9].startswith("calibrate fit vllm_1rps.parquet") and commands[10].startswith("replay ")
+    assert commands[11].startswith("traces import prometheus ") and commands[12].startswith("calibrate fit prod")
 
 
 def _run(commands: list[str], real_data_dir: Path) -> list[str]:
@@ -38,7 +39,7 @@ def _run(commands: list[str], real_data_dir: Path) -> list[str]:
     return out
 
 
-# Three independent chains of the section (each reads only its own outputs), run as three tests.
+# Four independent chains of the section (each reads only its own outputs), run as four tests.
 def test_the_vllm_recipes_run_as_written(real_data_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = _run(_commands()[:6], real_data_dir)
@@ -62,7 +63,7 @@ def test_the_blis_recipe_runs_as_written(real_data_dir, tmp_path, monkeypatch):
 
 def test_the_distserve_recipes_run_as_written(real_data_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    out = _run(_commands()[7:], real_data_dir)
+    out = _run(_commands()[7:11], real_data_dir)
     assert "vllm, 100 requests at 1 req/s" in out[0]
     assert "distserve, prefill TP 2 PP 1, decode TP 1 PP 1, 300 requests at 3 req/s" in out[1]
     # DistServe's pools replayed from the vLLM run's calibration, with its SLO attainment's objectives
@@ -70,3 +71,11 @@ def test_the_distserve_recipes_run_as_written(real_data_dir, tmp_path, monkeypat
     assert "prefill TP=2, decode TP=1" in flat and "goodput (ttft <= 0.2 s, tpot <= 0.1 s)" in flat
     for name in ("vllm_1rps.parquet", "distserve_3rps.parquet"):
         assert (tmp_path / name).exists()
+
+
+def test_the_prometheus_recipe_runs_as_written(real_data_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "scrapes.txt").write_bytes((Path(__file__).parent / "data" / "vllm_metrics_scrapes.txt").read_bytes())
+    out = _run(_commands()[11:], real_data_dir)
+    assert "prod.parquet: 2 level(s) (0-30 s, 30-60 s), 72 statistics (aggregate_targets/1)" in out[0]
+    assert (tmp_path / "cal_prod.json").exists()

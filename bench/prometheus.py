@@ -1,0 +1,173 @@
+"""Calibrating from Prometheus scrapes vs from the requests, on a real per-request run (issue #32 item 3).
+
+The ``/metrics`` scrapes a vLLM v1 server would have exposed during the RTX PRO 6000
+Llama-3.1-8B run (``lss_vllm_rtxpro6000_llama31_8b_requests.jsonl``, 300 requests) are built
+from its per-request timestamps with ``prometheus_client`` itself (``generate_latest``: the
+exposition the parser meets is the library's), scraped every ``SCRAPE_S`` seconds from the
+first arrival, with vLLM's default bucket bounds (``vllm/v1/metrics/buckets.py`` and
+``vllm/v1/metrics/loggers.py``: TTFT ``TIME_TO_FIRST_TOKEN_BUCKETS``; E2E, queue, prefill,
+decode and inference time ``REQUEST_LATENCY_BUCKETS``; per-request TPOT
+``INTER_TOKEN_LATENCY_BUCKETS``; prompt and output lengths ``build_1_2_5_buckets(max_model_len)``
+with Llama-3.1's 131,072). As vLLM v1 records them, TTFT is observed when the first token is
+out and the rest when the request finishes; the gauges ``num_requests_running`` (scheduled, not
+finished) and ``num_requests_waiting`` (queued, not scheduled) are their values at the scrape.
+
+Calibrations, each scored per request on the requests that arrived after 15 s (``run@15:``,
+as bench/fidelity.py's "first 15 s -> rest"):
+
+* ``requests``: ``calibrate fit`` on the requests that arrived in the first 15 s (``run@0:15``);
+* ``scrapes 0-30 s``: ``calibrate fit`` on the scrapes of the first 30 s as one window (the
+  histograms hold requests when they finish, and none of this run finished in its first 15 s);
+* ``requests, whole run`` and ``scrapes, whole run`` (one window of every scrape): both see every
+  request (in sample for run@15:): what the histograms' resolution and the synthesized workload
+  cost against the per-request log with the same data.
+
+    python bench/prometheus.py [--data ../shared/data/real] [--out bench/PROMETHEUS.md]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+#: vLLM's default bucket bounds (vllm/v1/metrics/buckets.py).
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
+REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                           240.0, 480.0, 960.0, 1920.0, 7680.0)
+INTER_TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                               20.0, 40.0, 80.0)
+MAX_MODEL_LEN = 131072
+SCRAPE_S = 15.0
+RUN = "lss_vllm_rtxpro6000_llama31_8b_requests.jsonl"
+
+
+def build_1_2_5_buckets(max_value: int) -> list[int]:
+    """1, 2, 5, 10, 20, 50, ... up to ``max_value`` (vLLM's length buckets)."""
+    out, exp = [], 0
+    while True:
+        for m in (1, 2, 5):
+            if m * 10 ** exp > max_value:
+                return out
+            out.append(m * 10 ** exp)
+        exp += 1
+
+
+def write_scrapes(trace: pd.DataFrame, folder: Path, origin_unix_s: float, every_s: float = SCRAPE_S) -> list[Path]:
+    """Write ``metrics-<unix s>.txt`` scrapes of a request trace (``request_trace/1`` with
+    ``queue_wait_s``, ``ttft_s``, ``tpot_s``, ``e2e_s``; times after ``origin_unix_s``) every
+    ``every_s`` from 0 until every request has finished; returns the files."""
+    from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+
+    reg = CollectorRegistry()
+    labels = dict(labelnames=["model_name", "engine"])
+
+    def hist(name, buckets):
+        return Histogram(name, name, buckets=buckets, registry=reg, **labels).labels("llama-3.1-8b", "0")
+
+    h = {"ttft": hist("vllm:time_to_first_token_seconds", TTFT_BUCKETS),
+         "e2e": hist("vllm:e2e_request_latency_seconds", REQUEST_LATENCY_BUCKETS),
+         "queue": hist("vllm:request_queue_time_seconds", REQUEST_LATENCY_BUCKETS),
+         "prefill": hist("vllm:request_prefill_time_seconds", REQUEST_LATENCY_BUCKETS),
+         "decode": hist("vllm:request_decode_time_seconds", REQUEST_LATENCY_BUCKETS),
+         "inference": hist("vllm:request_inference_time_seconds", REQUEST_LATENCY_BUCKETS),
+         "tpot": hist("vllm:request_time_per_output_token_seconds", INTER_TOKEN_LATENCY_BUCKETS),
+         "prompt": hist("vllm:request_prompt_tokens", build_1_2_5_buckets(MAX_MODEL_LEN)),
+         "output": hist("vllm:request_generation_tokens", build_1_2_5_buckets(MAX_MODEL_LEN))}
+    running = Gauge("vllm:num_requests_running", "running", registry=reg, **labels).labels("llama-3.1-8b", "0")
+    waiting = Gauge("vllm:num_requests_waiting", "waiting", registry=reg, **labels).labels("llama-3.1-8b", "0")
+    t = trace.assign(sched=trace["arrival_time_s"] + trace["queue_wait_s"],
+                     first=trace["arrival_time_s"] + trace["ttft_s"], end=trace["arrival_time_s"] + trace["e2e_s"])
+    files, now = [], 0.0
+    last = float(t["end"].max())
+    while True:
+        before = now - every_s
+        for r in t[(t["first"] > before) & (t["first"] <= now)].itertuples():
+            h["ttft"].observe(r.ttft_s)
+        for r in t[(t["end"] > before) & (t["end"] <= now)].itertuples():
+            for key, v in (("e2e", r.e2e_s), ("queue", r.queue_wait_s), ("prefill", r.first - r.sched),
+                           ("decode", r.end - r.first), ("inference", r.end - r.sched),
+                           ("prompt", r.num_prompt_tokens), ("output", r.num_output_tokens)):
+                h[key].observe(v)
+            if np.isfinite(r.tpot_s):
+                h["tpot"].observe(r.tpot_s)
+        running.set(int(((t["sched"] <= now) & (t["end"] > now)).sum()))
+        waiting.set(int(((t["arrival_time_s"] <= now) & (t["sched"] > now)).sum()))
+        path = folder / f"metrics-{origin_unix_s + now:.3f}.txt"
+        path.write_bytes(generate_latest(reg))
+        files.append(path)
+        if now >= last:
+            return files
+        now += every_s
+
+
+def main() -> None:
+    from click.testing import CliRunner
+
+    from calibrate.aggregate_runs import fit_runs
+    from calibrate.runs import load_runs, score_runs
+    from fidelity import PRO6000, cost_model, errors
+    from replay.config import EngineOptions, ReplayConfig
+    from traces.cli import main as traces_cli
+    from traces.io import read_trace
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "real"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "PROMETHEUS.md"))
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp())
+    run = tmp / "run.parquet"
+    res = CliRunner().invoke(traces_cli, ["import", "vllm-request-stats", str(Path(args.data) / RUN), "-o", str(run)])
+    assert res.exit_code == 0, res.output
+    _, trace, meta = read_trace(run)
+    scrapes = tmp / "scrapes"
+    scrapes.mkdir()
+    files = write_scrapes(trace, scrapes, float(meta["wall_clock_origin_s"]))
+    agg, whole = tmp / "scrapes_0_30.parquet", tmp / "scrapes_all.parquet"
+    for out, chosen, window in ((agg, files[:3], "30"), (whole, files, "3600")):
+        res = CliRunner().invoke(traces_cli, ["import", "prometheus", *map(str, chosen), "--window-s", window,
+                                              "-o", str(out)])
+        assert res.exit_code == 0, res.output
+    pro = ReplayConfig(EngineOptions(**PRO6000))
+    llama = cost_model("llama-3.1-8b", "rtx-pro-6000")
+
+    def runs(spec):
+        return load_runs([str(spec)], pro, read_trace)
+
+    rows = []
+    score = runs(f"{run}@15:")
+    for name, fitted in (("requests arriving 0-15 s (run@0:15)", runs(f"{run}@0:15")),
+                         ("scrapes 0-30 s (one 30 s window)", runs(agg)),
+                         ("requests, whole run (in sample)", runs(run)),
+                         ("scrapes, whole run (one window; in sample)", runs(whole))):
+        fit = fit_runs(fitted, llama, jobs=1)[0]
+        table = score_runs(score, llama.with_params(fit.cost_params()))
+        rows.append({"calibrated from": name, "scored on": "run@15: (141 requests)", **errors(table)})
+        print(name, rows[-1], flush=True)
+    write(pd.DataFrame(rows), Path(args.out), len(files))
+
+
+def write(table: pd.DataFrame, out: Path, num_scrapes: int) -> None:
+    cols = [c for c in table.columns if c.endswith(("p50", "p90"))]
+    lines = ["| calibrated from | scored on | " + " | ".join(cols) + " |",
+             "|---|---|" + "---|" * len(cols)]
+    for r in table.itertuples(index=False):
+        d = dict(zip(table.columns, r))
+        lines.append(f"| {d['calibrated from']} | {d['scored on']} | "
+                     + " | ".join(f"{100 * d[c]:+.1f}%" for c in cols) + " |")
+    text = out.read_text() if out.exists() else ""
+    marker = "<!-- table -->"
+    head = text.split(marker)[0] if marker in text else "# Prometheus scrapes vs per-request log\n\n"
+    out.write_text(head + marker + "\n" + "\n".join(lines) + f"\n\n({num_scrapes} scrapes, every {SCRAPE_S:g} s; "
+                   "relative errors of predicted vs measured percentiles, run@15:)\n")
+
+
+if __name__ == "__main__":
+    main()
