@@ -181,5 +181,5 @@ def parse_what_if(text: str | None, base: FittedLoad, max_model_len: int) -> Wor
     rate = None if conc else given.get("rate", 2.0 * base.rate_rps)
     engine = tuple((k, given[k]) for k in ("max_num_seqs", "max_num_batched_tokens") if k in given)
     n = int(given.get("requests", requests_for(rate, conc)))
-    why = "the what-if given" if text else "twice the fitted rate (no --what-if given)"
+    why = "the what-if given" if text else "no --what-if: twice the fitted rate"
     return Workload(prompt, out, n, rate, conc, engine, why)
