@@ -64,7 +64,7 @@ def _duration(seconds: float) -> str:
     return f"about {seconds / 60:.0f} min" if seconds >= 90 else f"about {seconds:.0f} s"
 
 
-def print_advice(cal, advice, top: int, fmt: str, model: str, target: str, asked: bool) -> None:
+def print_advice(cal, advice, top: int, fmt: str, model: str, target: str) -> None:
     """The what-if's band now, then the ``top`` candidates: workload, terms, band after, duration, command."""
     from replay.plan.advice import not_identified
 
@@ -73,8 +73,8 @@ def print_advice(cal, advice, top: int, fmt: str, model: str, target: str, asked
     w = advice.what_if
     click.echo(wrap(f"what-if: {w.workload.label()} ({w.workload.why})"))
     click.echo(wrap("  band now: " + ", ".join(f"{label} {_band_text(advice.now, s)}" for s, label in _SHOWN)))
-    rank = ("the what-if's band after each (the mean half width of its p50/p90 TTFT, TPOT, E2E)" if asked else
-            "the information each gives on the parameters (D-optimal; no --what-if)")
+    rank = ("the what-if's band after each (the mean half width of its p50/p90 TTFT, TPOT, E2E)"
+            if advice.by_what_if else "the information each gives on the parameters (D-optimal; no --what-if)")
     click.echo(wrap(f"{len(advice.ranked)} candidate runs, each replayed at the calibration and its "
                     f"{len(cal.band_points)} band points ({advice.n_replays} replays); ranked by {rank}"))
     for i, s in enumerate(advice.ranked[:top], 1):
@@ -169,7 +169,7 @@ def advise(calibration_path, trace, what_if, budget, top, fmt, target, jobs):
     workloads = candidates(base, max_len, budget)
     with _replayer(jobs) as mapper:
         result = run_advice(cal, cm, base_cfg, question, workloads, what_if is not None, poisson_arrivals(fmt), mapper)
-    print_advice(cal, result, top, fmt, model_id(cal.model.name), target, what_if is not None)
+    print_advice(cal, result, top, fmt, model_id(cal.model.name), target)
 
 
 @contextlib.contextmanager
