@@ -7,6 +7,8 @@
   covariance and identifiability; the printer and the calibration file).
 - ``traces_fit``: :func:`fit_traces` (``calibrate.fit_traces``), the fit of ``calibrate fit``
   as a library call (the command prints around it).
+- ``advise`` (with ``advise_candidates``, ``advise_design``, ``advise_commands``, ``advise_cli``): which
+  benchmark run to measure next (``calibrate advise``).
 - ``cli``, ``demo``, ``umbrella``: ``calibrate``, ``servecal demo`` and ``servecal``;
   ``console``: the ``servecal``, ``traces`` and ``calibrate`` console scripts.
 """

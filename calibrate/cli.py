@@ -342,3 +342,13 @@ def catalog(name):
     for key, line in zip(["key"] + [m["key"] for m in models], render_table(head, cells).splitlines()):
         click.echo(f"  {key:<{kw}}  {line}")
     click.echo(wrap("(every value with its source, the aliases and the Hugging Face id: calibrate catalog --name KEY)"))
+
+
+def _add_advise() -> None:
+    """``calibrate advise`` (its own module: :mod:`calibrate.advise_cli`)."""
+    from .advise_cli import advise
+
+    main.add_command(advise)
+
+
+_add_advise()

@@ -84,7 +84,7 @@ def _deployment(ev, prices) -> str:
 def answer_lines(plan, cals, slo, prices) -> list[str]:
     """The answer with its band and max rate; when the cheapest by point is not the cheapest
     by band, which one and why, with the parameters to measure."""
-    from ..plan.advice import advice_lines
+    from ..plan.advice import advice_lines, advise_command
     from ..plan.search import MEETS
 
     res = plan.result
@@ -117,6 +117,9 @@ def answer_lines(plan, cals, slo, prices) -> list[str]:
                     if slo.violations(row, row["attainment"])]
         lines += ["measure: " + s for s in advice_lines(cal, cp.candidate.label(), breaking,
                                                           len(cp.prepared.band_points))]
+        if breaking:
+            lines.append(f"which run: {advise_command(path, cp.candidate, res.target_rate_rps)} (ranks benchmark "
+                         "runs by how much each would narrow this band, one replica's share of the rate)")
     return lines
 
 

@@ -101,3 +101,16 @@ def advice_lines(cal: Calibration, label: str, breaking: list[dict], of_points: 
         how = MEASURE.get(name, "a run where it matters")
         out.append(f"{head}; {where} and {label} then breaks the SLOs: measure {how} before trusting {label}")
     return out
+
+
+def advise_command(cal_path, candidate, rate_rps: float) -> str:
+    """The ``calibrate advise`` command that ranks the benchmark runs by how much each would narrow the
+    band of ``candidate`` (:class:`replay.plan.grid.Candidate`) at ``rate_rps`` (requests/s; 0: a burst,
+    no rate given): its engine limits and one replica's share of the rate, since advise replays the
+    calibrated GPU and TP."""
+    import shlex
+
+    parts = [f"max_num_seqs={candidate.max_num_seqs}", f"max_num_batched_tokens={candidate.max_num_batched_tokens}"]
+    if rate_rps > 0:
+        parts.insert(0, f"rate={rate_rps / max(1, candidate.replicas):.3g}")
+    return f"calibrate advise {shlex.quote(str(cal_path))} --what-if {','.join(parts)}"

@@ -116,6 +116,7 @@ def test_cli_band_vs_point_says_what_to_measure(tmp_path):
     assert "the cheapest by point, 2 x h100-80gb TP1 (2 GPUs), breaks the SLOs" in text
     assert "measure: eta_compute is NOT IDENTIFIED (no effect on these data" in text
     assert "before trusting 2 x h100-80gb TP1" in text
+    assert f"which run: calibrate advise {cal_path} --what-if rate=" in text
     assert "Pareto front" in text
     table = pd.read_csv(out)
     assert len(table) == 5 and table["answer"].sum() == 1
