@@ -238,7 +238,8 @@ def run_request_fit(args):
     n, rate, logs = args
     import numpy as np
 
-    from calibrate.request_fit import Run, fit_requests
+    from calibrate.request_fit import fit_requests
+    from calibrate.run_errors import Run
     from replay.config import EngineOptions, ReplayConfig
     from replay.simulate import replay_frame
     from schemas.cost_params import CostParams

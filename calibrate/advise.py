@@ -98,7 +98,7 @@ def model_sd(cal) -> dict:
 
 
 def fitted_load(cal, runs, cost_model) -> FittedLoad:
-    """The load of the calibration's runs (:class:`calibrate.request_fit.Run`) replayed at its values:
+    """The load of the calibration's runs (:class:`calibrate.run_errors.Run`) replayed at its values:
     mean lengths over their scored requests, the highest arrival rate (requests/s; of a run whose
     requests all arrive at once, its predicted throughput) and running requests
     (:func:`calibrate.holdout.run_features`)."""

@@ -37,7 +37,7 @@ import pandas as pd
 from schemas.tables import AGGREGATE_LATENCIES
 
 from .errors import FitError
-from .request_fit import Run
+from .run_errors import Run, chosen
 
 #: Percentiles matched: the reported ones in this range (the tails of a run of tens or
 #: hundreds of requests are a few requests each), plus the reported means.
@@ -125,7 +125,6 @@ def aggregate_runs(path: str, frame: pd.DataFrame, meta: dict, cfg, level: int |
         A level not in the file, a level with no latency statistic in :data:`MATCHED_PCT` or
         mean, or one whose lengths have no statistic.
     """
-    from .runs import chosen
 
     runs = []
     for k in chosen(frame, "level", level, f"{path}#{level}", "level"):

@@ -4,9 +4,9 @@ statistics against the same statistics of its replay.
 An aggregate has no measured requests, so a level is scored as it is fitted
 (:mod:`calibrate.aggregate_runs`): its synthesized workload is replayed at its load with the
 calibrated cost model, and every statistic the benchmark reported of TTFT, TPOT and E2E (means
-and every percentile, the tails too: :attr:`calibrate.request_fit.Run.reported`) is computed
+and every percentile, the tails too: :attr:`calibrate.run_errors.Run.reported`) is computed
 from the replay's completed requests (numpy's linear percentiles, as
-:func:`calibrate.request_fit.statistics`) and set beside the reported one.
+:func:`calibrate.run_errors.statistics`) and set beside the reported one.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from schemas.status import OK
 from schemas.text import wrap_error
 
 from .errors import FitError
-from .request_fit import Run, stat_label, statistics
+from .run_errors import Run, stat_label, statistics
 
 #: Metrics scored, in the table's order, with their labels.
 _LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}

@@ -15,7 +15,7 @@ parameter vector ``theta`` whose generalised squared error
 
 is at most the 95 % point of chi-square with ``rank(Sigma)`` degrees of freedom, ``r`` the
 relative quantile errors and ``Sigma`` their sampling covariance (the moving-block
-bootstrap of the measured requests, :meth:`calibrate.request_fit._QuantileResidual.sampling_cov`).
+bootstrap of the measured requests, :meth:`calibrate.run_errors.QuantileResidual.sampling_cov`).
 At the true parameters ``r`` is the sampling error of the measured quantiles, so the set
 holds the truth with probability 0.95 whatever point of the valley the optimizer stopped
 at; a parameter's interval is the set's extent along it, a projection, so it covers at
@@ -33,8 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from schemas.calibration import FittedParam
-from schemas.cost_params import PARAMS, CostParams
+from schemas.cost_params import PARAMS, CostParams, FittedParam
 
 from .identify import CORRELATED, identification
 

@@ -20,7 +20,8 @@ from replay.config import EngineOptions, RecordOptions, ReplayConfig, Scheduling
 from replay.core.result_columns import steps_frame
 from replay.simulate import replay_frame
 from schemas.atomic import check_writable
-from schemas.calibration import FittedParam, sha256_of
+from schemas.calibration import sha256_of
+from schemas.cost_params import FittedParam
 from schemas.cost_params import CostParams
 from schemas.errors import OutputError
 from schemas.specs import get_gpu, get_model

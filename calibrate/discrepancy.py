@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .run_errors import QuantileResidual
+
 #: Measured latencies whose discrepancy is estimated (queue wait is often ~0: a relative
 #: error of it is meaningless, and it is a part of TTFT).
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
@@ -21,11 +23,11 @@ def model_error(runs, cost_model, quantiles) -> dict:
     """Per measured metric, the relative discrepancy of the fitted model: ``sqrt(max(0,
     mean(r^2) - mean(var)))`` over every run and quantile, ``r`` the relative quantile errors at
     the fit's values and ``var`` their sampling variances (the moving-block bootstrap of
-    :meth:`calibrate.request_fit._QuantileResidual.sampling_cov`).
+    :meth:`calibrate.run_errors.QuantileResidual.sampling_cov`).
 
     Parameters
     ----------
-    runs : list of calibrate.request_fit.Run
+    runs : list of calibrate.run_errors.Run
         The fitted runs (prepared: rejected requests left out).
     cost_model : replay.cost.cost_model.RooflineCostModel
         At the fit's values.
@@ -37,14 +39,13 @@ def model_error(runs, cost_model, quantiles) -> dict:
         ``{"ttft_s": 0.12, ...}`` (fractions) for the metrics of :data:`METRICS` some run
         measured; 0 where the misfit is within sampling noise.
     """
-    from .request_fit import _QuantileResidual
 
     out = {}
     for m in METRICS:
         measured = [r for r in runs if r.measures(m)]
         if not measured:
             continue
-        res = _QuantileResidual(measured, cost_model, (m,), quantiles)
+        res = QuantileResidual(measured, cost_model, (m,), quantiles)
         r = np.concatenate([e[m] for e in res.errors(cost_model.params)])
         var = np.diag(res.sampling_cov())
         excess = float(np.mean(r ** 2) - np.mean(var)) if np.all(np.isfinite(var)) else float(np.mean(r ** 2))

@@ -18,11 +18,10 @@ import lmfit
 import numpy as np
 
 from schemas.text import wrap_error
-from schemas.cost_params import PARAMS, VARIANTS, CostParams
+from schemas.cost_params import PARAMS, VARIANTS, CostParams, format_param
 
 from .errors import FitError
 from .identify import assess, flat_range
-from .summary import fmt
 
 
 @dataclass
@@ -103,7 +102,8 @@ def unseen_params(residual: Callable[[CostParams], np.ndarray], cost_model, name
         if probes and all(np.array_equal(residual(p0.replace(**{n: v})), base) for v in probes):
             lo, hi = flat_range(lambda x: residual(p0.replace(**{k: v * PARAMS[k].fit_scale for k, v in x.items()})),
                                  {n: p0[n] / spec.fit_scale}, n, base)
-            out[n] = f"no effect on these data: any value in [{fmt(n, lo)}, {fmt(n, hi)}] fits them equally"
+            out[n] = (f"no effect on these data: any value in [{format_param(n, lo)}, {format_param(n, hi)}] "
+                      "fits them equally")
     return out
 
 
@@ -206,7 +206,7 @@ def _held_why(reason: str) -> str:
 
 def _held_warning(name: str, reason: str, value: float) -> str:
     """The warning that a parameter was held at its declared ``value``."""
-    return f"{name}: not identified by these data ({reason}); held at {fmt(name, value)}"
+    return f"{name}: not identified by these data ({reason}); held at {format_param(name, value)}"
 
 
 def least_squares(residual: Callable[[CostParams], np.ndarray], free: dict, fixed: dict,

@@ -24,6 +24,7 @@ from replay.simulate import replay_frame
 from schemas.cost_params import PARAMS, CostParams
 
 from .fitting import least_squares
+from .run_errors import QuantileResidual, finite_values, statistics
 
 #: Percentiles whose held-out errors are kept.
 HOLDOUT_PCTS = (50, 90)
@@ -71,11 +72,10 @@ def splits(runs) -> list[tuple[list, list]]:
 def _refit_and_predict(shared, split) -> tuple[list[dict], int]:
     """One split: the refit on its fitted runs, the relative errors of its held-out runs and the
     replays it took (module level: picklable for a worker)."""
-    from .request_fit import _QuantileResidual, _finite, statistics
 
     cost_model, free, hold, metrics, quantiles, max_nfev = shared
     fitted, held = split
-    residual = _QuantileResidual(fitted, cost_model, metrics, quantiles)
+    residual = QuantileResidual(fitted, cost_model, metrics, quantiles)
     result, info = least_squares(residual, free, hold, rel_step=0.05, max_nfev=max_nfev)
     values = {k: p.value * PARAMS[k].fit_scale for k, p in result.params.items()}
     cm = cost_model.with_params(CostParams(**hold, **values))
@@ -89,7 +89,7 @@ def _refit_and_predict(shared, split) -> tuple[list[dict], int]:
             if not run.measures(m):
                 continue
             pcts, meas = run.measured(m, HOLDOUT_PCTS)
-            pred = _finite(res[f"pred_{m}"])
+            pred = finite_values(res[f"pred_{m}"])
             if not pred.size:
                 continue
             q = statistics(pred, pcts)
@@ -105,7 +105,7 @@ def holdout(runs, cost_model, best, metrics, quantiles, max_nfev: int, runner=No
 
     Parameters
     ----------
-    runs : list of calibrate.request_fit.Run
+    runs : list of calibrate.run_errors.Run
     cost_model : RooflineCostModel
         At the values the fit started from.
     best : calibrate.fitting.FitResult

@@ -8,10 +8,8 @@ from typing import Callable
 import lmfit
 import numpy as np
 
-from schemas.calibration import FittedParam
-from schemas.cost_params import PARAMS, CostParams
+from schemas.cost_params import PARAMS, CostParams, FittedParam, format_param
 
-from .summary import fmt
 
 #: A free parameter is identified when its standard error is at most this fraction of its value.
 MAX_REL_STDERR = 0.5
@@ -55,16 +53,16 @@ def identification(name: str, value: float, ci95: tuple | None,
     traced = math.isfinite(lo) and math.isfinite(hi) and hi > lo
     if value - spec.lower <= tol or spec.upper - value <= tol:
         low = value - spec.lower <= tol
-        side = (f"<= {fmt(name, hi)}" if low else f">= {fmt(name, lo)}") if traced else "nothing more"
+        side = (f"<= {format_param(name, hi)}" if low else f">= {format_param(name, lo)}") if traced else "nothing more"
         return "bound", f"at its {'lower' if low else 'upper'} bound; the data give {side}"
     if not traced:
         return "none", no_interval
-    shown = f"[{fmt(name, lo)}, {fmt(name, hi)}]"
+    shown = f"[{format_param(name, lo)}, {format_param(name, hi)}]"
     if lo - spec.lower <= tol:
-        return "range", (f"its 95 % interval {shown} reaches {fmt(name, spec.lower)}, the lower end of its range; "
-                         f"the data give <= {fmt(name, hi)}")
+        return "range", (f"its 95 % interval {shown} reaches {format_param(name, spec.lower)}, the lower end of "
+                         f"its range; the data give <= {format_param(name, hi)}")
     if min(value - lo, hi - value) < EDGE_SHARE * (hi - lo):
-        return "edge", f"its value {fmt(name, value)} is at the edge of its 95 % interval {shown}"
+        return "edge", f"its value {format_param(name, value)} is at the edge of its 95 % interval {shown}"
     if (hi - lo) / 2 > 1.96 * MAX_REL_STDERR * abs(value):
         return "wide", f"the data allow any value in {shown}"
     return None, None
@@ -136,7 +134,8 @@ def assess(result: lmfit.minimizer.MinimizerResult, residual: Callable[[CostPara
                 why = f"cannot be told apart from {m} (r={r:+.2f})"
             else:
                 lo, hi = flat_range(f, scaled, n, f0)
-                why = f"no effect on these data: any value in [{fmt(n, lo)}, {fmt(n, hi)}] fits them equally"
+                why = (f"no effect on these data: any value in [{format_param(n, lo)}, {format_param(n, hi)}] "
+                       "fits them equally")
             params[n] = FittedParam(v, None, False, why)
         elif rss == 0.0 and data_cov is None:  # an exact fit: no uncertainty (docs/CASES.md BR-20)
             params[n] = FittedParam(v, 0.0, True)

@@ -13,7 +13,7 @@ from schemas.tables import AGGREGATE_TARGETS, REQUEST_TRACE
 from schemas.text import wrap_error
 
 from .errors import FitError, RunSpecError
-from .request_fit import Run
+from .run_errors import Run, chosen
 
 
 def parse_run_spec(spec: str) -> tuple[str, int | None, tuple[float, float] | None]:
@@ -47,15 +47,6 @@ def parse_run_spec(spec: str) -> tuple[str, int | None, tuple[float, float] | No
         if not colon or span is None or not span[0] < span[1]:
             raise RunSpecError(f"{spec}: expected a time window @START:END in seconds with START < END, e.g. @0:60")
     return path, (int(k) if sep else None), span
-
-
-def chosen(frame: pd.DataFrame, column: str, k: int | None, where: str, noun: str) -> list:
-    """The values of ``column`` a run spec ``FILE#K`` takes: ``[k]``, or every one in order
-    when ``k`` is None. Raises FitError naming ``where`` when the file has no ``k``."""
-    have = sorted(frame[column].unique())
-    if k is not None and k not in have:
-        raise FitError(f"{where}: no {noun} {k} (the file has {', '.join(str(x) for x in have)})")
-    return [k] if k is not None else have
 
 
 def load_runs(specs, cfg: ReplayConfig, read_trace, keep=frozenset()) -> list[Run]:

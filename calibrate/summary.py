@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from replay.text import wrap
 from schemas.calibration import Calibration
-from schemas.cost_params import PARAMS, param_cells, unit_scale as _unit
+from schemas.cost_params import param_cells
 
 if TYPE_CHECKING:
     from .fitting import FitResult
@@ -33,12 +33,6 @@ def summary_lines(fit: FitResult, warned: frozenset = frozenset()) -> list[str]:
     for why, names in fixed.items():
         lines.append(wrap(f"  fixed ({why}): {', '.join(names)}", indent="    "))
     return lines
-
-
-def fmt(name: str, value: float) -> str:
-    """``value`` of parameter ``name`` with its unit, 3 significant digits (``0.489 ms``)."""
-    unit, scale = _unit(PARAMS[name].unit, value)
-    return f"{value / scale:.3g}{unit}"
 
 
 def to_calibration(fit: FitResult, cost_model, method: str, source: dict, engine: dict | None = None,

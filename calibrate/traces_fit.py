@@ -33,7 +33,7 @@ class Loaded(NamedTuple):
 
     #: ``step_trace/1`` or ``request_trace/1``.
     kind: str
-    #: Request logs: one :class:`calibrate.request_fit.Run` per run; a step trace: none.
+    #: Request logs: one :class:`calibrate.run_errors.Run` per run; a step trace: none.
     runs: list
     #: A step trace: its rows (seconds, tokens); request logs: None.
     steps: pd.DataFrame | None
@@ -188,7 +188,7 @@ def _runs(traces, config, keep) -> list:
     from replay.config import ReplayConfig
     from traces.io import read_trace, validated_frame
 
-    from .request_fit import Run
+    from .run_errors import Run
     from .runs import load_runs
 
     cfg = config if config is not None else ReplayConfig()

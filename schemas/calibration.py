@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .atomic import write_text_atomic
-from .cost_params import PARAMS, check_value
+from .cost_params import PARAMS, FittedParam, check_value
 from .engine_settings import canonical
 from .errors import SchemaError, text_reason
 from .specs import GpuSpec, ModelSpec
@@ -19,34 +19,6 @@ CALIBRATION = "calibration/2"
 _OLD_CALIBRATION = "calibration/1"
 #: Terms of a calibration/1 file: the seed's roofline with the TP all-reduce.
 _V1_TERMS = ("step_overhead", "dense_compute", "weight_memory", "kv_memory", "overlap", "tp_comm", "ep_comm")
-
-
-@dataclass
-class FittedParam:
-    """One parameter of a calibration.
-
-    Attributes
-    ----------
-    value : float
-        Best estimate, natural units (:data:`schemas.cost_params.PARAMS`: fractions, seconds, tokens).
-    stderr : float | None
-        Standard error; None when the data cannot identify the parameter.
-    identifiable : bool
-        False when the data do not pin the parameter down (then ``bound`` says what is known).
-    bound : str | None
-        E.g. ``">= 0.41"``, or why it is not identified (``correlated with eta_mem (r=-0.99)``).
-    vary : bool
-        False when the parameter was held fixed (then ``bound`` may say at what source).
-    ci95 : tuple[float, float] | None
-        95 % confidence interval when computed.
-    """
-
-    value: float
-    stderr: float | None = None
-    identifiable: bool = True
-    bound: str | None = None
-    vary: bool = True
-    ci95: tuple | None = None
 
 
 @dataclass

@@ -13,12 +13,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from .errors import ParamError
-
-if TYPE_CHECKING:
-    from .calibration import FittedParam
 
 
 @dataclass(frozen=True)
@@ -205,6 +201,41 @@ def unit_scale(unit: str, value: float) -> tuple[str, float]:
     if abs(value) >= 0.1 or value == 0:
         return " s", 1.0
     return (" ms", 1e-3) if abs(value) >= 1e-4 else (" us", 1e-6)
+
+
+def format_param(name: str, value: float) -> str:
+    """``value`` of parameter ``name`` with its unit, 3 significant digits (``0.489 ms``)."""
+    unit, scale = unit_scale(PARAMS[name].unit, value)
+    return f"{value / scale:.3g}{unit}"
+
+
+@dataclass
+class FittedParam:
+    """One parameter of a calibration.
+
+    Attributes
+    ----------
+    value : float
+        Best estimate, natural units (:data:`schemas.cost_params.PARAMS`: fractions, seconds, tokens).
+    stderr : float | None
+        Standard error; None when the data cannot identify the parameter.
+    identifiable : bool
+        False when the data do not pin the parameter down (then ``bound`` says what is known).
+    bound : str | None
+        E.g. ``">= 0.41"``, or why it is not identified (``correlated with eta_mem (r=-0.99)``).
+    vary : bool
+        False when the parameter was held fixed (then ``bound`` may say at what source).
+    ci95 : tuple[float, float] | None
+        95 % confidence interval when computed.
+    """
+
+    value: float
+    stderr: float | None = None
+    identifiable: bool = True
+    bound: str | None = None
+    vary: bool = True
+    ci95: tuple | None = None
+
 
 
 def param_cells(name: str, p: FittedParam) -> tuple[str, str, str]:

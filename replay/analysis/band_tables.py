@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bands import Band
-from .compare import METRICS, ms_cell
+from .bands import BAND_STATS, Band
+from ..text import WIDTH, render_table
+from .compare import METRICS, NARROW_PERCENTILES, SCHEDULER_TABLE_METRICS, ms_cell
 from .metrics import PERCENTILES
 
 #: Rows of the PREDICTION table, in order (labels of :data:`replay.analysis.compare.METRICS`).
@@ -144,7 +145,6 @@ def band_columns(row: dict, band: Band) -> dict:
     """``row`` with ``{stat}_low`` and ``{stat}_high`` for every stat of
     :data:`replay.analysis.bands.BAND_STATS` (same units) from ``band``, and ``band_points`` and
     ``band_seeds`` (what was replayed for it; 0 and 0: no band, low = high = the point)."""
-    from .bands import BAND_STATS
 
     out = dict(row)
     for s in BAND_STATS:
@@ -157,7 +157,6 @@ def row_band(row: dict) -> Band:
     """The :class:`Band` of a table row carrying ``{stat}_low``/``{stat}_high``
     (:func:`band_columns`) for the stats it has (a sweep without SLOs drops ``goodput_rps``
     and its band); a row without them has no band."""
-    from .bands import BAND_STATS
 
     # a table without goodput (no --slo-ttft-s/--slo-tpot-s) has no goodput band either
     present = [s for s in BAND_STATS if s in row]
@@ -175,8 +174,6 @@ def band_table_cells(table, lead: list[str], percentiles=PERCENTILES) -> tuple[l
     ``n_ok``, then every percentile of TTFT, TPOT, E2E and queue wait (ms) and the goodput and
     throughput (requests/s), each ``"point [low, high]"`` as the printed tables write their band
     cells (:func:`band_cell`, :func:`rate_cell`)."""
-    from .compare import SCHEDULER_TABLE_METRICS
-
     stats = [(m, q) for m in SCHEDULER_TABLE_METRICS for q in percentiles]
     rates = [c for c in ("goodput_rps", "throughput_rps") if c in table]
     lead = [c for c in lead if c in table]
@@ -189,3 +186,44 @@ def band_table_cells(table, lead: list[str], percentiles=PERCENTILES) -> tuple[l
         cells += [rate_cell(band, c) for c in rates]
         rows.append(cells)
     return head, rows
+
+
+def format_scheduler_table(table, percentiles=PERCENTILES, wide: bool = False) -> str:
+    """A :func:`~replay.analysis.compare.scheduler_table` (a pandas DataFrame) as text:
+    milliseconds for times, requests/s for goodput.
+
+    By default p50 and p90 of TTFT, TPOT and E2E and the goodput, within
+    :data:`replay.text.WIDTH` (100) characters (the p90 columns go first when the scheduler
+    names are long); ``wide=True`` prints every column, ``_ms`` in the names. A ``gpus``
+    column is printed when the table has one; rows with bands
+    (:func:`band_columns`) show each p90 cell (``wide``: every cell) as
+    ``"point [low, high]"``.
+    """
+
+    if table.empty:
+        return "(no schedulers)"
+    if wide:
+        cols = [(label, q) for label in SCHEDULER_TABLE_METRICS for q in percentiles]
+        head = ["scheduler", "n_ok"] + [f"{label}_p{q}_ms" for label, q in cols] + ["goodput_rps"]
+    else:
+        qs = [q for q in NARROW_PERCENTILES if q in percentiles] or list(percentiles)[:2]
+        cols = [(label, q) for label in ("ttft", "tpot", "e2e") for q in qs]
+        head = ["scheduler", "n_ok"] + [f"{label}_p{q}" for label, q in cols] + ["goodput"]
+    gpus = ["gpus"] if "gpus" in table else []
+    head[1:1] = gpus
+
+    def ms(x):
+        return f"{x * 1e3:.1f}" if wide else ms_cell(x)
+
+    lines = []
+    for r in table.to_dict("records"):
+        band = row_band(r)
+        cells = [str(r["scheduler"])] + [str(r[c]) for c in gpus] + [str(r["n_ok"])]
+        cells += [band.cell(f"{label}_p{q}_s", fmt=ms) if wide or q == 90 else ms(r[f"{label}_p{q}_s"])
+                  for label, q in cols]
+        cells.append(band.cell("goodput_rps", fmt=lambda x: f"{x:.3f}") if wide else f"{r['goodput_rps']:.3f}")
+        lines.append(cells)
+    if wide:
+        return render_table(head, lines)
+    drop = tuple(f"{label}_p{q}" for label in ("e2e", "tpot", "ttft") for q in reversed(qs[1:]))
+    return render_table(head, lines, WIDTH, drop_order=drop)

@@ -30,7 +30,7 @@ import pandas as pd
 from ..core.closed_loop import on_send_times
 from .band_basis import BandBasis
 from .band_parts import ERROR_SOURCE, Z95, distance, growth, load_features, model_error_quantiles, percentile_noise
-from .compare import SCHEDULER_TABLE_METRICS, scheduler_table
+from .compare import METRICS, SCHEDULER_TABLE_METRICS, scheduler_table
 from .metrics import PERCENTILES, goodput_rps
 from ..simulate import replay_frame
 
@@ -175,7 +175,6 @@ def point_details(result: pd.DataFrame, noise: bool = False) -> dict:
     if noise:
         from schemas.status import OK
 
-        from .compare import METRICS
 
         ok = (result["pred_status"] == OK).to_numpy()
         pred_col = {label: p for _, p, label in METRICS}

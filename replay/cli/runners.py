@@ -56,7 +56,7 @@ def compare_schedulers_run(frame, meta, cost_model, cfg: ReplayConfig, disagg: D
 
     from ..analysis.band_tables import band_columns, band_legend
     from ..analysis.bands import prediction_row
-    from ..analysis.compare import format_scheduler_table
+    from ..analysis.band_tables import format_scheduler_table
     from ..core.disagg_pools import describe_config
     from ..simulate import replay_frame
     from .band_run import band_of_replay

@@ -12,15 +12,12 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from schemas.status import RUNNING, SWAPPED, WAITING
 
 from ..core.kv_cache import KVCache
 from ..core.request import Request
-
-if TYPE_CHECKING:
-    from .implicit_decoders import LazyDecodes
 
 
 class Batch:
@@ -141,7 +138,7 @@ class ReplicaState:
     num_preemptions: int = 0
     preemption_mode: str = "recompute"
     num_swap_blocks: int = 0
-    lazy: "LazyDecodes | None" = None
+    lazy: "ImplicitDecoders | None" = None
     num_admissions: int = 0
     #: the admission numbers of ``running``, in its order (see remove_running)
     _running_numbers: list = field(default_factory=list, repr=False)
@@ -202,6 +199,40 @@ class ReplicaState:
         req.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(req)
+
+
+class ImplicitDecoders(Protocol):
+    """What the engine and the decode-first loop ask of a replica's implicit decoders: the decoding
+    requests whose progress a step counter holds (:class:`~replay.schedulers.implicit_decoders.LazyDecodes`
+    implements it; declared here so that the scheduler's contract comes first).
+
+    Attributes
+    ----------
+    count : int
+        Requests decoding implicitly (always ``running[:count]``).
+    """
+
+    count: int
+
+    def schedule(self, kv: KVCache, batch: "Batch", budget) -> bool:
+        """Add every implicit decoder to ``batch`` if the budget and the free blocks allow; whether it did."""
+        ...
+
+    def repeat(self, kv: KVCache, batch: "Batch", now: float) -> bool:
+        """Reuse ``batch`` for the next step at ``now`` when nothing else changed; whether it could."""
+        ...
+
+    def materialize_all(self, state: "ReplicaState") -> None:
+        """Make every implicit decoder an explicit running request again."""
+        ...
+
+    def end_step(self, state: "ReplicaState", batch: "Batch", now: float) -> list:
+        """Advance the group by the step that ended at ``now``; the requests it finished."""
+        ...
+
+    def admit_decoders(self, state: "ReplicaState") -> None:
+        """Take the running requests that now decode steadily into the group."""
+        ...
 
 
 class Scheduler(Protocol):

@@ -10,7 +10,8 @@ import pytest
 
 from calibrate.aggregate_runs import aggregate_runs, level_targets, level_trace, not_identified
 from calibrate.demo import NoisyCostModel
-from calibrate.request_fit import Run, fit_requests, statistics
+from calibrate.request_fit import fit_requests
+from calibrate.run_errors import Run, statistics
 from helpers import invoke_servecal
 from replay.config import EngineOptions, ReplayConfig
 from replay.cost.cost_model import RooflineCostModel

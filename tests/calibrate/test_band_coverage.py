@@ -12,7 +12,8 @@ stated rate over seeds.
 import numpy as np
 import pytest
 
-from calibrate.request_fit import Run, fit_requests
+from calibrate.request_fit import fit_requests
+from calibrate.run_errors import Run
 from replay.analysis.bands import BandBasis, BandJob, predict_with_band, prediction_row
 from replay.config import EngineOptions, ReplayConfig
 from replay.cost.cost_model import RooflineCostModel

@@ -308,7 +308,8 @@ def test_model_error_is_zero_for_the_true_model_and_the_misfit_of_a_wrong_one():
     against a model whose memory efficiency is 0.6 instead of 0.8 (every decode step ~30 %
     slower): a TPOT discrepancy of that order, which no sampling noise explains."""
     from calibrate.discrepancy import model_error
-    from calibrate.request_fit import QUANTILES, Run
+    from calibrate.request_fit import QUANTILES
+    from calibrate.run_errors import Run
 
     cfg = ReplayConfig(engine=EngineOptions(max_num_seqs=32, max_num_batched_tokens=1024))
     truth = _llama(CostParams(eta_mem=0.8, t_step_s=1e-4))

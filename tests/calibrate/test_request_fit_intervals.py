@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from calibrate.demo import NoisyCostModel
-from calibrate.request_fit import Run, fit_requests
+from calibrate.request_fit import fit_requests
+from calibrate.run_errors import Run
 from replay.config import EngineOptions, ReplayConfig
 from replay.cost.cost_model import RooflineCostModel
 from replay.simulate import replay_frame

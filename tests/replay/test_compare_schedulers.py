@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from replay.analysis.compare import SCHEDULER_TABLE_METRICS, format_scheduler_table, scheduler_table
+from replay.analysis.band_tables import format_scheduler_table
+from replay.analysis.compare import SCHEDULER_TABLE_METRICS, scheduler_table
 from replay.cost.cost_model import cost_model_from_calibration
 from replay.analysis.metrics import goodput_rps
 from replay.config import EngineOptions, ReplayConfig, SchedulingOptions

@@ -263,7 +263,8 @@ def _same_fit(a, b):
 
 
 def _fit(trace, cfg, **kw):
-    from calibrate.request_fit import Run, fit_requests
+    from calibrate.request_fit import fit_requests
+    from calibrate.run_errors import Run
 
     return fit_requests([Run("log", trace, cfg, {})], COST, variants=("max",), max_nfev=8, **kw)
 
