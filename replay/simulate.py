@@ -153,7 +153,7 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
     replica of ``dp`` ranks stepping in lock step: ``max_num_seqs``,
     ``max_num_batched_tokens`` and the KV blocks (all per rank, as vLLM takes them) are
     multiplied by ``dp``, and the step is priced for the group's tokens spread evenly over
-    the ranks (:class:`replay.cost.cost_terms.ReplicaShape`). An imbalance between the ranks
+    the ranks (:class:`replay.cost.term_base.ReplicaShape`). An imbalance between the ranks
     (one busy, one idle running a dummy batch) is not modelled beyond that.
 
     A cost model with ``pp > 1`` (vLLM ``--pipeline-parallel-size``; for ``disagg`` the pools'
@@ -202,7 +202,7 @@ def _build_engine(cost_model: StepCostModel, cfg: ReplayConfig,
     else:
         factory = get_scheduler_factory(sched.scheduler)
     # vLLM's data-parallel ranks of a MoE model step in lock step: the group is one replica with
-    # every rank's limits and KV cache (cost_terms.ReplicaShape)
+    # every rank's limits and KV cache (term_base.ReplicaShape)
     dp = getattr(cost_model, "dp", 1)
     pp = getattr(cost_model, "pp", 1)
     pp_decode = getattr(decode_cost_model, "pp", 1) if decode_cost_model is not None else 1

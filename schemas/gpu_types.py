@@ -116,7 +116,7 @@ class Link:
     fully_connected : bool
         Every GPU of a group reaches every other directly (NVLink through NVSwitch, AMD's
         Infinity Fabric mesh): a small all-reduce then takes the same few steps at any group size
-        (vLLM's custom all-reduce; :class:`replay.cost.cost_terms.TensorParallelComm`). False
+        (vLLM's custom all-reduce; :class:`replay.cost.comm_terms.TensorParallelComm`). False
         (default) for PCIe and networks, where a ring's steps grow with the group.
     """
 

@@ -33,13 +33,12 @@ from functools import partial
 import numpy as np
 
 from schemas.status import REJECTED, because
-from schemas.step_record import around, step_features
+from schemas.step_record import step_features
 
 from ..cost.cost_model import StepCostModel
 from .decode_runs import DecodeRuns
 from .engine_config import EngineConfig, check_settings
-from ..errors import ReplayError
-from .events import CALL, LATE_CALL, STEP_END, WAKE, completion_bound_s
+from .events import CALL, LATE_CALL, STEP_END, WAKE, completion_bound_s, not_finite_step
 from .kv_cache import make_kv_cache
 from ..progress import bar as progress_bar
 from ..progress import counting_calls, counting_items
@@ -47,7 +46,7 @@ from .request import Request
 from ..schedulers.base import Batch, ReplicaState, Scheduler, SchedulerConfig, capability
 from ..schedulers.implicit_decoders import lazy_decodes_for
 from .spec_decode import check_cost_models, end_spec_step, sample_accepted_drafts
-from .step_end import end_run, end_step
+from .step_end import allocate_run, end_run, end_step, run_step_rows
 
 
 class Engine:
@@ -307,7 +306,7 @@ class Engine:
             self.num_steps += 1
             end = now + duration
             if not end < math.inf:  # inf or NaN: the cost model's parameters are out of any range
-                _not_finite(rid, now, duration)
+                not_finite_step(rid, now, duration)
             if inline:
                 while self._next_list_arrival_s <= end and (not heap or self._next_list_arrival_s <= heap[0][0]):
                     self._arrive_next()  # what the event loop would do next
@@ -341,24 +340,16 @@ class Engine:
             return False
         ends, durations, ctx = run
         if not ends[-1] < math.inf:
-            _not_finite(rid, now, float(ends[-1] - now))
-        k, reqs, kv = len(ends), batch.requests, state.kv
-        if batch.num_prefill_seqs:  # chunk by chunk, as step by step: a chunk's new blocks may evict
-            req, n = reqs[0], batch.num_new_tokens[0]  # a cached copy of a later block of the same
-            for i in range(2, k + 1):  # prompt, which is then cached again where it is computed
-                kv.allocate(req, i * n)
-        else:
-            for r in reqs:
-                kv.allocate(r, k)
+            not_finite_step(rid, now, float(ends[-1] - now))
+        k = len(ends)
+        allocate_run(batch, state.kv, k)
         batch.run_end_times_s = ends.tolist()
         self._busy[rid] = True
         self._batches[rid] = batch
-        if self.config.record_steps:  # the first step's features but the context, that of each
-            before, after = around(step_features(batch), varying)
-            self.steps.extend((rid, s, d) + before + (c,) + after for s, d, c in
-                              zip([now, *batch.run_end_times_s[:-1]], durations.tolist(), ctx.tolist()))
+        if self.config.record_steps:
+            self.steps.extend(run_step_rows(rid, now, batch, durations, ctx, varying))
             if self.config.record_step_requests:
-                ids = [r.request_id for r in reqs]
+                ids = [r.request_id for r in batch.requests]
                 self.step_requests.extend([ids] * k)
         self.num_steps += k
         self._push(batch.run_end_times_s[-1], STEP_END, rid)
@@ -407,9 +398,3 @@ class Engine:
         """Accepted draft tokens of the decodes of one step of replica ``rid``
         (:func:`replay.core.spec_decode.sample_accepted_drafts` with the replica's seeded generator)."""
         return sample_accepted_drafts(self._rngs[rid], self.config.spec_acceptance_rate, drafts)
-
-
-def _not_finite(rid: int, now: float, duration: float):
-    """Raise for a step whose duration is not a finite number of seconds."""
-    raise ReplayError(f"a step of replica {rid} at t={now:.6g} s would last {duration!r} s: the cost model's "
-                      "parameters are out of range (check the calibration's fitted values)")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from ..errors import ReplayError
+
 #: A callback scheduled with :meth:`~replay.core.engine.Engine.call_at` (e.g. a KV transfer done,
 #: :mod:`replay.core.disagg`); it shares the arrivals' rank, before the step ends of its instant.
 #: The payload is the callback.
@@ -77,3 +79,10 @@ def tokens_left_after_step(state, batch, spec_tokens: int) -> int:
         for r in queue:
             left = min(left, r.num_output_tokens - r.num_generated_tokens)
     return left
+
+
+def not_finite_step(rid: int, now: float, duration: float):
+    """Raise :class:`~replay.errors.ReplayError` for a step of replica ``rid`` starting at ``now``
+    whose duration (seconds) is not a finite number: the cost model's parameters are out of range."""
+    raise ReplayError(f"a step of replica {rid} at t={now:.6g} s would last {duration!r} s: the cost model's "
+                      "parameters are out of range (check the calibration's fitted values)")

@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Protocol
 from schemas.step_record import step_features
 
 from .disagg import DisaggEngine
-from .engine import Engine, _not_finite
-from .events import STEP_END, WAKE
+from .engine import Engine
+from .events import STEP_END, WAKE, not_finite_step
 from .routing import RoundRobinRouter, replica_load
 
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ class PipelineMixin(_EngineBase):
                 self.step_requests.append([r.request_id for r in batch.requests])
         self.num_steps += 1
         if not end < float("inf"):
-            _not_finite(g, now, end - now)
+            not_finite_step(g, now, end - now)
         self._push(end, STEP_END, rid)
 
 

@@ -122,7 +122,8 @@ def steps_frame(engine: Engine) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        One row per step, the step record's columns (:data:`schemas.step_record.STEP_RECORD`;
+        One row per step, by replica then start time (the same order on the fast and the
+        step-by-step paths), the step record's columns (:data:`schemas.step_record.STEP_RECORD`;
         ``num_decode_tokens`` only under speculative decoding, else it equals
         ``num_decode_seqs``), then, when the replicas' cost models have ``eval_components``,
         one float64 column ``t_<term>_s`` per term (:meth:`RooflineCostModel.eval_components`,
@@ -131,6 +132,7 @@ def steps_frame(engine: Engine) -> pd.DataFrame:
         preemption, which the engine adds to its step.
     """
     frame = pd.DataFrame(engine.steps, columns=list(StepRow._fields))
+    frame = frame.sort_values(["replica_id", "step_start_time_s"], kind="stable", ignore_index=True)
     frame = frame.assign(**derived_columns(frame))
     if not engine.spec_tokens:
         frame = frame.drop(columns="num_decode_tokens")

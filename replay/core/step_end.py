@@ -9,6 +9,7 @@ requests of the batch that ended (the implicit decoders advance by themselves,
 from __future__ import annotations
 
 from schemas.status import OK
+from schemas.step_record import around, step_features
 
 
 def end_step(batch, kv, now: float, done: list) -> None:
@@ -55,3 +56,26 @@ def end_run(batch, kv, now: float, done: list) -> None:
             req.status = OK
             kv.free(req)
             done.append(req)
+
+
+def allocate_run(batch, kv, k: int) -> None:
+    """Take the KV blocks of ``k`` steps of ``batch`` at once, a closed-form run
+    (:mod:`replay.core.decode_runs`): each decode's ``k`` new tokens, or the only request's next
+    ``k`` chunks one by one, as step by step (a chunk's new blocks may evict a cached copy of a
+    later block of the same prompt, which is then cached again where it is computed)."""
+    if batch.num_prefill_seqs:
+        req, n = batch.requests[0], batch.num_new_tokens[0]
+        for i in range(2, k + 1):
+            kv.allocate(req, i * n)
+    else:
+        for r in batch.requests:
+            kv.allocate(r, k)
+
+
+def run_step_rows(rid: int, now: float, batch, durations, contexts, varying: str) -> list:
+    """The step-trace rows of a closed-form run of ``batch`` starting at ``now`` (seconds), whose
+    end times are ``batch.run_end_times_s``: each step the first one's features but the context
+    (``varying``, one of ``contexts``) and its duration (seconds, ``durations``)."""
+    before, after = around(step_features(batch), varying)
+    starts = [now, *batch.run_end_times_s[:-1]]
+    return [(rid, s, d) + before + (c,) + after for s, d, c in zip(starts, durations.tolist(), contexts.tolist())]

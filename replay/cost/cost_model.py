@@ -15,7 +15,8 @@ from schemas.calibration import Calibration
 from schemas.cost_params import PARAMS, CostParams
 from schemas.specs import GpuSpec, Link, ModelSpec, link_presets
 
-from .cost_terms import DEFAULT_TERMS, TERMS, Coefficients, ReplicaShape
+from .cost_terms import DEFAULT_TERMS, TERMS
+from .term_base import Coefficients, ReplicaShape
 from ..errors import ConfigError
 from .step_time import feature_arrays, step_time_function, unfolded
 
@@ -70,7 +71,7 @@ class RooflineCostModel:
         Link of the all-reduces and all-to-alls (default: the GPU's ``tp_link`` preset).
     dp : int
         Data-parallel ranks stepping in lock step as this one replica (vLLM
-        ``--data-parallel-size``; see :class:`replay.cost.cost_terms.ReplicaShape`).
+        ``--data-parallel-size``; see :class:`replay.cost.term_base.ReplicaShape`).
     expert_parallel : bool
         vLLM ``--enable-expert-parallel``: routed experts split over the ``tp * dp`` GPUs.
     terms : tuple of str
@@ -79,7 +80,7 @@ class RooflineCostModel:
     pp : int
         Pipeline-parallel stages (vLLM ``--pipeline-parallel-size``): :meth:`step_time_s` is
         then the time of **one stage** (``1 / pp`` of the layers,
-        :class:`~replay.cost.cost_terms.ReplicaShape`), and :meth:`pp_transfer_s` the activation
+        :class:`~replay.cost.term_base.ReplicaShape`), and :meth:`pp_transfer_s` the activation
         transfer between two stages; the engine runs the pipeline (:mod:`replay.core.pipeline`).
     pp_link : Link, optional
         Link between two pipeline stages (default: ``tp_link``, the GPU's own interconnect).
@@ -100,7 +101,7 @@ class RooflineCostModel:
 
     Notes
     -----
-    The terms are folded once into :class:`~replay.cost.cost_terms.Coefficients`; the step
+    The terms are folded once into :class:`~replay.cost.term_base.Coefficients`; the step
     time is then :data:`replay.cost.step_time.FORMULA` of the step's features
     (:data:`schemas.step_record.STEP_FEATURES`), evaluated by one function on Python numbers
     (the engine's, per step) and on arrays (closed-form decode runs, fits, components): the

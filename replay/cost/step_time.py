@@ -1,7 +1,7 @@
 """The step-time expression, written once for Python numbers and numpy arrays.
 
 :class:`replay.cost.cost_model.RooflineCostModel` folds its terms (:mod:`replay.cost.cost_terms`) into
-:class:`~replay.cost.cost_terms.Coefficients` and evaluates them with the function
+:class:`~replay.cost.term_base.Coefficients` and evaluates them with the function
 :func:`step_time_function` returns: on Python numbers in the engine's hot path, on arrays
 in the closed-form decode runs, the fits and the per-term components. Both go through the
 same lines; only two operations are spelled apart (the fold's ``max``/``min``, which return
@@ -20,10 +20,10 @@ import numpy as np
 
 from schemas.step_record import DERIVED_FEATURES, KeptFeatures
 
-from .cost_terms import PARTS
+from .term_base import PARTS
 
 #: The folded step time, seconds, for a step of ``N > 0`` tokens (a step with none takes
-#: 0 s), in Python syntax: the coefficients (:class:`~replay.cost.cost_terms.Coefficients`, names
+#: 0 s), in Python syntax: the coefficients (:class:`~replay.cost.term_base.Coefficients`, names
 #: without their ``_s`` unit) times the step's features ``P`` prefill tokens in ``S`` chunks,
 #: ``D`` decodes feeding ``Q`` positions (``Q = D`` without speculative decoding), ``C_d``
 #: the decodes' context and ``C_p`` the chunks' KV history; ``c_x``, ``m_x`` and ``serial_x``
@@ -69,7 +69,7 @@ def step_time_function(coef):
 
     Parameters
     ----------
-    coef : replay.cost.cost_terms.Coefficients
+    coef : replay.cost.term_base.Coefficients
 
     Returns
     -------
@@ -142,8 +142,8 @@ def step_time_function(coef):
 
 def _priced_derived(coef) -> tuple:
     """``(derive, compute, memory, serial)`` for each derived feature ``coef`` prices: its
-    function and its seconds per unit in each of :data:`~replay.cost.cost_terms.PARTS`
-    (:attr:`~replay.cost.cost_terms.Coefficients.per_feature`), in record order."""
+    function and its seconds per unit in each of :data:`~replay.cost.term_base.PARTS`
+    (:attr:`~replay.cost.term_base.Coefficients.per_feature`), in record order."""
     k = coef.per_feature
     return tuple((f.derive, *(k.get((part, f.name), 0.0) for part in PARTS))
                  for f in DERIVED_FEATURES if any((part, f.name) in k for part in PARTS))

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.cost.cost_model import RooflineCostModel
-from replay.cost.cost_terms import DEFAULT_TERMS, TERMS, CostTerm
+from replay.cost.cost_terms import DEFAULT_TERMS, TERMS
+from replay.cost.term_base import CostTerm
 from replay.errors import ConfigError
 from schemas.cost_params import PARAMS, CostParams
 from schemas.specs import GpuSpec, Link, ModelSpec, get_gpu, get_model
