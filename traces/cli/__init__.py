@@ -1,8 +1,9 @@
 """``traces``: import, validate, describe, synthesise and transform serving traces.
 
 The group and the commands on whole traces are here; ``traces import`` is in
-:mod:`.import_files`, :mod:`.import_runs`, :mod:`.import_metrics` and :mod:`.import_results`, shared options in :mod:`._shared`. Nothing
-heavy (pandas, pyarrow) is imported before a command runs, so ``--help`` is quick.
+:mod:`.import_files`, :mod:`.import_runs`, :mod:`.import_metrics` and :mod:`.import_results`,
+shared options in :mod:`._shared`. Nothing heavy (pandas, pyarrow) is imported before a command
+runs, so ``--help`` is quick.
 """
 from __future__ import annotations
 

@@ -13,10 +13,10 @@ AGGREGATES = click.option("--aggregates", is_flag=True, default=False,
                           help="Read the aggregate files even when the per-request file is there.")
 
 
-def _pick(sources, per_request: str, summaries, aggregates: bool) -> tuple[Path | None, list[Path]]:
+def _pick(sources, per_request: str, is_records, summaries, aggregates: bool) -> tuple[Path | None, list[Path]]:
     """(the per-request file to read, or None; else the aggregate files) of ``sources``: folders
-    (their ``per_request`` file, else ``summaries(folder)``) or files (a file named
-    ``per_request``, or aggregate files)."""
+    (``summaries(folder)``: their per-request file, else their aggregate files) or files (a file
+    ``is_records`` says holds records, or aggregate files); ``per_request`` names the former."""
     from ..errors import TraceFormatError
 
     found: list[Path] = []
@@ -30,7 +30,7 @@ def _pick(sources, per_request: str, summaries, aggregates: bool) -> tuple[Path 
             if not aggs:
                 raise TraceFormatError(src, "holds no result file", expected=f"{per_request} or the aggregate files")
             found += aggs
-        elif src.name == per_request and not aggregates:
+        elif is_records(src) and not aggregates:
             records.append(src)
         else:
             found.append(src)
@@ -60,7 +60,7 @@ def import_inference_perf_cmd(sources, output, aggregates, load_type, invalid):
     from ..importers.inference_perf import PER_REQUEST, find_reports, import_inference_perf_stages
     from ..importers.inference_perf_requests import import_inference_perf_requests
 
-    records, stages = _pick(sources, PER_REQUEST, find_reports, aggregates)
+    records, stages = _pick(sources, PER_REQUEST, lambda p: p.name == PER_REQUEST, find_reports, aggregates)
     if records is not None:
         frame, meta = import_inference_perf_requests(records, invalid=invalid)
         write_requests(frame, meta, output)
@@ -84,7 +84,7 @@ def _aiperf_files(folder: Path) -> tuple[Path | None, list[Path]]:
 @file_errors
 def import_aiperf_cmd(sources, output, aggregates, invalid):
     """AIPerf artifact folder (or its files) -> a request trace from profile_export.jsonl
-    when present, else aggregate_targets/1 with one level per profile_export_aiperf.json
+    (a .jsonl file) when present, else aggregate_targets/1 with one level per profile_export_aiperf.json
     (several folders or files: a sweep). Each value's own unit is honoured.
 
     \b
@@ -94,7 +94,8 @@ def import_aiperf_cmd(sources, output, aggregates, invalid):
     """
     from ..importers.aiperf import PER_REQUEST, import_aiperf_records, import_aiperf_summaries
 
-    records, summaries = _pick(sources, PER_REQUEST, _aiperf_files, aggregates)
+    records, summaries = _pick(sources, PER_REQUEST, lambda p: p.suffix == ".jsonl", _aiperf_files,
+                                   aggregates)
     if records is not None:
         frame, meta = import_aiperf_records(records, invalid=invalid)
         write_requests(frame, meta, output)

@@ -145,26 +145,14 @@ def import_aiperf_records(path: str | Path, invalid: str = "error") -> tuple[pd.
         send.append(json_number(path, meta.get(key), column=f"metadata.{key}", row=row, integer=True, minimum=0))
         rows.append(row)
         ids.append(str(meta.get("x_request_id") or row))
-        error = rec.get("error")
         prompt.append(int(json_number(path, n_in, column="metrics.input_sequence_length.value", row=row,
                                       minimum=1)))
         t, e, out = np.nan, np.nan, 0
         if failed:
-            why = f"{_get(error, 'code') or ''} {_get(error, 'type') or 'cancelled'}".strip()
+            why = f"{_get(rec.get('error'), 'code') or ''} {_get(rec.get('error'), 'type') or 'cancelled'}".strip()
             code = status.failed(why[:100])
         else:
-            latency = _measure(path, metrics, "request_latency", row)
-            if latency is None:
-                raise TraceFormatError(path, "missing field", row=row, column="metrics.request_latency",
-                                       expected='{"value": number, "unit": "ms"}')
-            n_out = _measure(path, metrics, "output_sequence_length", row, tokens=True)
-            if n_out is None:
-                n_out = _measure(path, metrics, "output_token_count", row, tokens=True)
-            if n_out is None:
-                raise TraceFormatError(path, "missing field", row=row, column="metrics.output_sequence_length",
-                                       expected='{"value": N, "unit": "tokens"}')
-            first = _measure(path, metrics, "time_to_first_token", row)
-            out = int(n_out)
+            first, latency, out = _success(path, metrics, row)
             code = c_out0 if out == 0 else c_order if first is not None and first > latency else 0
             if code == 0:
                 t, e = (np.nan if first is None else first), latency
@@ -187,6 +175,21 @@ def import_aiperf_records(path: str | Path, invalid: str = "error") -> tuple[pd.
                  "num_failed_without_length_left_out": str(unsized),
                  "arrival_source": "recorded: metadata.request_start_ns (epoch ns) relative to the first"})
     return df, meta
+
+
+def _success(path, metrics: dict, row: int) -> tuple[float | None, float, int]:
+    """(TTFT s or None when not streamed, E2E s, output tokens) of the successful record ``row``."""
+    latency = _measure(path, metrics, "request_latency", row)
+    if latency is None:
+        raise TraceFormatError(path, "missing field", row=row, column="metrics.request_latency",
+                               expected='{"value": number, "unit": "ms"}')
+    n_out = _measure(path, metrics, "output_sequence_length", row, tokens=True)
+    if n_out is None:
+        n_out = _measure(path, metrics, "output_token_count", row, tokens=True)
+    if n_out is None:
+        raise TraceFormatError(path, "missing field", row=row, column="metrics.output_sequence_length",
+                               expected='{"value": N, "unit": "tokens"}')
+    return _measure(path, metrics, "time_to_first_token", row), latency, int(n_out)
 
 
 def _get(obj, key: str):
