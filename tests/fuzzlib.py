@@ -517,6 +517,25 @@ def importer_targets(real: Path | None) -> list[Target]:
                     lambda d, f, rng: ["traces", "import", "prometheus", str(f["m.txt"]), "-o", str(d / "out.parquet"),
                                        *rng.choice([[], ["--window-s", "30"], ["--by-label", "model_name"]])],
                     ["m.txt"], {"m.txt": "text"}, output_kind="aggregate_targets/1"))
+    # inference-perf (its per-request file, the first 12 entries; its stage files and config.yaml) and
+    # AIPerf (its per-request records; its aggregate), laid out as the tools write them
+    ip, ai = DATA / "inference_perf", DATA / "aiperf"
+    per_request = json.dumps(json.loads((ip / "per_request_lifecycle_metrics.json").read_text())[:12], indent=1)
+    T.append(Target("inference-perf", {"per_request_lifecycle_metrics.json": per_request.encode()},
+                    imp("inference-perf", _invalid), ["per_request_lifecycle_metrics.json"],
+                    {"per_request_lifecycle_metrics.json": "json"}))
+    stages = {name: (ip / name).read_bytes() for name in ("config.yaml", "stage_0_lifecycle_metrics.json",
+                                                          "stage_1_lifecycle_metrics.json")}
+    T.append(Target("inference-perf-stages", stages,
+                    lambda d, f, rng: ["traces", "import", "inference-perf", str(f["stage_0_lifecycle_metrics.json"]),
+                                       str(f["stage_1_lifecycle_metrics.json"]), "-o", str(d / "out.parquet")],
+                    list(stages), {k: "yaml" if k.endswith("yaml") else "json" for k in stages},
+                    output_kind="aggregate_targets/1"))
+    T.append(Target("aiperf", {"profile_export.jsonl": _head(ai / "profile_export.jsonl", 16)},
+                    imp("aiperf", _invalid), ["profile_export.jsonl"], {"profile_export.jsonl": "jsonl"}))
+    T.append(Target("aiperf-summary", {"profile_export_aiperf.json": (ai / "profile_export_aiperf.json").read_bytes()},
+                    imp("aiperf"), ["profile_export_aiperf.json"], {"profile_export_aiperf.json": "json"},
+                    output_kind="aggregate_targets/1"))
     if real is None or not real.is_dir():
         return T
     T.append(Target("azure", {"a.csv": _head(real / "azure_llm_2023_code.csv", 60)},

@@ -1,8 +1,9 @@
 """``traces``: import, validate, describe, synthesise and transform serving traces.
 
 The group and the commands on whole traces are here; ``traces import`` is in
-:mod:`.import_files`, :mod:`.import_runs` and :mod:`.import_metrics`, shared options in :mod:`._shared`. Nothing
-heavy (pandas, pyarrow) is imported before a command runs, so ``--help`` is quick.
+:mod:`.import_files`, :mod:`.import_runs`, :mod:`.import_metrics` and :mod:`.import_results`,
+shared options in :mod:`._shared`. Nothing heavy (pandas, pyarrow) is imported before a command
+runs, so ``--help`` is quick.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ._shared import OUTPUT, file_errors, option_errors
 from .import_files import import_
 from . import import_runs  # noqa: F401  (registers the importers of runs on ``import_``)
 from . import import_metrics  # noqa: F401  (registers the importers of production metrics)
+from . import import_results  # noqa: F401  (registers inference-perf and AIPerf)
 
 
 @click.group(cls=FoldedGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -44,7 +44,7 @@ import pandas as pd
 from ..errors import TraceFormatError
 from ._json import iter_jsonl, json_number, read_json
 
-__all__ = ["FORMATS", "Level", "import_summaries", "levels_frame"]
+__all__ = ["FORMATS", "Level", "import_summaries", "levels_frame", "percentile_of"]
 
 FORMATS = ("llmperf", "guidellm", "vllm-bench", "sglang-bench")
 
@@ -61,6 +61,7 @@ _GUIDELLM_PCT = {"p001": 0.1, "p01": 1.0, "p05": 5.0, "p10": 10.0, "p25": 25.0, 
                  "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 _BENCH_KEY = re.compile(r"(mean|median|std|p(\d+(?:\.\d+)?))_(ttft|tpot|e2el|e2e_latency)_ms")
 _BENCH_METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2e_s", "e2e_latency": "e2e_s"}
+_PCT_KEY = re.compile(r"p(\d+(?:\.\d+)?)")
 _STAT = {"stddev": "std", "std_dev": "std", "std": "std", "mean": "mean", "min": "min", "max": "max"}
 
 
@@ -74,6 +75,17 @@ class Level:
     def add(self, metric: str, statistic: str, quantile_pct: float | None, value: float) -> None:
         self.rows.append((metric, statistic, quantile_pct, value))
 
+    def add_statistics(self, path, metric: str, stats: dict, where: str, factor: float, statistic_of) -> None:
+        """Add the entries of one statistics object (``{"mean": ..., "p90": ...}``) of ``metric``:
+        each key ``statistic_of`` maps to ``(statistic, percentile or None)`` (None: not read), its
+        value a number >= 0 (null: left out, as tools write an absent statistic) times ``factor``
+        (to seconds or tokens); ``where`` names the object in errors."""
+        for key, value in stats.items():
+            stat = statistic_of(key)
+            if stat is not None and value is not None:
+                self.add(metric, stat[0], stat[1],
+                         factor * _number(path, value, f"{where}.{key}", minimum=0, maximum=1e15))
+
     def add_uniform(self, metric: str, low_tokens: int, high_tokens: int) -> None:
         """The statistics of a length drawn uniformly from the integers ``low_tokens ..
         high_tokens`` (a benchmark's random dataset): min, max, mean and median. Their
@@ -84,6 +96,14 @@ class Level:
         for statistic, q, v in (("min", None, low_tokens), ("max", None, high_tokens), ("mean", None, mid),
                                 ("quantile", 50.0, mid)):
             self.add(metric, statistic, q, float(v))
+
+
+def percentile_of(key: str) -> float | None:
+    """The percentile a key ``pNN`` / ``pNN.N`` names (``p99.9`` -> 99.9), None for another key or
+    one outside [0, 100]."""
+    m = _PCT_KEY.fullmatch(key)
+    q = float(m.group(1)) if m else None
+    return q if q is not None and 0 <= q <= 100 else None
 
 
 def _number(path, value, column: str, row: int | None = None, **limits) -> float:
