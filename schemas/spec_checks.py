@@ -86,3 +86,30 @@ def check_layer_kinds(spec: Any, where: str) -> None:
     if spec.is_mla and (spec.num_window_layers or spec.num_linear_layers):
         raise SpecError(f"{where}: windowed or linear-attention layers are not supported with "
                         f"multi-head latent attention (kv_lora_rank {spec.kv_lora_rank})")
+
+
+def check_model_relations(spec: Any, where: str) -> None:
+    """A :class:`~schemas.spec_types.ModelSpec`'s fields against each other (its single fields are
+    checked before): active parameters within the total, KV heads within the query heads, experts
+    per token within the experts (0 for a dense model), MLA's widths.
+
+    Raises
+    ------
+    SpecError
+        Naming ``where`` and the fields.
+    """
+    if spec.num_active_params > spec.num_params:
+        raise SpecError(f"{where}: num_active_params ({spec.num_active_params:g}) exceeds "
+                        f"num_params ({spec.num_params:g})")
+    if spec.num_kv_heads > spec.num_attention_heads:
+        raise SpecError(f"{where}: num_kv_heads ({spec.num_kv_heads}) exceeds "
+                        f"num_attention_heads ({spec.num_attention_heads})")
+    if (spec.num_experts == 0) != (spec.num_experts_per_token == 0) or \
+            spec.num_experts_per_token > spec.num_experts:
+        raise SpecError(f"{where}: num_experts_per_token ({spec.num_experts_per_token}) "
+                        f"must be 0 for a dense model and 1..num_experts "
+                        f"({spec.num_experts}) for MoE")
+    if spec.kv_lora_rank and (spec.qk_nope_head_dim + spec.qk_rope_head_dim <= 0 or spec.v_head_dim <= 0):
+        raise SpecError(f"{where}: multi-head latent attention (kv_lora_rank "
+                        f"{spec.kv_lora_rank}) needs qk_nope_head_dim + qk_rope_head_dim > 0 "
+                        f"and v_head_dim > 0")

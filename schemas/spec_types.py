@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 
 from .dtypes import GEMM_PRECISIONS, kv_cache_dtype_bytes
 from .errors import SpecError
-from .spec_checks import build_checked, check_layer_kinds, check_number, int_if_whole
+from .spec_checks import build_checked, check_layer_kinds, check_model_relations, check_number, int_if_whole
 
 
 # --------------------------------------------------------------------------- ModelSpec
@@ -165,17 +165,7 @@ class ModelSpec:
             check_number(getattr(self, f), f, where, integer=True, strict=False)
         for f in ("linear_state_bytes", "linear_flops_per_token"):
             check_number(getattr(self, f), f, where, strict=False)
-        if self.num_active_params > self.num_params:
-            raise SpecError(f"{where}: num_active_params ({self.num_active_params:g}) exceeds "
-                            f"num_params ({self.num_params:g})")
-        if self.num_kv_heads > self.num_attention_heads:
-            raise SpecError(f"{where}: num_kv_heads ({self.num_kv_heads}) exceeds "
-                            f"num_attention_heads ({self.num_attention_heads})")
-        if (self.num_experts == 0) != (self.num_experts_per_token == 0) or \
-                self.num_experts_per_token > self.num_experts:
-            raise SpecError(f"{where}: num_experts_per_token ({self.num_experts_per_token}) "
-                            f"must be 0 for a dense model and 1..num_experts "
-                            f"({self.num_experts}) for MoE")
+        check_model_relations(self, where)
         if self.gemm_precision not in GEMM_PRECISIONS:
             raise SpecError(f"{where}: field 'gemm_precision' must be one of "
                             f"{', '.join(GEMM_PRECISIONS)}, got {self.gemm_precision!r}")
@@ -193,11 +183,6 @@ class ModelSpec:
             raise SpecError(f"{where}: num_moe_layers ({moe_layers}) must be 0 for a dense model "
                             f"and 1..num_layers ({self.num_layers}) for MoE")
         object.__setattr__(self, "num_moe_layers", moe_layers)
-        if self.kv_lora_rank and (self.qk_nope_head_dim + self.qk_rope_head_dim <= 0
-                                  or self.v_head_dim <= 0):
-            raise SpecError(f"{where}: multi-head latent attention (kv_lora_rank "
-                            f"{self.kv_lora_rank}) needs qk_nope_head_dim + qk_rope_head_dim > 0 "
-                            f"and v_head_dim > 0")
         check_layer_kinds(self, where)
 
     # ----------------------------------------------------------------------- KV cache
