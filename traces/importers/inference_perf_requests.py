@@ -46,6 +46,22 @@ def _dig(obj, *keys):
     return obj
 
 
+def _count(path: Path, r: int, obj: dict, prefix: str, places: tuple, expected: str, minimum: int) -> int:
+    """The token count of entry ``r`` at the first of ``places`` (key paths under ``obj``, named
+    ``prefix.key...`` in errors) that holds one, checked as an integer >= ``minimum``.
+
+    Raises
+    ------
+    TraceFormatError
+        Naming the file, the entry and the field: none of the places holds a count, or it is not one.
+    """
+    for keys in places:
+        value = _dig(obj, *keys)
+        if value is not None:
+            return json_number(path, value, column=".".join((prefix, *keys)), row=r, integer=True, minimum=minimum)
+    raise TraceFormatError(path, "missing field", row=r, column=".".join((prefix, *places[0])), expected=expected)
+
+
 def _request(path: Path, rec, r: int) -> tuple[float, float, int, int | None, float | None, str | None]:
     """(start s, end s, prompt tokens, output tokens, first token time s, error) of entry ``r``."""
     if not isinstance(rec, dict):
@@ -57,26 +73,14 @@ def _request(path: Path, rec, r: int) -> tuple[float, float, int, int | None, fl
     start = json_number(path, rec["start_time"], column="start_time", row=r, minimum=0, maximum=_MAX_S * 100)
     end = json_number(path, rec["end_time"], column="end_time", row=r, minimum=0, maximum=_MAX_S * 100)
     info = rec["info"] if isinstance(rec["info"], dict) else {}
-    n_in = _dig(info, "request_metrics", "text", "input_tokens")
-    column = "info.request_metrics.text.input_tokens"
-    if n_in is None:
-        n_in, column = info.get("input_tokens"), "info.input_tokens"
-    if n_in is None:
-        raise TraceFormatError(path, "missing field", row=r, column="info.request_metrics.text.input_tokens",
-                               expected="the prompt's token count")
-    prompt = json_number(path, n_in, column=column, row=r, integer=True, minimum=1)
+    prompt = _count(path, r, info, "info", (("request_metrics", "text", "input_tokens"), ("input_tokens",)),
+                    "the prompt's token count", minimum=1)
     error = rec.get("error")
     if error:
         return start, end, prompt, None, None, str(_dig(error, "error_type") or error)[:100]
     resp = info.get("response_metrics") if isinstance(info.get("response_metrics"), dict) else info
-    n_out = _dig(resp, "server_usage", "completion_tokens")
-    column = "info.response_metrics.server_usage.completion_tokens"
-    if n_out is None:
-        n_out, column = resp.get("output_tokens"), "info.response_metrics.output_tokens"
-    if n_out is None:
-        raise TraceFormatError(path, "missing field", row=r, column="info.response_metrics.output_tokens",
-                               expected="the output's token count")
-    output = json_number(path, n_out, column=column, row=r, integer=True, minimum=0)
+    output = _count(path, r, resp, "info.response_metrics", (("server_usage", "completion_tokens"), ("output_tokens",)),
+                    "the output's token count", minimum=0)
     times = resp.get("output_token_times")
     first = None
     if isinstance(times, list) and times:
