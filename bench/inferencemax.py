@@ -29,6 +29,9 @@ import pandas as pd
 from calibrate.aggregate_runs import fit_runs
 from calibrate.aggregate_score import score_aggregates
 from calibrate.runs import load_runs
+from calibrate.summary import to_calibration
+from replay.analysis.band_basis import BandBasis, carried_across
+from replay.analysis.bands import BandJob, predict_with_band
 from replay.config import EngineOptions, ReplayConfig
 from replay.cost.cost_model import RooflineCostModel
 from replay.cost.cost_terms import DEFAULT_TERMS
@@ -72,6 +75,23 @@ def point_files(data: Path, tmp: Path) -> dict:
     return files
 
 
+def median_band(cal, cm: RooflineCostModel, run) -> dict:
+    """Whether the reported median TTFT, TPOT and E2E of ``run`` (a level) fall inside the 95 % band
+    ``replay`` would print for it (:func:`replay.analysis.bands.predict_with_band`: the calibration's
+    band points, its held-out model error, the transfer error when carried to another GPU or TP, and
+    the sampling noise of a new run's median), and each band's half width relative to its point."""
+    basis = BandBasis.of(cal, carried_across(cal, cm), new_sample=True)
+    band = predict_with_band(BandJob(run.trace, run.metadata, cm, run.config, cal.band_points, basis))
+    out = {}
+    for m in ("ttft", "tpot", "e2e"):
+        pcts, values = run.reported[f"{m}_s"]
+        median = float(values[pcts == 50][0]) if (pcts == 50).any() else float("nan")
+        stat = f"{m}_p50_s"
+        out[f"{m}_inside"] = band.holds(stat, median) if median == median else None
+        out[f"{m}_half_width"] = band.half_width(stat)
+    return out
+
+
 def cost_model(hw: str, tp: int, params: CostParams | None = None) -> RooflineCostModel:
     return RooflineCostModel(get_model(MODEL), get_gpu(GPUS[hw]), params or CostParams(), tp=tp, terms=DEFAULT_TERMS)
 
@@ -95,13 +115,15 @@ def main() -> None:
         fit_on = load_runs([str(files[FIT][0])], cfg, read_trace)
         fit = fit_runs(fit_on, cost_model(hw, tp), jobs=2)[0]
         params = fit.cost_params()
+        cal = to_calibration(fit, cost_model(hw, tp, params), "request", {"format": "inferencemax-summary"})
         print(f"fitted on {hw} TP{tp} {shape[0]}/{shape[1]}: {time.perf_counter() - t0:.0f} s", flush=True)
         rows = []
         for (hw, tp, shape), (path, concurrency) in sorted(files.items()):
             runs = load_runs([str(path)], cfg, read_trace)
-            table = score_aggregates(runs, cost_model(hw, tp, params))
+            cm = cost_model(hw, tp, params)
+            table = score_aggregates(runs, cm)
             table = table[table["statistic"] == "mean"]
-            for conc, (_, g) in zip(concurrency, table.groupby("run", sort=False)):
+            for conc, run, (_, g) in zip(concurrency, runs, table.groupby("run", sort=False)):
                 err = dict(zip(g["metric"], g["rel_err"]))
                 meas = dict(zip(g["metric"], g["meas_s"]))
                 pred = dict(zip(g["metric"], g["pred_s"]))
@@ -109,7 +131,7 @@ def main() -> None:
                              "sample": "in" if (hw, tp, shape) == FIT else "out",
                              **{f"{m}_meas_ms": meas[m] * 1e3 for m in meas},
                              **{f"{m}_pred_ms": pred[m] * 1e3 for m in pred},
-                             **{f"{m}_err": err[m] for m in err}})
+                             **{f"{m}_err": err[m] for m in err}, **median_band(cal, cm, run)})
             print(f"{hw} TP{tp} {shape}: {time.perf_counter() - t0:.0f} s", flush=True)
     write(pd.DataFrame(rows), fit, args.out, time.perf_counter() - t0)
 
@@ -132,8 +154,9 @@ def write(table: pd.DataFrame, fit, out: Path, seconds: float) -> None:
              (__doc__ or "").split("\n\n", 1)[1].split("\n\n    python")[0], "",
              "Fitted values: " + ", ".join(f"{k}={v:.4g}" for k, v in fit.values().items()), "",
              "## Mean TTFT, TPOT and E2E: median and worst |error| per group", "",
-             "| group | points | TTFT median | TTFT worst | TPOT median | TPOT worst | E2E median | E2E worst |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| group | points | TTFT median | TTFT worst | TPOT median | TPOT worst | E2E median | E2E worst "
+             "| medians in band | band half width (median) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     hw = FIT[0]
     groups = list(table.groupby("group", sort=False)) + [
         (f"every {hw.upper()} point out of sample", table[(table["gpu"] == hw) & (table["sample"] == "out")])]
@@ -142,7 +165,14 @@ def write(table: pd.DataFrame, fit, out: Path, seconds: float) -> None:
         for m in ("ttft", "tpot", "e2e"):
             e = g[f"{m}_err"].abs()
             cells += [f"{e.median():.1%}", f"{e.max():.1%}"]
+        inside = pd.concat([g[f"{m}_inside"] for m in ("ttft", "tpot", "e2e")]).dropna().astype(bool)
+        width = pd.concat([g[f"{m}_half_width"] for m in ("ttft", "tpot", "e2e")])
+        cells += [f"{int(inside.sum())}/{len(inside)} ({inside.mean():.0%})", f"{width.median():.1%}"]
         lines.append(f"| {name} | {len(g)} | " + " | ".join(cells) + " |")
+    lines += ["", "Errors are of the mean (InferenceMAX's headline statistic); the band columns check the reported "
+              "median of TTFT, TPOT and E2E against the 95 % band `replay` prints for its p50 (parameters, held-out "
+              "model error, transfer error where the GPU or TP is not the fitted one, sampling noise of a new "
+              "run's median), computed from the calibration alone."]
     lines += ["", f"## The plan's question: the fewest GPUs meeting mean TPOT <= {PLAN_TPOT_MS:g} ms at concurrency "
               f"{PLAN_CONC}", "", "Per GPU and shape, the smallest TP whose point at that concurrency meets it, "
               "measured and predicted (- where no TP of the grid does, or the grid has no such point).", "",
