@@ -61,8 +61,9 @@ def on_top(fit) -> dict:
     return dict(fixed=held, free=LINK, variants=("blend",))
 
 
-def imported(data: Path, tmp: Path) -> dict:
-    """The real files as servecal traces (through the CLI's importers)."""
+def imported(data: Path, tmp: Path, only=None) -> dict:
+    """The real files as servecal traces (through the CLI's importers): every one, or those named in
+    ``only`` (``"sweep.parquet"``, ...)."""
     from click.testing import CliRunner
 
     jobs = {
@@ -82,6 +83,8 @@ def imported(data: Path, tmp: Path) -> dict:
     }
     out = {}
     for name, args in jobs.items():
+        if only is not None and name not in only:
+            continue
         res = CliRunner().invoke(traces_cli, ["import", *map(str, args), "-o", str(tmp / name)])
         if res.exit_code:
             raise SystemExit(f"import of {name} failed: {res.output}")

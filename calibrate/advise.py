@@ -128,10 +128,12 @@ def _replay_one(task) -> dict:
 
 
 def replay_all(cal, cost_model, base_cfg, workloads: list, poisson: bool, mapper=None) -> tuple[list, int]:
-    """Each workload replayed at the calibration's values and its band points: one :class:`Replayed`
-    each, and the number of replays. ``mapper(fn, items) -> list`` runs them elsewhere (a pool's map)."""
+    """Each workload (:class:`Workload` or :class:`calibrate.advise_candidates.MeasuredRun`) replayed at
+    the calibration's values and its band points: one :class:`Replayed` each, and the number of replays.
+    ``mapper(fn, items) -> list`` runs them elsewhere (a pool's map)."""
     basis = replace(BandBasis.of(cal), new_sample=True)
-    jobs = [BandJob(w.trace(poisson), {}, cost_model, w.config(base_cfg), cal.band_points, basis) for w in workloads]
+    jobs = [BandJob(w.trace(poisson), w.metadata, cost_model, w.config(base_cfg), cal.band_points, basis)
+            for w in workloads]
     tasks = [(job, item) for job in jobs for item in job.replays()]
     rows = mapper(_replay_one, tasks) if mapper is not None else [_replay_one(t) for t in tasks]
     out, i = [], 0

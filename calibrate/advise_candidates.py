@@ -31,6 +31,10 @@ WHAT_IF_KEYS = ("rate", "concurrency", "prompt_tokens", "output_tokens", "reques
                 "max_num_batched_tokens")
 
 
+#: The engine settings a candidate or a what-if may change (vLLM names), in the order they are printed.
+ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens")
+
+
 class WhatIfError(ValueError):
     """A ``--what-if`` that cannot be read (the message says what is expected)."""
 
@@ -91,6 +95,71 @@ class Workload:
         """``base`` (:class:`replay.config.ReplayConfig`) with this run's concurrency and engine changes."""
         return base.with_options(concurrency=self.concurrency, **dict(self.engine))
 
+    @property
+    def metadata(self) -> dict:
+        """The trace's metadata (none: a synthesized workload, unique prompts)."""
+        return {}
+
+
+@dataclass(frozen=True, eq=False)
+class MeasuredRun:
+    """A run already measured, as a candidate (``calibrate advise --candidates``: which of these runs to
+    add to the fit): its own requests, arrivals, metadata and engine settings are replayed, so its
+    score is that of the measurement that exists, not of a synthesized look-alike.
+
+    ``run`` is a :class:`calibrate.request_fit.Run`; the attributes :class:`Workload` has for printing
+    are its means (tokens) and its arrival rate (requests/s: requests after the first over the span of
+    their arrivals; None when all arrive at once)."""
+
+    run: object
+    why: str = "a measured run"
+    engine: tuple = ()
+    concurrency: None = None
+
+    @property
+    def num_requests(self) -> int:
+        """Requests of the run (all replayed)."""
+        return len(self.run.trace)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Mean prompt length, tokens."""
+        return round(float(self.run.trace["num_prompt_tokens"].mean()))
+
+    @property
+    def output_tokens(self) -> int:
+        """Mean output length, tokens."""
+        return round(float(self.run.trace["num_output_tokens"].mean()))
+
+    @property
+    def rate_rps(self) -> float | None:
+        """The measured arrival rate, requests/s (None: every request sent at once)."""
+        t = self.run.trace["arrival_time_s"]
+        span = float(t.max() - t.min())
+        return (len(t) - 1) / span if span > 0 else None
+
+    def load_words(self) -> str:
+        """``"1.5 req/s"`` (measured arrivals) or ``"all at once"``."""
+        return f"{self.rate_rps:.3g} req/s" if self.rate_rps else "all requests at once"
+
+    def label(self) -> str:
+        """The run's name, its load, mean lengths and requests."""
+        return (f"{self.run.name}: {self.load_words()}, prompts {self.prompt_tokens} / outputs "
+                f"{self.output_tokens} tokens (means), {self.num_requests} requests")
+
+    def trace(self, poisson: bool, seed: int = 0):
+        """The measured requests (their own arrivals, whatever ``poisson`` and ``seed``)."""
+        return self.run.trace
+
+    def config(self, base):
+        """The run's own engine settings (its :class:`replay.config.ReplayConfig`, not ``base``)."""
+        return self.run.config
+
+    @property
+    def metadata(self) -> dict:
+        """The run's trace metadata (its hash block size for prefix-cache hits, ...)."""
+        return self.run.metadata
+
 
 def requests_for(rate_rps: float | None, concurrency: int | None) -> int:
     """Requests of a run: :data:`RUN_S` of arrivals at a rate, :data:`REQUESTS_PER_CLIENT` per client,
@@ -107,32 +176,44 @@ def _lengths(base: FittedLoad, prompt_factor: float, output_factor: float, max_l
 
 
 def _run(prompt_out: tuple, rate: float | None = None, conc: int | None = None, engine=(), why="") -> Workload:
-    return Workload(prompt_out[0], prompt_out[1], requests_for(rate, conc), rate, conc, tuple(engine), why)
+    """A :class:`Workload` of ``prompt_out`` (tokens) at ``rate`` or ``conc``; ``engine`` pairs or a dict,
+    kept in :data:`ENGINE_KEYS` order."""
+    eng = dict(engine)
+    return Workload(prompt_out[0], prompt_out[1], requests_for(rate, conc), rate, conc,
+                    tuple((k, eng[k]) for k in ENGINE_KEYS if k in eng), why)
 
 
-def candidates(base: FittedLoad, max_model_len: int, budget: int) -> list[Workload]:
+def candidates(base: FittedLoad, max_model_len: int, budget: int, engine: tuple = ()) -> list[Workload]:
     """At most ``budget`` candidate runs, the axes interleaved so that a small budget still spans them:
     the fitted mix at other rates (:data:`RATE_FACTORS` x the fitted rate) and concurrencies
     (:data:`CONCURRENCY_FACTORS` x the fitted running requests, within ``max_num_seqs``), the
     :data:`MIXES` at the fitted and twice the fitted rate, and at twice the fitted rate a 4x token budget
-    and a quarter of ``max_num_seqs``."""
+    and a quarter of ``max_num_seqs``.
+
+    The engine settings rule: every candidate runs under ``engine`` ((vLLM name, value) pairs: the
+    what-if's ``max_num_seqs``/``max_num_batched_tokens``, :attr:`Workload.engine`), since a measurement
+    under the settings asked about tells most about them; only the candidates whose point is to vary a
+    setting (the engine axis) change it, that one setting, from the what-if's value (else the
+    calibration's) and keep the what-if's other."""
+    asked = dict(engine)
     mix = _lengths(base, 1.0, 1.0, max_model_len)
     rate, running = base.rate_rps, max(1, round(base.running))
-    max_seqs = int(base.engine.get("max_num_seqs") or 256)
-    loads = [_run(mix, rate=rate * f, why=f"{f:g}x the fitted rate") for f in RATE_FACTORS]
+    max_seqs = int(asked.get("max_num_seqs") or base.engine.get("max_num_seqs") or 256)
+    loads = [_run(mix, rate=rate * f, engine=engine, why=f"{f:g}x the fitted rate") for f in RATE_FACTORS]
     concs = sorted({min(running * f, max_seqs) for f in CONCURRENCY_FACTORS} - {running})
-    loads_c = [_run(mix, conc=c, why=f"{c / running:.3g}x the fitted running requests") for c in concs if c > 1]
-    mixes = [_run(_lengths(base, *MIXES[name], max_model_len), rate=rate * f, why=f"{name} mix at {f:g}x the rate")
-             for f in (1.0, 2.0) for name in MIXES]
-    engine = []
-    budget_tokens = base.engine.get("max_num_batched_tokens")
+    loads_c = [_run(mix, conc=c, engine=engine, why=f"{c / running:.3g}x the fitted running requests")
+               for c in concs if c > 1]
+    mixes = [_run(_lengths(base, *MIXES[name], max_model_len), rate=rate * f, engine=engine,
+                  why=f"{name} mix at {f:g}x the rate") for f in (1.0, 2.0) for name in MIXES]
+    varied = []
+    budget_tokens = asked.get("max_num_batched_tokens") or base.engine.get("max_num_batched_tokens")
     if budget_tokens:
-        engine.append(_run(mix, rate=rate * 2, engine=[("max_num_batched_tokens", int(budget_tokens) * 4)],
+        varied.append(_run(mix, rate=rate * 2, engine={**asked, "max_num_batched_tokens": int(budget_tokens) * 4},
                            why="4x the token budget at 2x the rate"))
     if max_seqs >= 4:
-        engine.append(_run(mix, rate=rate * 2, engine=[("max_num_seqs", max_seqs // 4)],
+        varied.append(_run(mix, rate=rate * 2, engine={**asked, "max_num_seqs": max_seqs // 4},
                            why="a quarter of max_num_seqs at 2x the rate"))
-    axes = [loads, loads_c, mixes, engine]
+    axes = [loads, loads_c, mixes, varied]
     out: list[Workload] = []
     while len(out) < budget and any(axes):
         for axis in axes:
@@ -179,7 +260,7 @@ def parse_what_if(text: str | None, base: FittedLoad, max_model_len: int) -> Wor
         raise WhatIfError(f"prompt_tokens + output_tokens = {prompt + out} exceeds max_model_len {max_model_len}")
     conc = given.get("concurrency")
     rate = None if conc else given.get("rate", 2.0 * base.rate_rps)
-    engine = tuple((k, given[k]) for k in ("max_num_seqs", "max_num_batched_tokens") if k in given)
+    engine = tuple((k, given[k]) for k in ENGINE_KEYS if k in given)
     n = int(given.get("requests", requests_for(rate, conc)))
     why = "the what-if given" if text else "no --what-if: twice the fitted rate"
     return Workload(prompt, out, n, rate, conc, engine, why)

@@ -68,6 +68,7 @@ def print_advice(cal, advice, top: int, fmt: str, model: str, target: str) -> No
     """The what-if's band now, then the ``top`` candidates: workload, terms, band after, duration, command."""
     from replay.plan.advice import not_identified
 
+    from .advise_candidates import MeasuredRun
     from .advise_commands import command, folded, server_command
 
     w = advice.what_if
@@ -86,6 +87,10 @@ def print_advice(cal, advice, top: int, fmt: str, model: str, target: str) -> No
         click.echo(wrap(f"  information {s.information_nats:.2f} nats; pins {terms}"))
         click.echo(wrap("  what-if band after (estimate): " + ", ".join(
             f"{label} {_band_text(s.after, st)}" for st, label in _SHOWN)))
+        if isinstance(run, MeasuredRun):
+            click.echo(wrap(f"  measured already: refit on the calibration's runs and {run.run.name} "
+                            "(calibrate fit, each as FILE[#K])"))
+            continue
         server = server_command(run, model)
         if server:
             click.echo(wrap(f"  restart the server with: {server}"))
@@ -107,6 +112,10 @@ def print_advice(cal, advice, top: int, fmt: str, model: str, target: str) -> No
 @click.option("--trace", "trace", multiple=True, metavar="TRACE",
               help="The workload whose lengths the candidates take (FILE, FILE#K; repeatable) [default: the "
                    "runs the calibration was fitted on, found as recorded or beside it].")
+@click.option("--candidates", "measured", multiple=True, metavar="TRACE",
+              help="Rank these measured runs (FILE, FILE#K, FILE@START:END; repeatable) instead of synthesized "
+                   "ones: which of them to add to the fit. Each is replayed as measured (its arrivals and "
+                   "engine settings); runs the calibration was fitted on are left out.")
 @click.option("--what-if", "what_if", default=None, metavar="KEY=VALUE,...",
               help="The question to narrow: rate=R (req/s) or concurrency=N, prompt_tokens, output_tokens, "
                    "requests, max_num_seqs, max_num_batched_tokens; the others the fitted workload's "
@@ -120,7 +129,7 @@ def print_advice(cal, advice, top: int, fmt: str, model: str, target: str) -> No
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Processes running the replays [default: CPU count]; the result does not depend on it.")
 @_errors
-def advise(calibration_path, trace, what_if, budget, top, fmt, target, jobs):
+def advise(calibration_path, trace, measured, what_if, budget, top, fmt, target, jobs):
     """Which benchmark run to measure next: the one that narrows the calibration most.
 
     Candidate runs (other rates and concurrencies, prefill- and decode-heavy length mixes, other
@@ -129,11 +138,13 @@ def advise(calibration_path, trace, what_if, budget, top, fmt, target, jobs):
     measurement would carry, is the one that pins them (D-optimal design). With --what-if, runs are
     ranked by how much they would narrow that what-if's band. Each is printed with the parameters it
     would pin, the what-if's band now and estimated after, its duration and the command that runs it.
+    With --candidates, the runs ranked are measured ones: which of them to add to the fit.
 
     \b
     Example:
       calibrate advise codellama.json --trace sweep.parquet#0
       calibrate advise opt.json --what-if rate=4 --format vllm-bench
+      calibrate advise codellama.json --candidates sweep.parquet#1 --candidates sweep.parquet#4
     """
     from replay.config import OPTION_PART, ReplayConfig
     from replay.cost.cost_model import cost_model_from_calibration
@@ -166,10 +177,40 @@ def advise(calibration_path, trace, what_if, budget, top, fmt, target, jobs):
     unknown = [n for n in cal.params if _not_identified(cal, n)]
     if unknown:
         click.echo(wrap(f"NOT IDENTIFIED: {', '.join(unknown)}"))
-    workloads = candidates(base, max_len, budget)
+    workloads = (measured_candidates(measured, runs, base_cfg, settings) if measured
+                 else candidates(base, max_len, budget, question.engine))
     with _replayer(jobs) as mapper:
         result = run_advice(cal, cm, base_cfg, question, workloads, what_if is not None, poisson_arrivals(fmt), mapper)
     print_advice(cal, result, top, fmt, model_id(cal.model.name), target)
+
+
+def measured_candidates(specs, fitted: list, base_cfg, settings: dict) -> list:
+    """The runs of ``specs`` (``--candidates``) as :class:`calibrate.advise_candidates.MeasuredRun`, under
+    the calibration's engine ``settings`` where their files record none, less those that share measured
+    requests with the ``fitted`` runs (said on stderr).
+
+    Raises
+    ------
+    click.UsageError
+        When every one of them was fitted on.
+    calibrate.errors.FitError
+        A file that cannot be read as runs (:func:`calibrate.runs.load_runs`).
+    """
+    from traces.io import read_trace
+
+    from .advise_candidates import MeasuredRun
+    from .runs import load_runs, share_requests
+
+    out = []
+    for run in load_runs(specs, base_cfg, read_trace, keep=frozenset(settings)):
+        if any(share_requests(run, f) for f in fitted):
+            click.echo(wrap(f"note: --candidates {run.name}: the calibration was fitted on it; left out"), err=True)
+        else:
+            out.append(MeasuredRun(run))
+    if not out:
+        raise click.UsageError(wrap("--candidates: the calibration was fitted on every run given; give runs it "
+                                    "did not see"))
+    return out
 
 
 @contextlib.contextmanager

@@ -110,7 +110,7 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
     """
     from ..analysis.band_tables import format_prediction
     from ..config import RecordOptions
-    from .band_run import main_band, measured_goodput, slo_words
+    from .band_run import advise_hint, main_band, measured_goodput, slo_words
 
     show_progress(quiet)
     tolerances = parse_tolerances(tolerance)
@@ -151,6 +151,9 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
         click.echo(wrap(f"warning: {note}"), err=True)
     click.echo(format_prediction(pred_band, slo_words(cfg.scheduling), measured_goodput(result, cfg.scheduling),
                                  wide=wide, legend=None if band else "no band (--no-band)"))
+    hint = advise_hint(run.calibration_path, run.frame, cfg, pred_band, run.differences)
+    if hint:
+        click.echo(wrap(hint))
     table = print_comparison(run, result, pred_band, wide)
     if report:
         write_replay_report(run, cfg, result, engine, report, timeseries, tolerances, pred_band, band)

@@ -77,3 +77,57 @@ def measured_goodput(result, scheduling) -> float | None:
     from ..analysis.metrics import goodput_rps
 
     return goodput_rps(result, scheduling.slo_ttft_s, scheduling.slo_tpot_s, prefix="")
+
+
+#: A band too wide to decide: the band of a p90 latency spans more than this factor (high / low).
+UNDECIDED_FACTOR = 2.0
+
+
+def undecided(band, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> str | None:
+    """Why ``band`` (:class:`replay.analysis.bands.Band`) is too wide to decide, in words, or None: the band
+    of the TTFT or TPOT p90 straddles its SLO (``slo_ttft_s``/``slo_tpot_s``, seconds: its low end meets
+    it, its high end does not), or the band of a p90 of TTFT, TPOT or E2E spans more than
+    :data:`UNDECIDED_FACTOR` (its low end 0 counts as that)."""
+    import math
+
+    stats = (("ttft_p90_s", "TTFT p90", slo_ttft_s), ("tpot_p90_s", "TPOT p90", slo_tpot_s),
+             ("e2e_p90_s", "E2E p90", None))
+    ends = {s: (band.low.get(s, math.nan), band.high.get(s, math.nan)) for s, _, _ in stats}
+    for s, label, slo in stats:
+        lo, hi = ends[s]
+        if slo is not None and lo <= slo < hi:
+            return f"its {label} band [{lo:.3g}, {hi:.3g}] s straddles the SLO {slo:g} s"
+    for s, label, _ in stats:
+        lo, hi = ends[s]
+        if math.isfinite(hi) and hi > 0 and not lo * UNDECIDED_FACTOR >= hi:
+            return f"its {label} band [{lo:.3g}, {hi:.3g}] s spans more than a factor {UNDECIDED_FACTOR:g}"
+    return None
+
+
+def advise_hint(cal_path, frame, cfg, band, differences: list) -> str | None:
+    """The line pointing to ``calibrate advise`` when ``band`` is too wide to decide (:func:`undecided`,
+    under ``cfg``'s SLOs) and the replay is a question (a what-if: ``differences`` from the measured run,
+    :func:`.baseline.whatif_differences`, or a trace without measured latencies, a prediction; a replay of
+    a measured run has its answer measured), or None. The what-if of this replay (``frame``, a request
+    trace, under ``cfg``, a :class:`replay.config.ReplayConfig`) as advise reads one: its concurrency or
+    its arrival rate (requests after the first over their span, one replica's share: advise replays one
+    engine; none when all arrive at once), its mean prompt and output lengths (tokens) and its engine
+    limits."""
+    sched, eng = cfg.scheduling, cfg.engine
+    measured = any(c in frame and frame[c].notna().any() for c in ("ttft_s", "tpot_s", "e2e_s"))
+    why = undecided(band, sched.slo_ttft_s, sched.slo_tpot_s)
+    if why is None or (measured and not differences):
+        return None
+    from ..plan.advice import what_if_command
+
+    what_if: dict = {}
+    span = float(frame["arrival_time_s"].max() - frame["arrival_time_s"].min()) if len(frame) else 0.0
+    if cfg.closed_loop.concurrency:
+        what_if["concurrency"] = cfg.closed_loop.concurrency
+    elif span > 0:
+        what_if["rate"] = f"{(len(frame) - 1) / span / max(1, sched.replicas):.3g}"
+    what_if.update(prompt_tokens=max(1, round(float(frame["num_prompt_tokens"].mean()))),
+                   output_tokens=max(1, round(float(frame["num_output_tokens"].mean()))),
+                   max_num_seqs=eng.max_num_seqs, max_num_batched_tokens=eng.max_num_batched_tokens)
+    return (f"too wide to decide: {why}; the run to measure that would narrow it: "
+            f"{what_if_command(cal_path, what_if)}")

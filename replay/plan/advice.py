@@ -103,14 +103,20 @@ def advice_lines(cal: Calibration, label: str, breaking: list[dict], of_points: 
     return out
 
 
+def what_if_command(cal_path, what_if: dict) -> str:
+    """``calibrate advise CAL --what-if KEY=VALUE,...``: the command that ranks benchmark runs by how much
+    each would narrow the band of the what-if ``what_if`` (its ``--what-if`` keys -> values, in order)."""
+    import shlex
+
+    parts = ",".join(f"{k}={v}" for k, v in what_if.items())
+    return f"calibrate advise {shlex.quote(str(cal_path))} --what-if {parts}"
+
+
 def advise_command(cal_path, candidate, rate_rps: float) -> str:
     """The ``calibrate advise`` command that ranks the benchmark runs by how much each would narrow the
     band of ``candidate`` (:class:`replay.plan.grid.Candidate`) at ``rate_rps`` (requests/s; 0: a burst,
     no rate given): its engine limits and one replica's share of the rate, since advise replays the
     calibrated GPU and TP."""
-    import shlex
-
-    parts = [f"max_num_seqs={candidate.max_num_seqs}", f"max_num_batched_tokens={candidate.max_num_batched_tokens}"]
-    if rate_rps > 0:
-        parts.insert(0, f"rate={rate_rps / max(1, candidate.replicas):.3g}")
-    return f"calibrate advise {shlex.quote(str(cal_path))} --what-if {','.join(parts)}"
+    what_if = {"rate": f"{rate_rps / max(1, candidate.replicas):.3g}"} if rate_rps > 0 else {}
+    what_if.update(max_num_seqs=candidate.max_num_seqs, max_num_batched_tokens=candidate.max_num_batched_tokens)
+    return what_if_command(cal_path, what_if)

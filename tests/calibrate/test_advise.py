@@ -50,6 +50,18 @@ def test_the_candidates_span_loads_mixes_and_engine_limits_within_the_budget():
     assert len(small) == 4 and len({(r.concurrency is None, bool(r.engine)) for r in small}) >= 3
 
 
+def test_the_candidates_run_under_the_what_ifs_engine_settings_but_the_one_they_vary():
+    asked = parse_what_if("rate=3,max_num_batched_tokens=2048", BASE, 4096).engine
+    runs = candidates(BASE, 4096, 64, asked)
+    varied = [r for r in runs if dict(r.engine).get("max_num_batched_tokens") != 2048]
+    assert [dict(r.engine) for r in varied] == [{"max_num_batched_tokens": 8192}]  # 4x the what-if's, not the fit's
+    quarter = [r for r in runs if "max_num_seqs" in dict(r.engine)]
+    assert [r.engine for r in quarter] == [(("max_num_seqs", 8), ("max_num_batched_tokens", 2048))]
+    assert all("max_num_batched_tokens" in dict(r.engine) for r in runs)
+    fitted = [r.engine for r in candidates(BASE, 4096, 64) if r.engine]  # no what-if: the varied ones alone
+    assert fitted == [(("max_num_batched_tokens", 2048),), (("max_num_seqs", 8),)]
+
+
 def test_a_what_if_takes_the_fitted_mix_for_what_it_does_not_say():
     w = parse_what_if("concurrency=16,max_num_seqs=8", BASE, 4096)
     assert (w.concurrency, w.rate_rps, w.prompt_tokens, w.output_tokens, w.engine) == (16, None, 800, 150,
@@ -124,3 +136,19 @@ def test_bad_input_is_one_message_naming_the_option(files):
     c.write("nopoints.json")
     res = invoke("nopoints.json", "--trace", trace, "--jobs", 1)
     assert res.exit_code == 1 and "band points" in res.output
+
+
+def test_candidates_ranks_measured_runs_as_they_ran_leaving_out_the_fitted_one(files):
+    from traces.io import read_trace, write_trace
+    from schemas.tables import REQUEST_TRACE
+
+    _, df, _ = read_trace(files[0])
+    fast = df.assign(arrival_time_s=df["arrival_time_s"] / 3, request_id="f" + df["request_id"].astype(str))
+    write_trace(fast, REQUEST_TRACE, "fast.parquet")
+    res = invoke(files[1], "--candidates", "fast.parquet", "--candidates", files[0], "--jobs", 1)
+    assert res.exit_code == 0, res.output
+    assert "#1 fast.parquet: 10.7 req/s" in res.output and "#2" not in res.output
+    assert "measured already" in res.output and "run: guidellm" not in res.output
+    assert "the calibration was fitted on it; left out" in res.output
+    res = invoke(files[1], "--candidates", files[0], "--jobs", 1)
+    assert res.exit_code == 2 and "did not see" in res.output and "Traceback" not in res.output

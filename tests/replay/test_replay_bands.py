@@ -477,3 +477,29 @@ def test_a_replay_with_token_times_prints_itl_with_its_band(spaced):
     row = next(line for line in res.output.splitlines() if line.strip().startswith("itl"))
     assert "[" in row  # point [low, high]
     assert "itl" not in invoke(trace, "--calibration", cal).output.split("PREDICTION")[1].split("throughput")[0]
+
+
+# -- issue 31 item 3: a band too wide to decide points to calibrate advise -------------------------------
+
+def test_a_band_straddling_the_slo_or_spanning_a_factor_2_prints_the_advise_command(spaced, tmp_path):
+    trace, cal = spaced
+    ttft = COST.prefill_time_s(100)  # the point: the low end meets this SLO, the high end does not
+    res = invoke(trace, "--calibration", cal, "--slo-ttft-s", f"{ttft:.6f}")
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "too wide to decide: its TTFT p90 band [" in text and f"straddles the SLO {float(f'{ttft:.6f}'):g} s" in text
+    assert (f"calibrate advise {cal} --what-if rate=0.1,prompt_tokens=100,output_tokens=2,max_num_seqs=" in text
+            and ",max_num_batched_tokens=" in text)
+    assert widest(res.output) <= WIDTH
+    assert "too wide" not in invoke(trace, "--calibration", cal).output  # within a factor 2, no SLO
+    write_cal(tmp_path / "wide.json", points=[{"t_step_s": 1e-6}, {"t_step_s": 0.05}])
+    wide = " ".join(invoke(trace, "--calibration", "wide.json").output.split())
+    assert "too wide to decide: its TTFT p90 band [" in wide and "spans more than a factor 2" in wide
+
+
+def test_a_replay_of_the_measured_run_does_not_point_to_advise(measured):
+    trace, cal = measured
+    res = invoke(trace, "--calibration", cal, "--slo-ttft-s", 1e-6)
+    assert res.exit_code == 0 and "too wide" not in res.output
+    what_if = invoke(trace, "--calibration", cal, "--max-num-seqs", 8, "--slo-ttft-s", 1e-6)
+    assert what_if.exit_code == 0 and "too wide" not in what_if.output  # the whole band breaks it: decided
