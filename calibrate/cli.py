@@ -341,6 +341,13 @@ def catalog(name):
               str(m["kv_bytes_per_token"]), str(m["max_model_len"])] for m in models]
     for key, line in zip(["key"] + [m["key"] for m in models], render_table(head, cells).splitlines()):
         click.echo(f"  {key:<{kw}}  {line}")
+    for m in models:  # the layers whose state does not grow with the context
+        kinds = ([f"{m['num_window_layers']} windowed ({m['sliding_window_tokens']} tokens)"]
+                 * bool(m["num_window_layers"]))
+        kinds += [f"{m['num_linear_layers']} linear-attention"] * bool(m["num_linear_layers"])
+        if kinds:
+            click.echo(wrap(f"  {m['key']}: {' and '.join(kinds)} of {m['num_layers']} layers, outside KV B/token: "
+                            f"{m['seq_state_bytes'] / 1e6:.1f} MB a sequence whatever its length", indent="    "))
     click.echo(wrap("(every value with its source, the aliases and the Hugging Face id: calibrate catalog --name KEY)"))
 
 

@@ -167,7 +167,8 @@ def get_model(name: str) -> ModelSpec:
 
 
 def list_models() -> list[dict]:
-    """One row per catalog model: key, aliases, the spec's values, D_kv and the sources."""
+    """One row per catalog model: key, aliases, the spec's values, D_kv (the full-attention layers'), the
+    bytes a sequence holds whatever its length (windowed and linear-attention layers) and the sources."""
     rows = []
     for key, entry in _catalog("models")[0].items():
         spec = _model_entry_spec(key)
@@ -176,6 +177,7 @@ def list_models() -> list[dict]:
                      "aliases": list(entry.get("aliases", [])),
                      **{k: v for k, v in spec.to_dict().items() if k != "name"},
                      "kv_bytes_per_token": spec.kv_bytes_per_token,
+                     "seq_state_bytes": spec.seq_state_bytes_per_rank(1),
                      "config_source": entry["config"]["source"],
                      "num_params_source": entry["num_params"]["source"],
                      "num_active_params_source": active["source"] if active else

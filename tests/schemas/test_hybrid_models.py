@@ -149,3 +149,14 @@ def test_llama4_chunked_layers_are_said_to_be_costed_as_full(tmp_path):
 def test_window_fields_must_agree():
     with pytest.raises(SpecError, match="sliding_window_tokens"):
         get_model("gpt-oss-20b").__class__(**{**get_model("gpt-oss-20b").to_dict(), "sliding_window_tokens": 0})
+
+
+def test_catalog_says_which_layers_hold_a_state_per_sequence():
+    from click.testing import CliRunner
+
+    from calibrate.cli import main as calibrate_main
+
+    out = CliRunner().invoke(calibrate_main, ["catalog"]).output
+    assert "gpt-oss-120b: 18 windowed (128 tokens) of 36 layers" in out and "4.7 MB a sequence" in out
+    assert "qwen3-next-80b-a3b: 36 linear-attention of 48 layers" in out and "39.5 MB" in out
+    assert "llama-3.1-8b:" not in out  # full attention only: nothing outside KV B/token
