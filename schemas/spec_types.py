@@ -212,7 +212,9 @@ class ModelSpec:
         Windowed and linear-attention layers hold a bounded amount per sequence instead
         (:meth:`seq_state_bytes_per_rank`).
         """
-        return self.kv_bytes_per_token_per_rank(1)
+        if self.is_mla:
+            return int_if_whole(self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_dtype_bytes)
+        return int_if_whole(2 * self.num_full_layers * self.num_kv_heads * self.head_dim * self.kv_dtype_bytes)
 
     def kv_bytes_per_token_per_rank(self, tp: int) -> float:
         """KV-cache bytes one token occupies on each GPU of a ``tp``-way replica [bytes/token].
@@ -251,7 +253,7 @@ class ModelSpec:
         Raises
         ------
         SpecError
-            If ``tp`` is not a positive integer.
+            If ``tp`` is not a positive integer (checked when the model has such layers).
 
         Notes
         -----
@@ -261,6 +263,8 @@ class ModelSpec:
         keeping up to one block more). Linear layers: ``num_linear_layers * linear_state_bytes / tp``
         (vLLM splits the linear-attention heads, and so their state, over the TP ranks).
         """
+        if not (self.num_window_layers or self.num_linear_layers):
+            return 0  # full attention only (and no check of tp on the per-transfer path)
         window = self.num_window_layers * self.sliding_window_tokens * self._kv_bytes_per_token_layer(tp)
         return int_if_whole(window + self.num_linear_layers * self.linear_state_bytes / int(tp))
 
