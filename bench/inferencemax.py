@@ -3,7 +3,7 @@
 Issue #35: InferenceMAX's nightly points (``../shared/data/real/inferencemax/``, PROVENANCE.md) of
 gpt-oss-120b (MXFP4, vLLM 0.11.2) on H100, H200 and B200 over TP 1-8, three input/output shapes
 (1k/1k, 1k/8k, 8k/1k) and closed-loop concurrency 4-128. The calibration is fitted on ONE
-deployment and shape (``FIT``: H100, TP 2, 1k/1k, its five concurrencies) and every other point is
+deployment and shape (``--fit``, default H100, TP 2, 1k/1k, its five concurrencies) and every other point is
 predicted: the same GPU at the other TPs and shapes, then H200 and B200 from their datasheets with
 the H100 calibration's efficiencies (an extrapolation across GPUs). Each point is replayed as the
 fit replays a level (:mod:`calibrate.aggregate_runs`: lengths uniform in [0.8 L, L], conc x 10
@@ -21,6 +21,7 @@ checked (B200's MoE kernels may multiply in FP8, which the BF16 peak would price
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,8 +53,6 @@ GPUS = {"h100": "h100-80gb", "h200": "h200", "b200": "b200"}
 SHAPES = ((1024, 1024), (1024, 8192), (8192, 1024))
 #: The plan's question of issue #35: the fewest GPUs meeting this mean TPOT at this concurrency.
 PLAN_TPOT_MS, PLAN_CONC = 20.0, 64
-#: The one deployment and shape the calibration sees.
-FIT = ("h100", 2, (1024, 1024))
 
 
 def point_files(data: Path, tmp: Path) -> dict:
@@ -100,19 +99,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "real")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "INFERENCEMAX.md")
-    ap.add_argument("--fit", default="h100,2,1024,1024", help="GPU,TP,ISL,OSL of the points fitted")
+    ap.add_argument("--fit", default="h100,2,1024,1024",
+                    help="GPU,TP,ISL,OSL of the one deployment and shape the calibration sees")
     args = ap.parse_args()
-    global FIT
     hw, tp, isl, osl = args.fit.split(",")
-    FIT = (hw, int(tp), (int(isl), int(osl)))
-    import tempfile
+    fit_at = (hw, int(tp), (int(isl), int(osl)))
 
     t0 = time.perf_counter()
     cfg = ReplayConfig(EngineOptions(**ENGINE))
     with tempfile.TemporaryDirectory() as tmp:
         files = point_files(args.data, Path(tmp))
-        hw, tp, shape = FIT
-        fit_on = load_runs([str(files[FIT][0])], cfg, read_trace)
+        hw, tp, shape = fit_at
+        fit_on = load_runs([str(files[fit_at][0])], cfg, read_trace)
         fit = fit_runs(fit_on, cost_model(hw, tp), jobs=2)[0]
         params = fit.cost_params()
         cal = to_calibration(fit, cost_model(hw, tp, params), "request", {"format": "inferencemax-summary"})
@@ -128,16 +126,17 @@ def main() -> None:
                 meas = dict(zip(g["metric"], g["meas_s"]))
                 pred = dict(zip(g["metric"], g["pred_s"]))
                 rows.append({"gpu": hw, "tp": tp, "shape": f"{shape[0]}/{shape[1]}", "level": conc,
-                             "sample": "in" if (hw, tp, shape) == FIT else "out",
+                             "sample": "in" if (hw, tp, shape) == fit_at else "out",
                              **{f"{m}_meas_ms": meas[m] * 1e3 for m in meas},
                              **{f"{m}_pred_ms": pred[m] * 1e3 for m in pred},
                              **{f"{m}_err": err[m] for m in err}, **median_band(cal, cm, run)})
             print(f"{hw} TP{tp} {shape}: {time.perf_counter() - t0:.0f} s", flush=True)
-    write(pd.DataFrame(rows), fit, args.out, time.perf_counter() - t0)
+    write(pd.DataFrame(rows), fit, fit_at, args.out, time.perf_counter() - t0)
 
 
-def group(row) -> str:
-    hw, tp, shape = FIT
+def group(row, fit_at: tuple) -> str:
+    """The row's group in the summary: in sample, the fitted GPU and TP, its other TPs, another GPU."""
+    hw, tp, shape = fit_at
     if row["sample"] == "in":
         return f"in sample ({hw.upper()} TP {tp}, {shape[0]}/{shape[1]})"
     if row["gpu"] != hw:
@@ -148,8 +147,8 @@ def group(row) -> str:
     return f"{hw.upper()} other TP, " + (f"{shape[0]}/{shape[1]}" if same else "other shapes")
 
 
-def write(table: pd.DataFrame, fit, out: Path, seconds: float) -> None:
-    table["group"] = table.apply(group, axis=1)
+def write(table: pd.DataFrame, fit, fit_at: tuple, out: Path, seconds: float) -> None:
+    table["group"] = table.apply(group, axis=1, fit_at=fit_at)
     lines = [f"# {MODEL} on InferenceMAX's grid (bench/inferencemax.py)", "",
              (__doc__ or "").split("\n\n", 1)[1].split("\n\n    python")[0], "",
              "Fitted values: " + ", ".join(f"{k}={v:.4g}" for k, v in fit.values().items()), "",
@@ -157,7 +156,7 @@ def write(table: pd.DataFrame, fit, out: Path, seconds: float) -> None:
              "| group | points | TTFT median | TTFT worst | TPOT median | TPOT worst | E2E median | E2E worst "
              "| medians in band | band half width (median) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    hw = FIT[0]
+    hw = fit_at[0]
     groups = list(table.groupby("group", sort=False)) + [
         (f"every {hw.upper()} point out of sample", table[(table["gpu"] == hw) & (table["sample"] == "out")])]
     for name, g in groups:

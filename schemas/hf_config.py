@@ -304,7 +304,7 @@ def spec_from_config(cfg: dict, name: str, where: str = "config", *,
 def _layer_kind_fields(cfg: dict, model_type: str, where: str, act_bytes: float) -> dict:
     """The :class:`ModelSpec` fields of the windowed and linear-attention layers (all 0 without);
     chunked-attention layers stay full (:func:`chunked_note`)."""
-    kinds = layer_kinds(cfg, model_type, where) if model_type != "opt" else []
+    kinds = layer_kinds(cfg, model_type, where)
     state_bytes, flops = linear_state(cfg, where, act_bytes) if LINEAR in kinds else (0.0, 0.0)
     return {"num_window_layers": kinds.count(WINDOW), "sliding_window_tokens": sliding_window_tokens(cfg, kinds, where),
             "num_linear_layers": kinds.count(LINEAR), "linear_state_bytes": state_bytes,

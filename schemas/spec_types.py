@@ -214,7 +214,7 @@ class ModelSpec:
         """
         if self.is_mla:
             return int_if_whole(self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_dtype_bytes)
-        return int_if_whole(2 * self.num_full_layers * self.num_kv_heads * self.head_dim * self.kv_dtype_bytes)
+        return int_if_whole(self.num_full_layers * self._kv_bytes_per_token_layer(1))
 
     def kv_bytes_per_token_per_rank(self, tp: int) -> float:
         """KV-cache bytes one token occupies on each GPU of a ``tp``-way replica [bytes/token].
@@ -235,14 +235,14 @@ class ModelSpec:
         heads the heads are replicated, not split further (case NC-01: 8 KV heads at TP 16
         keep 1 head per rank). MLA's latent is not split by heads: every rank holds all of it.
         """
+        check_number(tp, "tp", f"model spec '{self.name}'", integer=True)
         if self.is_mla:
-            return int_if_whole(self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim)
-                                 * self.kv_dtype_bytes)
+            return self.kv_bytes_per_token
         return int_if_whole(self.num_full_layers * self._kv_bytes_per_token_layer(tp))
 
     def _kv_bytes_per_token_layer(self, tp: int) -> float:
-        """Keys and values of one token in one attention layer on one of ``tp`` ranks [bytes]."""
-        check_number(tp, "tp", f"model spec '{self.name}'", integer=True)
+        """Keys and values of one token in one attention layer on one of ``tp`` ranks [bytes] (``tp``
+        checked by the caller)."""
         return 2 * max(1, self.num_kv_heads // int(tp)) * self.head_dim * self.kv_dtype_bytes
 
     def seq_state_bytes_per_rank(self, tp: int) -> float:
@@ -265,6 +265,7 @@ class ModelSpec:
         """
         if not (self.num_window_layers or self.num_linear_layers):
             return 0  # full attention only (and no check of tp on the per-transfer path)
+        check_number(tp, "tp", f"model spec '{self.name}'", integer=True)
         window = self.num_window_layers * self.sliding_window_tokens * self._kv_bytes_per_token_layer(tp)
         return int_if_whole(window + self.num_linear_layers * self.linear_state_bytes / int(tp))
 
