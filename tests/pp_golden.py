@@ -4,7 +4,10 @@ changed nothing without it (tests/replay/test_pipeline_parallel.py).
 ``python tests/pp_golden.py OUT.json`` writes it. ``tests/data/pp1_golden.json`` was written by
 running this file against the code *before* pipeline parallelism (main at 090a9a3:
 ``PYTHONPATH=<main checkout> python tests/pp_golden.py tests/data/pp1_golden.json``); it uses
-only names that existed then.
+only names that existed then. Rewritten since where a change was meant to move a PP-1 replay, each time
+with every other entry checked bit-identical first: the cost coefficients' list when ``memory_per_seq``
+was added (issue #35), the ``disagg`` replay when DistServe's decode loop began to migrate KV one request
+at a time between its steps (issue #34).
 """
 from __future__ import annotations
 

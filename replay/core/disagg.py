@@ -114,13 +114,20 @@ class DisaggEngine(Engine):
        :data:`PULL_WAITING_SHARE` of its blocks and its free blocks, less those accepted prompts'
        blocks, hold this prompt; its KV blocks stay allocated on the prefill instance meanwhile, so
        a prefill instance full of finished prompts admits no new one and the queue forms in front
-       of prefill (``pred_handoff_wait_s``). Acceptance is tried whenever a prompt finishes and
-       whenever a decode step ends;
-    4. KV transfer over ``link``, from acceptance ``t_a`` (``t_p`` with ``push``) to
-       ``t_x = t_a + T_transfer`` with the seed's (theory.md section 2)::
+       of prefill. DistServe's decode loop accepts only between its steps (``post_process``, after a
+       step's output and before the next batch) or while idle, so a prompt that ends during a decode
+       step waits for that step's end;
+    4. KV transfer over ``link``, from ``t_s`` to ``t_x = t_s + T_transfer`` with the seed's
+       (theory.md section 2)::
 
            T_transfer = L_prompt * D_kv / link_bw + link_latency
 
+       With ``pull`` the decode loop migrates what it accepted one request at a time and awaits
+       each (DistServe's ``_migrate_blocks``: a blocking call to every worker), so ``t_s`` is the
+       acceptance or the end of that instance's previous migration, whichever is later, and the
+       instance starts no step (a pipelined one admits no micro-batch into its first stage) before
+       its last migration ends; ``pred_handoff_wait_s`` runs from ``t_p`` to ``t_s``. With
+       ``prealloc`` and ``push`` the transfers run beside the decode steps and ``t_s`` is ``t_p``.
        The KV stays in (and is freed from) the prefill instance's cache only at ``t_x``;
        transfers do not share bandwidth (each gets the whole link).
     5. decode queue: from ``t_x`` the request waits in the decode instance's queue
@@ -172,6 +179,8 @@ class DisaggEngine(Engine):
         self._accepted_blocks = [0] * d    # pull, prealloc: blocks accepted or reserved there, not batched yet
         self._handoff_wait: dict[int, float] = {}
         self._prealloc: deque = deque()    # prealloc: (request, arrival time) waiting for a reservation
+        self._migrated_until_s = [-math.inf] * d  # pull: each decode entry's loop migrates KV until then, s
+        self._step_ended = -1              # pull: the decode replica whose step end is being handled
         self._reserved_at: dict[int, int] = {}  # prealloc: request index -> decode instance (0-based in the pool)
         self.on_step_end = self._after_step
 
@@ -262,6 +271,7 @@ class DisaggEngine(Engine):
                         self._unaccepted.append((req, rid, now))
                 self._pull(now)
             return
+        self._step_ended = rid
         if self._unadmitted[rid - p]:
             for req in self._batches[rid].requests:  # type: ignore[union-attr]  # set: the step that just ended
                 t = self.transfers.get(req.index)
@@ -271,6 +281,7 @@ class DisaggEngine(Engine):
                     if self.kv_handoff != "push":
                         self._accepted_blocks[rid - p] -= self.replicas[rid].kv.blocks_for(req.num_prompt_tokens)
         self._pull(now)
+        self._step_ended = -1
         self._reserve(now)
 
     def _accepts(self, i: int, req: Request) -> bool:
@@ -280,7 +291,14 @@ class DisaggEngine(Engine):
         same = self._instance_of(i)
         held = sum(self._accepted_blocks[j] for j in same)
         blocks = sum(self.replicas[p + j].kv.num_gpu_blocks for j in same)
-        return held < PULL_WAITING_SHARE * blocks and self._room(i, req)
+        return held < PULL_WAITING_SHARE * blocks and self._room(i, req) and self._between_steps(same)
+
+    def _between_steps(self, entries: list[int]) -> bool:
+        """Whether the decode instance of pool ``entries`` (0-based) is between steps: idle, or the step that
+        ends now is its own. DistServe's decode loop accepts (and migrates) only there, after a step's
+        output and before it schedules the next (``post_process``, Notes)."""
+        p = self.num_prefill_replicas
+        return any(p + j == self._step_ended for j in entries) or all(self._batches[p + j] is None for j in entries)
 
     def _instance_of(self, i: int) -> list[int]:
         """The decode pool's entries (0-based) that share one scheduler with entry ``i``: itself."""
@@ -305,12 +323,23 @@ class DisaggEngine(Engine):
         return self.num_prefill_replicas + min(range(self.num_decode_replicas), key=self._decode_load)
 
     def _start_transfer(self, req: Request, src: int, dst: int, now: float) -> None:
-        end = now + kv_transfer_time_s(req.num_prompt_tokens, self.model, self.link)
-        self.transfers[req.index] = Transfer(src, dst, now, end)
+        i = dst - self.num_prefill_replicas
+        start = now if self.kv_handoff != "pull" else max(now, self._migrated_until_s[i])
+        end = start + kv_transfer_time_s(req.num_prompt_tokens, self.model, self.link)
+        if self.kv_handoff == "pull":  # the decode loop waits for each migration in turn (Notes)
+            self._handoff_wait[req.index] += start - now  # the loop's earlier migrations
+            for j in self._instance_of(i):
+                self._migrated_until_s[j] = end
+                self._hold_loop(self.num_prefill_replicas + j, end)
+        self.transfers[req.index] = Transfer(src, dst, start, end)
         self._inbound[dst - self.num_prefill_replicas] += 1
         self._num_in_flight += 1
         req.status = TRANSFERRING
         self.call_at(end, partial(self._end_transfer, req, src, dst))
+
+    def _hold_loop(self, rid: int, until_s: float) -> None:
+        """Keep replica ``rid`` from starting a step before ``until_s`` (seconds)."""
+        self.loop_busy_until_s[rid] = until_s
 
     def _end_transfer(self, req: Request, src: int, dst: int, now: float) -> None:
         source = self.replicas[src]
@@ -334,9 +363,10 @@ class DisaggEngine(Engine):
             ``pred_decode_replica_id`` (int64, -1 when the KV never moved),
             ``pred_kv_transfer_s`` (float64, seconds, NaN when it never moved),
             ``pred_decode_queue_wait_s`` (float64, transfer end to decode admission, seconds) and
-            ``pred_handoff_wait_s`` (float64, seconds: with ``pull`` the prompt's end to a decode
-            instance's acceptance; with ``prealloc`` the arrival to the decode reservation, a part of the
-            queue wait; 0 with ``push``; NaN when the KV never moved).
+            ``pred_handoff_wait_s`` (float64, seconds: with ``pull`` the prompt's end to the start of
+            its migration: a decode instance's acceptance, then its earlier migrations; with
+            ``prealloc`` the arrival to the decode reservation, a part of the queue wait; 0 with
+            ``push``; NaN when the KV never moved).
         """
         dec = np.full(num_rows, -1, np.int64)
         xfer, dq, hw = np.full(num_rows, np.nan), np.full(num_rows, np.nan), np.full(num_rows, np.nan)

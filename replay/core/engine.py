@@ -17,11 +17,9 @@ tests check the fast path against it):
 * for policies that declare ``decode_runs``, runs of identical decode steps are priced in one
   vectorised call (:mod:`replay.core.decode_runs`); a step ending at the next event skips the heap.
 
-Speculative decoding (``SchedulerConfig.num_speculative_tokens`` K > 0): a decode verifies up
-to ``K + 1`` positions and emits ``1 +`` the accepted drafts (:attr:`Engine.accept_drafts`,
-:mod:`replay.core.spec_decode`), all at the step's end. The implicit decoders and the closed-form
-decode runs assume one token per decode and step, so both are off then (every step goes
-through the policy, as with ``--exact-steps``); the in-place step ends stay.
+Speculative decoding (``SchedulerConfig.num_speculative_tokens`` K > 0): a decode verifies up to ``K + 1``
+positions and emits ``1 +`` the accepted drafts at the step's end (:attr:`Engine.accept_drafts`,
+:mod:`replay.core.spec_decode`); the implicit decoders and closed-form decode runs are off then.
 """
 from __future__ import annotations
 
@@ -70,6 +68,9 @@ class Engine:
         :class:`replay.core.disagg.DisaggEngine` gives each pool its own).
     on_step_end : callable (rid, now) -> None, or None
         Hook called after a step's tokens are emitted, before the replica schedules again.
+    loop_busy_until_s : list[float]
+        Per replica, seconds: its host loop does other work until then, and no step starts before
+        (-inf: none; :class:`~replay.core.disagg.DisaggEngine`'s KV migrations).
     on_request_done : callable (Request, now) -> None, or None
         Hook called once per request when its last token is emitted (status ``"ok"``), at the
         end of that step (``now``, seconds), after the replica's ``running`` list dropped it.
@@ -101,28 +102,23 @@ class Engine:
                                       preemption_mode=engine_config.preemption_mode)
                          for i in range(num_replicas)]
         self.schedulers: list[Scheduler] = [scheduler_factory() for _ in range(num_replicas)]
-        self.router = router
-        self._rr = 0
-        self._heap: list = []
-        self._seq = 0
-        self._busy = [False] * num_replicas
+        self.router, self._rr = router, 0
+        self._heap: list = []  # (time, kind, seq, payload) events, seq counting pushes
+        self._busy, self._seq = [False] * num_replicas, 0
+        self.loop_busy_until_s = [-math.inf] * num_replicas
         self._batches: list[Batch | None] = [None] * num_replicas
         self._decode_runs: list[DecodeRuns | None] = [None] * num_replicas  # set by run()
         self._arrivals: list[Request] = []  # run()'s admitted requests, consumed in order
-        self._next_arrival = 0
-        self._next_list_arrival_s = math.inf  # arrival time of _arrivals[_next_arrival] (inf: none)
-        #: the recorded steps (``record_steps``): tuples in the order of the step record
-        #: (:data:`schemas.step_record.STEP_RECORD`; ``StepRow._make`` reads one by name)
+        self._next_arrival, self._next_list_arrival_s = 0, math.inf  # the next to arrive: index, time (inf: none)
+        #: the recorded steps (``record_steps``): tuples in :data:`schemas.step_record.STEP_RECORD`'s order
         self.steps: list[tuple] = []
         self.step_requests: list[list[str]] = []  # request ids of each recorded step (record_step_requests)
         self.num_steps = 0
-        # speculative decoding (K draft tokens per decode; 0: off)
-        self.spec_tokens = scheduler_config.num_speculative_tokens
+        self.spec_tokens = scheduler_config.num_speculative_tokens  # speculative decoding: K drafts (0: off)
         self._rngs = [np.random.default_rng([engine_config.seed, rid]) for rid in range(num_replicas)]
         self.accept_drafts = self.sample_accepted_drafts
         self.spec_counts: dict[int, list[int]] = {}
 
-    # -- events -------------------------------------------------------------------------------
     def _push(self, time: float, kind: int, payload) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (time, kind, self._seq, payload))
@@ -193,13 +189,11 @@ class Engine:
         if self.spec_tokens:
             check_cost_models(self.cost_models)
         arrivals = [req for req in requests if self.admit(req)]
-        # Arrivals are consumed in order from a list (they are sorted), the heap holds only
-        # step ends and wake-ups; an arrival goes first on a tie (priority 0).
+        # Arrivals are consumed in order from a sorted list, not the heap; an arrival goes first on a tie.
         self._arrivals, self._next_arrival = arrivals, 0
-        # Implicit decoders and closed-form decode runs assume one token per decode and step (not
-        # under speculative decoding). Implicit decoders also leave the requests' fields stale,
-        # so not with per-step request lists or hooks that see requests (closed loop); closed-form
-        # runs price their steps together, so only with a vectorised cost model.
+        # Implicit decoders and decode runs assume one token per decode and step (no speculative decoding);
+        # implicit decoders leave the requests' fields stale (so not with per-step request lists or hooks
+        # that see requests: closed loop); decode runs price their steps together (a vectorised cost model).
         fast = not cfg.exact_steps and not self.spec_tokens
         implicit = (fast and not cfg.record_step_requests and self.arrival_bound is None
                     and self.on_request_done is None)
@@ -209,8 +203,7 @@ class Engine:
                              for cm in self.cost_models]
         heap, heappop = self._heap, heapq.heappop
         self._next_list_arrival_s = arrivals[0].arrival_time_s if arrivals else math.inf
-        # a bar over arrivals and completions (None unless the CLI shows progress); the
-        # counting wrappers shadow the two methods for this run only
+        # a bar over arrivals and completions (None unless the CLI shows progress), for this run only
         progress = progress_bar("replaying", 2 * len(arrivals))
         if progress is not None:
             self._arrive_next = counting_calls(self._arrive_next, progress, every=1024)  # type: ignore[method-assign]
@@ -270,6 +263,8 @@ class Engine:
         batch = None  # the step to start (None: to be scheduled)
         while True:
             swap_s = 0.0
+            if batch is None and self.loop_busy_until_s[rid] > now:  # the host loop is busy
+                return self._start_when_loop_free(rid)
             if batch is not None:
                 pass  # the implicit decoders alone, again (LazyDecodes.repeat)
             elif (lazy is not None and lazy.count and lazy.count == len(state.running) and not state.waiting
@@ -321,6 +316,11 @@ class Engine:
                 continue
             self._push(end, STEP_END, rid)
             return
+
+    def _start_when_loop_free(self, rid: int) -> None:
+        """Replica ``rid`` starts no step now: it schedules again when its host loop is free."""
+        self._batches[rid] = None
+        self._push(self.loop_busy_until_s[rid], WAKE, rid)
 
     def _start_run(self, rid: int, state: ReplicaState, batch: Batch, now: float) -> bool:
         """Advance ``k > 1`` steps of ``batch`` at once, a closed-form run (:mod:`replay.core.decode_runs`)

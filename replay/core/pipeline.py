@@ -240,6 +240,11 @@ class PipelineDisaggEngine(PipelineMixin, DisaggEngine):
         g = self.group_of[p + i]
         return [j - p for j in range(p, len(self.replicas)) if self.group_of[j] == g]
 
+    def _hold_loop(self, rid: int, until_s: float) -> None:
+        """The instance's driver loop is busy until ``until_s``: no micro-batch enters its stage 1 before."""
+        free = self._stage_free[self.group_of[rid]]
+        free[0] = max(free[0], until_s)
+
     def _start_transfer(self, req, src: int, dst: int, now: float) -> None:
         super()._start_transfer(req, src, dst, now)
         t = self.transfers[req.index]

@@ -63,68 +63,83 @@ def test_hand_worked_timeline_first_token_from_prefill():
     # Prefill instance (id 0), max_num_seqs 2:
     #   0      A prefill 100 tok: 10 + 10 ms            -> 0.020  A token 1 (TTFT 20 ms); A's KV leaves
     #   0.020  B and C (queued since 5 and 10 ms) prefill 240 tok: 10 + 24 ms -> 0.054: tokens 1 of B, C
-    # Transfers (0.1 ms/token + 1 ms): A 0.020 -> 0.031, B 0.054 -> 0.075, C 0.054 -> 0.059
-    #   (C's shorter prompt overtakes B on the link).
+    # Migrations (pull, DistServe: the idle decode loop accepts at once and awaits each in turn;
+    # 0.1 ms/token + 1 ms): A 0.020 -> 0.031; B 0.054 -> 0.075, then C 0.075 -> 0.080 (C waits 21 ms for B's).
     # Decode instance (id 1), step = 5 ms + 0.1 ms per sequence:
     #   0.031  A admitted at once: [A] -> 0.0361 (A t2), [A] -> 0.0412 (A t3, done)
-    #   0.059  C admitted at once: [C] -> 0.0641, 0.0692, 0.0743 (C t2..t4), then [C] 0.0743 -> 0.0794 (C t5)
-    #   0.075  B's transfer ends during C's step: B waits in the decode queue until 0.0794 (4.4 ms)
-    #   0.0794 [C, B] 5.2 ms -> 0.0846: C t6 (done), B t2 (done)
-    # A: TTFT 20 ms (queue 0 + prefill 20); ITL [16.1 = transfer 11 + decode queue 0 + step 5.1, 5.1]; E2E 41.2
-    # B: TTFT 49 ms (queue 15 + prefill 34); ITL [30.6 = transfer 21 + decode queue 4.4 + step 5.2]; E2E 79.6
-    # C: TTFT 44 ms (queue 10 + prefill 34); ITL [10.1 = transfer 5 + 0 + 5.1, 5.1, 5.1, 5.1, 5.2]; E2E 74.6
+    #   0.075  B's migration ends, but the loop migrates C until 0.080: no step before
+    #   0.080  [B, C] 5.2 ms -> 0.0852: B t2 (done), C t2; [C] -> 0.0903, 0.0954, 0.1005, 0.1056 (C t3..t6)
+    # A: TTFT 20 ms (queue 0 + prefill 20); ITL [16.1 = migration 11 + decode queue 0 + step 5.1, 5.1]; E2E 41.2
+    # B: TTFT 49 ms (queue 15 + prefill 34); ITL [31.2 = migration 21 + decode queue 5 + step 5.2]; E2E 80.2
+    # C: TTFT 44 ms (queue 10 + prefill 34); ITL [31.2 = handoff 21 + migration 5 + 0 + 5.2, 5.1 x 4]; E2E 95.6
     out, eng = run_disagg(CASE)
     a, b, c = (metrics(out[k]) for k in "ABC")
     assert a["ttft_s"] == pytest.approx(0.020)
     assert a["itl_s"] == pytest.approx([0.0161, 0.0051])
     assert a["e2e_s"] == pytest.approx(0.0412)
     assert b["ttft_s"] == pytest.approx(0.049)
-    assert b["itl_s"] == pytest.approx([0.0306])
-    assert b["e2e_s"] == pytest.approx(0.0796)
+    assert b["itl_s"] == pytest.approx([0.0312])
+    assert b["e2e_s"] == pytest.approx(0.0802)
     assert c["ttft_s"] == pytest.approx(0.044)
-    assert c["itl_s"] == pytest.approx([0.0101, 0.0051, 0.0051, 0.0051, 0.0052])
-    assert c["e2e_s"] == pytest.approx(0.0746)
-    # queue waits: prefill (pred_queue_wait_s) and decode, and the transfers, each once
+    assert c["itl_s"] == pytest.approx([0.0312, 0.0051, 0.0051, 0.0051, 0.0051])
+    assert c["e2e_s"] == pytest.approx(0.0956)
+    # queue waits: prefill (pred_queue_wait_s), handoff (the loop's earlier migrations) and decode, each once
     assert [out[k].first_scheduled_time_s - out[k].arrival_time_s for k in "ABC"] == pytest.approx([0, 0.015, 0.010])
     t = {k: eng.transfers[out[k].index] for k in "ABC"}
+    assert [t[k].start_time_s for k in "ABC"] == pytest.approx([0.020, 0.054, 0.075])
     assert [t[k].end_time_s - t[k].start_time_s for k in "ABC"] == pytest.approx([0.011, 0.021, 0.005])
-    assert [t[k].decode_admitted_time_s - t[k].end_time_s for k in "ABC"] == pytest.approx([0.0, 0.0044, 0.0])
-    assert b["itl_s"][0] == pytest.approx(0.021 + 0.0044 + 0.0052)  # transfer + decode queue + decode step
+    assert [t[k].decode_admitted_time_s - t[k].end_time_s for k in "ABC"] == pytest.approx([0.0, 0.005, 0.0])
+    assert [eng.result_columns(3)["pred_handoff_wait_s"][out[k].index] for k in "ABC"] == pytest.approx([0, 0, 0.021])
+    assert c["itl_s"][0] == pytest.approx(0.021 + 0.005 + 0.0 + 0.0052)  # handoff + migration + decode queue + step
     # step trace: the prefill instance is replica 0, the decode instance replica 1, each with its own cost
     steps = [(s.replica_id, round(s.step_start_time_s, 6), round(s.step_duration_s, 6), s.num_prefill_tokens,
               s.num_decode_seqs) for s in step_rows(eng)]
     assert steps == [(0, 0.0, 0.020, 100, 0), (0, 0.020, 0.034, 240, 0),
                      (1, 0.031, 0.0051, 0, 1), (1, 0.0361, 0.0051, 0, 1),
-                     (1, 0.059, 0.0051, 0, 1), (1, 0.0641, 0.0051, 0, 1), (1, 0.0692, 0.0051, 0, 1),
-                     (1, 0.0743, 0.0051, 0, 1), (1, 0.0794, 0.0052, 0, 2)]
-    # every KV block is back: the prefill instance freed each prompt's KV when its transfer ended
+                     (1, 0.080, 0.0052, 0, 2), (1, 0.0852, 0.0051, 0, 1), (1, 0.0903, 0.0051, 0, 1),
+                     (1, 0.0954, 0.0051, 0, 1), (1, 0.1005, 0.0051, 0, 1)]
+    # every KV block is back: the prefill instance freed each prompt's KV when its migration ended
     assert all(s.kv.num_free_blocks == s.kv.num_gpu_blocks for s in eng.replicas)
 
 
 def test_hand_worked_timeline_first_token_from_decode():
-    # Same prefill steps and transfers; the decode instance's first step of a request feeds the
+    # Same prefill steps and migrations; the decode instance's first step of a request feeds the
     # last prompt token (1 token, same cost as a decode) and emits token 1:
     #   0.031  [A] -> 0.0361 A t1, -> 0.0412 A t2, -> 0.0463 A t3
-    #   0.059  [C] -> 0.0641 C t1, 0.0692 t2, 0.0743 t3, 0.0794 t4; B waits 0.075 -> 0.0794
-    #   0.0794 [C, B] -> 0.0846: C t5, B t1; [C, B] -> 0.0898: C t6, B t2
-    # TTFT = prefill queue + prefill + transfer + decode queue + first decode-instance step:
-    #   A 0 + 20 + 11 + 0 + 5.1 = 36.1 ms; B 15 + 34 + 21 + 4.4 + 5.2 = 79.6 ms; C 10 + 34 + 5 + 0 + 5.1 = 54.1 ms
+    #   0.080  (after migrating B, then C) [B, C] -> 0.0852: B t1, C t1; [B, C] -> 0.0904: B t2, C t2;
+    #          [C] -> 0.0955, 0.1006, 0.1057, 0.1108 (C t3..t6)
+    # TTFT = prefill queue + prefill + handoff + migration + decode queue + first decode-instance step:
+    #   A 0 + 20 + 0 + 11 + 0 + 5.1 = 36.1 ms; B 15 + 34 + 0 + 21 + 5 + 5.2 = 80.2 ms;
+    #   C 10 + 34 + 21 + 5 + 0 + 5.2 = 75.2 ms
     out, eng = run_disagg(CASE, first_token_from="decode")
     a, b, c = (metrics(out[k]) for k in "ABC")
     assert a["ttft_s"] == pytest.approx(0 + 0.020 + 0.011 + 0 + 0.0051)
     assert a["itl_s"] == pytest.approx([0.0051, 0.0051])
     assert a["e2e_s"] == pytest.approx(0.0463)
-    assert b["ttft_s"] == pytest.approx(0.015 + 0.034 + 0.021 + 0.0044 + 0.0052)
+    assert b["ttft_s"] == pytest.approx(0.015 + 0.034 + 0.021 + 0.005 + 0.0052)
     assert b["itl_s"] == pytest.approx([0.0052])
-    assert b["e2e_s"] == pytest.approx(0.0848)
-    assert c["ttft_s"] == pytest.approx(0.010 + 0.034 + 0.005 + 0 + 0.0051)
-    assert c["itl_s"] == pytest.approx([0.0051, 0.0051, 0.0051, 0.0052, 0.0052])
-    assert c["e2e_s"] == pytest.approx(0.0798)
+    assert b["e2e_s"] == pytest.approx(0.0854)
+    assert c["ttft_s"] == pytest.approx(0.010 + 0.034 + 0.021 + 0.005 + 0 + 0.0052)
+    assert c["itl_s"] == pytest.approx([0.0052, 0.0051, 0.0051, 0.0051, 0.0051])
+    assert c["e2e_s"] == pytest.approx(0.1008)
     # the prefill steps are charged for whole prompts; the decode instance feeds 1 token per request first
     assert [s.num_prefill_tokens for s in step_rows(eng) if s.replica_id == 0] == [100, 240]
     assert [(s.num_prefill_tokens, s.num_decode_seqs) for s in step_rows(eng) if s.replica_id == 1][:2] == [(1, 0),
                                                                                                               (0, 1)]
     assert all(s.kv.num_free_blocks == s.kv.num_gpu_blocks for s in eng.replicas)
+
+
+def test_a_prompt_ending_during_a_decode_step_migrates_after_it():
+    # DistServe's decode loop accepts only between steps (post_process): A decodes on the decode
+    # instance from 0.031 (steps of 5.1 ms: 0.031 -> 0.0361 -> 0.0412 -> ...); D (prompt 20, arrives at
+    # 0.0201, after A's prefill) ends its prefill at 0.0201 + 10 + 2 = 0.0321, during A's step 0.031 -> 0.0361:
+    # accepted at 0.0361, migrated 0.0361 -> 0.0361 + 0.003 = 0.0391 while A waits, then [A, D] from 0.0391.
+    out, eng = run_disagg([("A", 0.0, 100, 6), ("D", 0.0201, 20, 3)])
+    t = eng.transfers[out["D"].index]
+    assert (t.start_time_s, t.end_time_s) == pytest.approx((0.0361, 0.0391))
+    assert eng.result_columns(2)["pred_handoff_wait_s"][out["D"].index] == pytest.approx(0.0361 - 0.0321)
+    steps = [(round(s.step_start_time_s, 6), s.num_decode_seqs) for s in step_rows(eng) if s.replica_id == 1]
+    assert steps[:3] == [(0.031, 1), (0.0391, 2), (0.0443, 2)]
 
 
 def test_one_token_request_ends_on_the_prefill_instance_unless_decode_emits_it():

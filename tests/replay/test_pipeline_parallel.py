@@ -115,13 +115,14 @@ def test_a_full_pipeline_completes_one_micro_batch_per_stage_time_without_transf
 def test_disagg_with_two_decode_stages_hand_worked():
     # prefill: one instance, 10 ms + 0.1 ms/token, no pipeline. A (prompt 100, 3 tokens) and
     # B (prompt 50, 2 tokens) at t=0 share a prefill step [0, 25 ms]: token 1 of both at 25.
-    # KV over the link (Llama's D_kv at 1.31072e9 B/s: 0.1 ms/token) + 1 ms: A 11 ms -> 36, B 6 -> 31.
-    # Decode virtual engines of the one 2-stage decode instance (least loaded, inbound counted):
-    # A -> VE 0, B -> VE 1. Decode stage 5 ms + 0.1 ms/token, transfer 1 ms + 0.01 ms/token.
-    # 31     VE1: B decode, t = 5.1, x = 1.01: stage 1 [31, 36.1], stage 2 [37.11, 42.21] -> B token 2
-    # 36     VE0: stage 1 busy until 36.1; at 36.1: A decode: [36.1, 41.2], stage 2 max(42.21, 42.21)
-    #        -> [42.21, 47.31] -> A token 2
-    # 47.31  VE0: A decode: [47.31, 52.41], stage 2 [53.42, 58.52] -> A token 3
+    # KV over the link (Llama's D_kv at 1.31072e9 B/s: 0.1 ms/token) + 1 ms, migrated one after the other
+    # by the instance's driver loop (pull, DistServe): A 25 -> 36, B 36 -> 42; no micro-batch enters
+    # stage 1 before 42. Decode virtual engines of the one 2-stage decode instance (least loaded,
+    # inbound counted): A -> VE 0, B -> VE 1. Decode stage 5 ms + 0.1 ms/token, transfer 1 ms + 0.01 ms/token.
+    # 42     VE0: A decode, t = 5.1, x = 1.01: stage 1 [42, 47.1], stage 2 [48.11, 53.21] -> A token 2
+    #        VE1: stage 1 busy until 47.1; B decode: [47.1, 52.2], stage 2 max(53.21, 53.21)
+    #        -> [53.21, 58.31] -> B token 2
+    # 53.21  VE0: A decode: [53.21, 58.31], stage 2 [59.32, 64.42] -> A token 3
     link = Link("test", LLAMA.kv_bytes_per_token * 1e4, 1e-3)
     reqs = _requests([("A", 0.0, 100, 3), ("B", 0.0, 50, 2)])
     eng = PipelineDisaggEngine(LinearStepCost(10 * MS, 0.1 * MS), StageCost(base_s=5 * MS),
@@ -129,8 +130,8 @@ def test_disagg_with_two_decode_stages_hand_worked():
                                decode_num_gpu_blocks=10**6, model=LLAMA, link=link, pp_decode=2)
     eng.run(reqs)
     a, b = (r.token_times_s for r in reqs)
-    assert a == pytest.approx([25 * MS, 47.31 * MS, 58.52 * MS], rel=1e-12)
-    assert b == pytest.approx([25 * MS, 42.21 * MS], rel=1e-12)
+    assert a == pytest.approx([25 * MS, 53.21 * MS, 64.42 * MS], rel=1e-12)
+    assert b == pytest.approx([25 * MS, 58.31 * MS], rel=1e-12)
     cols = eng.result_columns(2)
     assert cols["pred_decode_replica_id"].tolist() == [1, 1]  # the decode instance (P + 0), not its VE
     assert eng.process_names() == ["prefill 0", "decode 1"]
