@@ -30,8 +30,8 @@ def _github_anchor(heading: str) -> str:
 
 
 def test_the_site_builds_with_no_warning(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
-                          "--site-dir", str(tmp_path / "site")], capture_output=True, text=True, cwd=ROOT)
+    build = ["build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(tmp_path / "site")]
+    res = subprocess.run([sys.executable, "-m", "mkdocs", *build], capture_output=True, text=True, cwd=ROOT)
     output = res.stdout + res.stderr
     assert "No module named mkdocs" not in output, "mkdocs is a test dependency: pip install '.[test]'"
     assert res.returncode == 0 and "WARNING" not in output, output
