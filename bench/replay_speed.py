@@ -262,7 +262,7 @@ def run_request_fit(args):
 
 
 def run_readme_fit(_args):
-    """The README's CodeLlama-34B fit ("Getting your production log in"): GuideLLM's synchronous
+    """The README's CodeLlama-34B fit (its `calibrate validate`; docs/importers.md): GuideLLM's synchronous
     benchmark (40 requests, prompts ~3,000 tokens) under the vLLM log's settings (a 64-token
     budget, prefix caching), through the CLI in this process. Only ``calibrate fit`` is timed.
 

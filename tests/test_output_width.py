@@ -200,7 +200,7 @@ def test_quiet_drops_the_timing_line(files):
     assert "points in" not in invoke(*args, "--quiet").output
 
 
-# -- the README's other commands (issue #12) -------------------------------------------------------
+# -- the other commands of the README and docs/ (issue #12) ----------------------------------------
 
 def test_calibrate_catalog_is_a_table_within_100_columns_and_name_shows_every_value():
     from calibrate.cli import main as calibrate_main

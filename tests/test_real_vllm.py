@@ -72,6 +72,34 @@ def test_replay_within_15_percent_of_measured(run_dir):
             assert abs(table.loc[m, f"rel_err_{q}"]) < 0.15, (m, q, table.loc[m, f"rel_err_{q}"])
 
 
+
+def test_the_readme_replay_prints_the_readme_table(run_dir, monkeypatch):
+    """The README's "Validate against real logs" replay, as written (this module's import and fit of the
+    same files), gives the p50/p90 (ms) and errors its table quotes."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from replay.analysis.compare import compare
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Validate against real logs\n", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
+    command = next(line for line in block.splitlines() if line.startswith("replay llama.parquet --calibration "))
+    monkeypatch.chdir(run_dir)
+    _ok(CliRunner().invoke(servecal, shlex.split(command)))
+    rows = dict(re.findall(r"^\| (queue wait|TTFT|TPOT|E2E) \|(.*)\|$", section, re.M))
+    table = compare(pd.read_parquet(run_dir / "pred.parquet")).set_index("metric")
+    for name, metric in (("queue wait", "queue_wait"), ("TTFT", "ttft"), ("TPOT", "tpot"), ("E2E", "e2e")):
+        r = table.loc[metric]
+        cells = []
+        for q in ("p50", "p90"):
+            for v in (r[f"meas_{q}"], r[f"pred_{q}"]):
+                cells.append(f"{v * 1e3:.1f}" if v < 0.1 else f"{v * 1e3:.0f}")
+            cells.append(f"{r[f'rel_err_{q}'] * 100:+.1f} %")
+        assert [c.strip() for c in rows[name].split("|")] == cells, (name, rows[name], cells)
+
+
 def test_exact_steps_option_gives_the_same_replay(run_dir):
     """``--exact-steps`` (every step through the event heap) and the fast path agree exactly."""
     out = {}

@@ -28,8 +28,8 @@ from .term_base import PARTS
 #: ``D`` decodes feeding ``Q`` positions (``Q = D`` without speculative decoding), ``C_d``
 #: the decodes' context and ``C_p`` the chunks' KV history; ``c_x``, ``m_x`` and ``serial_x``
 #: the sums over the derived features ``x`` a term prices (``Coefficients.per_feature``; 0
-#: without such a term) of their seconds per unit times the step's ``x``. The README quotes
-#: it and a test evaluates it against the code.
+#: without such a term) of their seconds per unit times the step's ``x``. docs/cost-model.md
+#: quotes it and a test evaluates it against the code.
 FORMULA = """\
 N = P + Q
 A = C_d + (Q - D) * (C_d / max(D, 1) + Q / (2 * max(D, 1))) + (P * C_p + P * P / 2) / max(S, 1)

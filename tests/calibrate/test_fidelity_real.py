@@ -55,6 +55,23 @@ def test_codellama_sync_calibration_predicts_the_loaded_benchmarks(validated, sw
                 assert abs(err) < 0.10, (k, metric, q, err)
 
 
+
+def test_the_readme_prints_what_calibrate_validate_prints(validated):
+    """The README's third command is this fixture's (which adds --table-out and -o); its output block
+    quotes each run's errors and the out-of-sample line as the command prints them."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"```text\n(best variant.*?)```", readme, re.S).group(1)
+    row = re.compile(r"sweep\.parquet#(\d)\s+(in|out)\s+(.*\S)\s*$", re.M)
+    quoted = {k: (s, e.split()) for k, s, e in row.findall(block)}
+    printed = {k: (s, e.split()) for k, s, e in row.findall(validated.stdout)}
+    assert len(quoted) == 5 and quoted == printed, validated.stdout
+    summary = next(line for line in block.splitlines() if line.startswith("out of sample:"))
+    assert summary in validated.stdout.splitlines()
+
+
 def test_calibration_carries_its_engine_settings_to_replay(real_data_dir, sweep, validated):
     """Fitted with the log's settings, replayed with no engine option: the same settings, and
     the fit's own small errors (issue #12: settings travel)."""

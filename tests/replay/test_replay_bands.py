@@ -150,7 +150,7 @@ def test_tolerance_is_refused_on_a_what_if(measured, args, named):
 
 
 def test_a_calibration_carried_to_another_run_is_validated_not_a_what_if(measured):
-    """The README's transfer check (Llama's calibration replaying the Qwen3-32B TP2 run with
+    """The transfer check of docs/fidelity.md (Llama's calibration replaying the Qwen3-32B TP2 run with
     --model and --tp): the calibration was fitted on another trace, so its model and TP are not
     the measured run's; the comparison stays an error and --tolerance judges it."""
     trace, _ = measured

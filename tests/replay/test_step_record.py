@@ -1,5 +1,5 @@
-"""The step record declared once, the step-time expression written once (and quoted by the
-README), and the time of each term (eval_components) in the step trace and the report."""
+"""The step record declared once, the step-time expression written once (and quoted by
+docs/cost-model.md), and the time of each term (eval_components) in the step trace and the report."""
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +26,7 @@ from schemas.validate import validate
 GPU = GpuSpec(name="g", peak_flops=1e15, mem_bandwidth_bytes_per_s=2e12, mem_bytes=80 * 2**30)
 LLAMA = ModelSpec(name="8b", num_params=8e9, num_active_params=8e9, num_layers=32, hidden_size=4096,
                   num_attention_heads=32, num_kv_heads=8, head_dim=128, dtype_bytes=2, max_model_len=8192)
-README = Path(__file__).resolve().parents[2] / "README.md"
+COST_MODEL_PAGE = Path(__file__).resolve().parents[2] / "docs" / "cost-model.md"
 
 
 def test_step_trace_columns_are_the_record():
@@ -50,7 +50,7 @@ def test_absent_optional_features_take_their_defaults():
 
 
 def _evaluate_formula(coef, c_x=0.0, m_x=0.0, serial_x=0.0, **features) -> float:
-    """FORMULA as written (the README's), on the coefficients' values (names without ``_s``);
+    """FORMULA as written (the one docs/cost-model.md quotes), on the coefficients' values (names without ``_s``);
     ``c_x``, ``m_x``, ``serial_x`` the derived features' time by part."""
     names = {f.removesuffix("_s"): v for f, v in vars(coef).items() if f != "per_feature"}
     scope = {**names, **features, "c_x": c_x, "m_x": m_x, "serial_x": serial_x}
@@ -76,8 +76,8 @@ def test_the_written_formula_is_the_code(features):
     assert code == pytest.approx(_evaluate_formula(cm.coefficients, **features), rel=1e-12)
 
 
-def test_readme_quotes_the_formula_and_names_every_term():
-    text = README.read_text()
+def test_the_cost_model_page_quotes_the_formula_and_names_every_term():
+    text = COST_MODEL_PAGE.read_text()
     assert FORMULA in text
     section = text[text.index(FORMULA):text.index("Peak and bandwidth are the replica's GPUs'")]
     listed = re.findall(r"^(\w+)\s{2,}", section, flags=re.M)

@@ -1,4 +1,4 @@
-"""The README's "Getting your production log in" recipes run as written, on the real files."""
+"""The recipes of docs/importers.md ("Getting your production log in") run as written, on the real files."""
 from __future__ import annotations
 
 import re
@@ -9,12 +9,13 @@ from click.testing import CliRunner
 
 from calibrate.umbrella import main as servecal
 
-README = Path(__file__).parents[1] / "README.md"
+PAGE = Path(__file__).parents[1] / "docs" / "importers.md"
 
 
 def _commands() -> list[str]:
-    text = README.read_text()
-    section = text.split("## Getting your production log in", 1)[1].split("\n## ", 1)[0]
+    text = PAGE.read_text()
+    assert text.startswith("# Getting your production log in\n")
+    section = text.split("\n## ", 1)[0]  # the page, up to a second-level heading if one is ever added
     blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
     return [c.strip() for b in blocks for c in b.replace("\\\n", " ").splitlines() if c.strip()]
 
