@@ -216,8 +216,9 @@ statistic's band is sqrt(parameters^2 + sampling^2 + model^2 + transfer^2) from 
   that many requests would measure);
 - model: the calibration's own held-out errors (`calibrate.holdout`: leave one run out, or each half
   of a single run fitted and the other half's three windows predicted), their split-conformal 95 %
-  quantile after dividing each by 1 + its distance from the refit's load, times 1 + the scored run's
-  distance from the calibration's load (`replay.analysis.band_parts`); a calibration without held-out
+  quantile after dividing each by 2^d, d its distance from the refit's load (log2 units), times 2^d of
+  the scored run's distance from the calibration's load (`replay.analysis.band_parts.growth`: the ratio
+  of the load to the nearest fitted one); a calibration without held-out
   errors (a kernel profile's step fit) has none;
 - transfer (carried calibrations only): the 95th percentile of |error| of the metric over the
   *other* carried cases of this table (leave one case out; the product's constant,
