@@ -70,12 +70,12 @@ class FitResult:
 def inert_params(cost_model, names) -> dict:
     """Parameters among ``names`` that do not change this model's step time (their term is
     off for this hardware: an all-reduce at TP 1, an all-to-all without experts): name -> why.
-    The front end's parameters are not step-time parameters and never listed."""
+    The front end's and the KV migration's parameters are not step-time parameters and never listed."""
     out = {}
     base = cost_model.coefficients
     for n in names:
         spec = PARAMS[n]
-        if n.startswith(("t_frontend", "t_stream")):
+        if n.startswith(("t_frontend", "t_stream", "t_kv_migrate")):
             continue
         d = spec.default
         # halfway to the farther bound (a default at a bound, such as eta_link's 1, probes the other side)

@@ -36,8 +36,8 @@ QUANTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)
 #: Parameters a request fit frees by default (others stay at their values unless freed).
 DEFAULT_FREE = REQUEST_FIT_FREE
 #: Extra start points (the first start is the cost model's values).
-_STARTS = ({"eta_compute": 0.3, "eta_mem": 0.5, "t_step_s": 2e-4, "n_half_tokens": 100.0},
-           {"eta_compute": 0.8, "eta_mem": 0.95, "t_step_s": 3e-3, "n_half_tokens": 10.0})
+_STARTS = ({"eta_compute": 0.3, "eta_mem": 0.5, "t_step_s": 2e-4, "n_half_tokens": 100.0, "t_kv_migrate_s": 1e-3},
+           {"eta_compute": 0.8, "eta_mem": 0.95, "t_step_s": 3e-3, "n_half_tokens": 10.0, "t_kv_migrate_s": 2e-2})
 
 
 #: Below this many requests in all the runs a fit's starts run in this process by default: a

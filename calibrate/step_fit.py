@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from replay.cost.cost_model import FRONTEND_PARAMS, RooflineCostModel
+from replay.cost.cost_model import FRONTEND_PARAMS, HANDOFF_PARAMS, RooflineCostModel
 from schemas.cost_params import PARAMS, CostParams
 from schemas.metrics import step_kind
 from schemas.step_record import feature_arrays
@@ -122,6 +122,7 @@ def fit_steps(steps: pd.DataFrame, cost_model: RooflineCostModel, variants=("max
         raise FitError("no usable step rows (all missing, non-positive or empty)")
     residual = _StepResidual(data, cost_model)
     not_seen = {n: "outside the engine: a step trace does not see it" for n in FRONTEND_PARAMS}
+    not_seen.update({n: "between instances: a step trace does not see it" for n in HANDOFF_PARAMS})
 
     def result_of(variant, params, corr, warns, best, info):
         return _result(variant, params, corr, warns, residual, data, best, info)

@@ -89,6 +89,10 @@ PARAMS: MappingProxyType = MappingProxyType({p.name: p for p in (
        "per prompt token before the engine (tokenisation, request transfer)"),
     _p("t_stream_per_token_s", "s", 0.0, 0.1, 0.0, 1e-3,
        "per output token after the first, between engine and client (detokenise, SSE)"),
+    _p("t_kv_migrate_s", "s", 0.0, 1.0, 0.0, 1e-2,
+       "per request whose KV moves from a prefill to a decode instance (--scheduler disagg): the "
+       "engine's cost of the transfer beyond the link's bytes and latency (a call to every worker, "
+       "one copy per block and layer: DistServe's _migrate_blocks)"),
 )})
 
 

@@ -76,7 +76,9 @@ def resolve_pools(cost_model: RooflineCostModel,
     cfg : replay.config.DisaggOptions
         The pools' TPs and the link (``link``, ``link_bandwidth_bytes_per_s``,
         ``link_latency_s``); with no link given, the GPUs' own ``tp_link`` (the two pools in one
-        node, as DistServe's placement puts the two phases of a model stage).
+        node, as DistServe's placement puts the two phases of a model stage). The engine's cost of
+        a transfer, ``t_kv_migrate_s`` of ``cost_model``, is added to the link's latency (both are
+        paid once per transfer: :func:`~replay.cost.cost_model.kv_transfer_time_s`).
 
     Raises
     ------
@@ -85,7 +87,8 @@ def resolve_pools(cost_model: RooflineCostModel,
     """
     prefill, decode = pool_cost_models(cost_model, cfg.tp_prefill, cfg.tp_decode, cfg.pp_prefill, cfg.pp_decode)
     link = resolve_link(cfg.link, cfg.link_bandwidth_bytes_per_s, cfg.link_latency_s, prefill.tp_link)
-    return prefill, decode, link
+    migrate_s = cost_model.params["t_kv_migrate_s"]
+    return prefill, decode, replace(link, latency_s=link.latency_s + migrate_s) if migrate_s else link
 
 
 def pool_gpus(cost_model: RooflineCostModel, cfg: DisaggOptions) -> int:

@@ -49,6 +49,8 @@ class StepCostModel(Protocol):
 
 #: Parameters of the time a request spends outside the engine (:meth:`RooflineCostModel.frontend_s`).
 FRONTEND_PARAMS = ("t_frontend_s", "t_frontend_per_prompt_token_s", "t_stream_per_token_s")
+#: The parameter of a disaggregated replay's KV handoff (:func:`replay.core.disagg_pools.resolve_pools`).
+HANDOFF_PARAMS = ("t_kv_migrate_s",)
 
 #: Link presets by name, built from the catalog (``schemas/catalog/links.json``, every value
 #: with its source).
@@ -195,9 +197,9 @@ class RooflineCostModel:
 
     @property
     def free_params(self) -> tuple:
-        """Names of the parameters the model reads (its terms' and the front end's), in
-        :data:`PARAMS` order."""
-        used = {p for t in self.terms for p in TERMS[t].params} | set(FRONTEND_PARAMS)
+        """Names of the parameters the model reads (its terms', the front end's and the KV
+        handoff's), in :data:`PARAMS` order."""
+        used = {p for t in self.terms for p in TERMS[t].params} | set(FRONTEND_PARAMS) | set(HANDOFF_PARAMS)
         return tuple(p for p in PARAMS if p in used)
 
     def frontend_s(self, num_prompt_tokens):

@@ -28,6 +28,7 @@ MEASURE = {
     "t_frontend_s": "engine-side timings (vLLM OTLP spans) beside the client's log",
     "t_frontend_per_prompt_token_s": "engine-side timings (vLLM OTLP spans) beside the client's log",
     "t_stream_per_token_s": "engine-side timings (vLLM OTLP spans) beside the client's log",
+    "t_kv_migrate_s": "a disaggregated run at a rate where the decode instances accept prompts often",
 }
 #: A parameter counts when a breaking point moves it at least this fraction of the way to its
 #: interval's end (or, without an interval, of its value).
