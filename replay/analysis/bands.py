@@ -29,6 +29,7 @@ import pandas as pd
 
 from ..core.closed_loop import on_send_times
 from .band_basis import BandBasis
+from .band_windows import windowed, windowed_rows
 from .band_parts import ERROR_SOURCE, Z95, distance, growth, load_features, model_error_quantiles, percentile_noise
 from .compare import METRICS, SCHEDULER_TABLE_METRICS, scheduler_table
 from .metrics import PERCENTILES, goodput_rps
@@ -355,7 +356,9 @@ def _row_of(job: BandJob, item) -> dict:
 
 
 def predict_with_band(job: BandJob, point_row: dict | None = None, mapper=None, details: dict | None = None) -> Band:
-    """Replay ``job`` at the calibration's values and at its band points; the band.
+    """Replay ``job`` at the calibration's values and at its band points; the band. A trace of more
+    than :data:`~replay.analysis.band_windows.WINDOWED_ABOVE` requests replays the band points on
+    windows of it (:mod:`replay.analysis.band_windows`).
 
     Parameters
     ----------
@@ -376,15 +379,19 @@ def predict_with_band(job: BandJob, point_row: dict | None = None, mapper=None, 
     from functools import partial
 
     todo = job.replays()
-    if point_row is not None:
-        todo = todo[1:]
-        point_row = dict(point_row)
-        details = point_row.pop("details", details)
     fn = partial(_row_of, job)
-    rows = mapper(fn, todo) if mapper is not None else [fn(item) for item in todo]
+    if windowed(job.frame, job.cfg):  # a long trace: the band points on windows of it (band_windows)
+        point_row = dict(point_row) if point_row is not None else fn(todo[0])
+        s = job.cfg.scheduling
+        rows = [point_row, *windowed_rows(job.frame, job.metadata, todo, point_row,
+                                          partial(prediction_row, slo_ttft_s=s.slo_ttft_s, slo_tpot_s=s.slo_tpot_s),
+                                          BAND_STATS, mapper)]
+    else:
+        done = [] if point_row is None else [dict(point_row)]
+        rest = todo[len(done):]
+        rows = done + (mapper(fn, rest) if mapper is not None else [fn(item) for item in rest])
+    point_row = dict(rows[0])
+    details = point_row.pop("details", details)
     kinds = [k for k, _, _ in todo]
-    if point_row is None:
-        point_row = dict(rows[0])
-        details = point_row.pop("details")
     return band_of_rows(point_row, [r for k, r in zip(kinds, rows) if k == "set"],
                         [r for k, r in zip(kinds, rows) if k == "seed"], job.basis, details)
