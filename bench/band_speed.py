@@ -2,9 +2,10 @@
 
 A band replays the what-if at each of the calibration's band points (replay/analysis/bands.py). This
 script calibrates on a synthetic step log of the demo's cluster (a step fit: 2 points per
-parameter with a standard error), then times, on an N-request trace: one replay, the band
-replayed here one after the other, and the band in worker processes (what ``replay`` does
-when the replays take longer than a few seconds in all).
+parameter with a standard error), then times, on an N-request trace: one replay, and the band's
+replays beyond that one (what ``replay`` adds to its own replay) here one after the other and in
+worker processes (what ``replay`` does when the replays take longer than a few seconds in all);
+above 40,000 requests they run on windows of the trace (``replay.analysis.band_windows``).
 
     python bench/band_speed.py [--requests 10000] [--repeat 3]
 """
@@ -19,6 +20,7 @@ import numpy as np
 
 from calibrate.demo import TRUTH, NoisyCostModel
 from calibrate.step_fit import fit_steps, set_ci95
+from replay.analysis import band_windows
 from replay.analysis.bands import BandJob, predict_with_band, prediction_row
 from replay.config import EngineOptions, RecordOptions, ReplayConfig
 from replay.cost.cost_model import RooflineCostModel
@@ -64,15 +66,18 @@ def main():
     cfg = ReplayConfig(EngineOptions(max_num_seqs=128, max_num_batched_tokens=2048))
     job = BandJob(trace, {}, cm, cfg, points)
     one = best_of(lambda: prediction_row(replay_frame(trace, cm, cfg)[0]), args.repeat)
-    serial = best_of(lambda: predict_with_band(job), args.repeat)
+    row = prediction_row(replay_frame(trace, cm, cfg)[0])
+    serial = best_of(lambda: predict_with_band(job, point_row=row), args.repeat)
     workers = os.cpu_count() or 1
     with worker_pool(workers) as mapper:
         mapper(partial(abs), [0] * workers)  # the workers' start-up is not the band's cost
-        pooled = best_of(lambda: predict_with_band(job, mapper=mapper), args.repeat)
+        pooled = best_of(lambda: predict_with_band(job, point_row=row, mapper=mapper), args.repeat)
+    how = (f"on {band_windows.NUM_WINDOWS} windows of the trace" if band_windows.windowed(trace, cfg)
+           else "whole")
     print(f"{args.requests} requests at {args.rate:g} req/s, {len(points)} band points, best of {args.repeat}, "
-          f"{workers} CPU(s):")
+          f"{workers} CPU(s); the band's replays beyond the point's ({len(points)} points, {how}):")
     print(f"  one replay                 {one:7.2f} s  1.0x")
-    print(f"  band, one after the other  {serial:7.2f} s  {serial / one:.1f}x  ({len(points) + 1} replays)")
+    print(f"  band, one after the other  {serial:7.2f} s  {serial / one:.1f}x")
     print(f"  band, {workers} worker processes  {pooled:7.2f} s  {pooled / one:.1f}x")
 
 
