@@ -83,6 +83,12 @@ class KVCache:
         if not self.try_allocate(req, num_new_tokens, num_cached):
             raise AssertionError("allocate() without can_allocate()")
 
+    def allocate_chunks(self, req: Request, chunk_tokens: int, num_chunks: int) -> None:
+        """Take the blocks of ``req``'s next ``num_chunks`` prompt chunks of ``chunk_tokens`` tokens
+        each (a closed-form run, :func:`replay.core.step_end.allocate_run`), as
+        ``allocate(req, i * chunk_tokens)`` for ``i = 1..num_chunks`` does: here, the last call alone."""
+        self.allocate(req, num_chunks * chunk_tokens)
+
     def free(self, req: Request) -> None:
         """Return all blocks of ``req``."""
         self.num_free_blocks += req.num_blocks
@@ -252,7 +258,7 @@ class PrefixCachingKVCache(KVCache):
         """:meth:`allocate` if :meth:`can_allocate`; returns whether it did."""
         if not self.can_allocate(req, num_new_tokens, num_cached):
             return False
-        self._take(req, num_new_tokens, num_cached)
+        self._take(req, num_cached, ((num_cached or req.num_computed_tokens) + num_new_tokens,))
         return True
 
     def allocate(self, req: Request, num_new_tokens: int, num_cached: int = 0) -> None:
@@ -262,19 +268,44 @@ class PrefixCachingKVCache(KVCache):
         ``num_cached``. Newly filled full prompt blocks are registered in the cache.
         """
         assert self.can_allocate(req, num_new_tokens, num_cached), "allocate() without can_allocate()"
-        self._take(req, num_new_tokens, num_cached)
+        self._take(req, num_cached, ((num_cached or req.num_computed_tokens) + num_new_tokens,))
 
-    def _take(self, req: Request, num_new_tokens: int, num_cached: int) -> None:
-        """:meth:`allocate` once the blocks are known to be free (checked once, by the caller)."""
+    def allocate_chunks(self, req: Request, chunk_tokens: int, num_chunks: int) -> None:
+        """Take the blocks of ``req``'s next ``num_chunks`` prompt chunks of ``chunk_tokens`` tokens
+        each (a closed-form run, :func:`replay.core.step_end.allocate_run`) in one call: chunk by
+        chunk, as ``allocate(req, i * chunk_tokens)`` for ``i = 1..num_chunks`` does (blocks
+        already held are not taken again).
+
+        Chunk by chunk matters: a computed block whose content is still cached in a free block is
+        not registered, and a later chunk's new blocks may then evict that copy, leaving the
+        content uncached; taking every chunk's blocks first would evict the copy before the
+        block is computed and cache it there (tests/replay/test_fast_path.py).
+
+        Raises
+        ------
+        AssertionError
+            If the blocks of all the chunks are not free (the caller checks).
+        """
+        assert self.can_allocate(req, num_chunks * chunk_tokens), "allocate_chunks() without free blocks"
+        c = req.num_computed_tokens
+        self._take(req, 0, range(c + chunk_tokens, c + num_chunks * chunk_tokens + 1, chunk_tokens))
+
+    def _take(self, req: Request, num_cached: int, ends_tokens) -> None:
+        """Take ``req``'s hit blocks (``num_cached`` tokens), then, for each of ``ends_tokens`` in
+        turn (its KV tokens after a step, ascending, the hit included), the blocks up to it,
+        registering that step's newly filled full prompt blocks before the next step takes its
+        own. The blocks are known to be free (checked once, by the caller)."""
         held = self._held.get(req)
         if held is None:
             held = self._held[req] = [[], 0]
         blocks = held[0]
-        ref, free = self._ref, self._free
+        ref, free, key_of, block_of = self._ref, self._free, self._key_of, self._block_of
+        keys = self.block_keys(req)
+        bs = self.block_size
         if num_cached:
             assert not blocks and not req.num_computed_tokens, "prefix hit for a request holding KV"
-            for key in self.block_keys(req)[:num_cached // self.block_size]:
-                b = self._block_of[key]
+            for key in keys[:num_cached // bs]:
+                b = block_of[key]
                 if ref[b] == 0:
                     del free[b]
                 ref[b] += 1
@@ -282,25 +313,25 @@ class PrefixCachingKVCache(KVCache):
             held[1] = len(blocks)
             req.num_computed_tokens = num_cached
             req.num_cached_tokens = num_cached
-        key_of, block_of = self._key_of, self._block_of
-        for _ in range(self.blocks_for(req.num_computed_tokens + num_new_tokens) - len(blocks)):
-            b, _ = free.popitem(last=False)
-            old = key_of[b]
-            if old is not None:  # evict the least recently freed cached block
-                del block_of[old]
-                key_of[b] = None
-            ref[b] = 1
-            blocks.append(b)
+        for end in ends_tokens:
+            for _ in range(-(-end // bs) - len(blocks)):
+                b, _ = free.popitem(last=False)
+                old = key_of[b]
+                if old is not None:  # evict the least recently freed cached block
+                    del block_of[old]
+                    key_of[b] = None
+                ref[b] = 1
+                blocks.append(b)
+            upto = min(len(keys), end // bs)
+            for j in range(held[1], upto):
+                key = keys[j]
+                if key not in block_of:  # a duplicate computed concurrently stays uncached
+                    block_of[key] = blocks[j]
+                    key_of[blocks[j]] = key
+            if upto > held[1]:
+                held[1] = upto
         req.num_blocks = len(blocks)
         self.num_free_blocks = len(free)
-        keys = self.block_keys(req)
-        upto = min(len(keys), (req.num_computed_tokens + num_new_tokens) // self.block_size)
-        for j in range(held[1], upto):
-            key = keys[j]
-            if key not in block_of:  # a duplicate computed concurrently stays uncached
-                block_of[key] = blocks[j]
-                key_of[blocks[j]] = key
-        held[1] = max(held[1], upto)
 
     def free(self, req: Request) -> None:
         """Release ``req``'s blocks, last block first; cached contents stay until evicted."""
