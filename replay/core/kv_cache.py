@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from .prompt_keys import prompt_block_keys
 from .request import Request
 
 
@@ -101,52 +102,6 @@ class KVCache:
         return 1.0 - self.num_free_blocks / self.num_gpu_blocks
 
 
-def prompt_block_keys(block_hashes, num_prompt_tokens: int, block_size: int, hash_block_size: int) -> list[int]:
-    """Content keys of the full engine blocks of a prompt, from the trace's hash blocks.
-
-    Parameters
-    ----------
-    block_hashes : sequence of int, shape (k,)
-        The trace's hash of each ``hash_block_size``-token block of the prompt (Mooncake's
-        ``hash_ids``); the last one may cover a partial block.
-    num_prompt_tokens : int
-    block_size : int
-        Tokens per engine KV block.
-    hash_block_size : int
-        Tokens per hash block of the trace (Mooncake: 512).
-
-    Returns
-    -------
-    list of int, length ``min(num_prompt_tokens, k * hash_block_size) // block_size``
-        Key of engine block ``j`` (tokens ``[j * block_size, (j + 1) * block_size)``).
-        Equal keys mean equal content *and* equal prefix.
-
-    Notes
-    -----
-    Engine block ``j`` lies in the hash block ``i = ((j + 1) * block_size - 1) // hash_block_size``
-    that holds its last token (BR-14: 512-token hash blocks over 16-token engine blocks give
-    32 engine blocks per hash block). Its key is ``hash((c_i, j))`` with the chained prefix hash
-    ``c_i = hash((c_{i-1}, h_i))``, so a block matches only when every hash block up to its own
-    matches (vLLM's chained block hashes). Engine blocks past the last hash block are not
-    cacheable. Python's hash of ints and tuples is deterministic (PYTHONHASHSEED affects only
-    str and bytes); a 64-bit collision is negligible at trace sizes.
-    """
-    if block_hashes is None:
-        return []
-    n_full = min(num_prompt_tokens, len(block_hashes) * hash_block_size) // block_size
-    if not n_full:
-        return []
-    used = block_hashes[:(n_full * block_size - 1) // hash_block_size + 1]  # the hash blocks the keys reach
-    chains = []
-    c = 0
-    for h in (used.tolist() if hasattr(used, "tolist") else used):  # an array's items as Python ints, at once
-        c = hash((c, int(h)))
-        chains.append(c)
-    if hash_block_size == block_size:  # one hash per engine block (i = j)
-        return [hash((c, j)) for j, c in enumerate(chains)]
-    return [hash((chains[((j + 1) * block_size - 1) // hash_block_size], j)) for j in range(n_full)]
-
-
 class PrefixCachingKVCache(KVCache):
     """Paged KV cache with automatic prefix caching, vLLM v1 semantics.
 
@@ -184,7 +139,7 @@ class PrefixCachingKVCache(KVCache):
     A token-level radix cache (SGLang) would hit partial blocks too; this one does not.
     """
 
-    __slots__ = ("hash_block_size", "_ref", "_key_of", "_block_of", "_free", "_held", "_keys")
+    __slots__ = ("hash_block_size", "_ref", "_key_of", "_block_of", "_free", "_held")
 
     enable_prefix_caching = True
 
@@ -198,22 +153,23 @@ class PrefixCachingKVCache(KVCache):
         self._block_of: dict[int, int] = {}              # content key -> block holding it
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_gpu_blocks))  # head = next evicted
         self._held: dict[Request, list] = {}              # req -> [block ids, blocks considered for caching]
-        self._keys: dict[Request, list[int]] = {}         # req -> prompt block keys (memo)
 
     def block_keys(self, req: Request) -> list[int]:
-        """Content keys of ``req``'s full prompt blocks (memoised while it lives)."""
-        keys = self._keys.get(req)
+        """Content keys of ``req``'s full prompt blocks: ``req.prompt_keys``, computed here the
+        first time it is needed (kept on the request until it finishes)."""
+        keys = req.prompt_keys
         if keys is None:
-            keys = prompt_block_keys(req.block_hashes, req.num_prompt_tokens, self.block_size, self.hash_block_size)
-            self._keys[req] = keys
+            keys = req.prompt_keys = prompt_block_keys(req.block_hashes, req.num_prompt_tokens, self.block_size,
+                                                       self.hash_block_size)
         return keys
 
     def num_resident_prefix_blocks(self, req: Request) -> int:
         """Leading full prompt blocks of ``req`` resident here (no last-token cap).
 
-        Routers ask every replica; the keys are memoised only where the request runs.
+        Routers ask every replica before the request waits anywhere: keys computed here are
+        not kept (a long queue would hold every waiting prompt's keys).
         """
-        keys = self._keys.get(req)
+        keys = req.prompt_keys
         if keys is None:
             keys = prompt_block_keys(req.block_hashes, req.num_prompt_tokens, self.block_size, self.hash_block_size)
         m = 0
@@ -345,7 +301,7 @@ class PrefixCachingKVCache(KVCache):
             self.num_free_blocks = len(free)
         req.num_blocks = 0
         if req.num_generated_tokens >= req.num_output_tokens:
-            self._keys.pop(req, None)  # finished: its keys are not needed again
+            req.prompt_keys = None  # finished: its keys are not needed again
         assert 0 <= self.num_free_blocks <= self.num_gpu_blocks
 
     def evict(self, key: int) -> None:

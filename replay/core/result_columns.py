@@ -72,7 +72,7 @@ def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = Fals
         return np.fromiter(map(attrgetter(name), reqs), dtype, len(reqs))
 
     def scattered(values: np.ndarray, fill) -> np.ndarray:  # by row; rows not simulated get ``fill``
-        if len(reqs) == n:  # every row, in order (requests_from_frame keeps the row order)
+        if len(reqs) == n:  # every row, in order (TraceRequests.requests keeps the row order)
             return values
         out = np.full(n, fill, dtype=values.dtype)
         out[idx] = values

@@ -8,7 +8,8 @@ from helpers import LinearStepCost, step_rows
 from replay.cost.cost_model import RooflineCostModel
 from replay.core.engine import Engine
 from replay.core.engine_config import EngineConfig
-from replay.core.kv_cache import KVCache, PrefixCachingKVCache, make_kv_cache, prompt_block_keys
+from replay.core.kv_cache import KVCache, PrefixCachingKVCache, make_kv_cache
+from replay.core.prompt_keys import prompt_block_keys
 from replay.core.request import Request
 from replay.schedulers import get_scheduler_factory
 from replay.schedulers.base import ReplicaState, SchedulerConfig
