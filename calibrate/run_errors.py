@@ -17,7 +17,7 @@ import pandas as pd
 
 from replay.config import ReplayConfig
 from replay.core.trace_requests import TraceRequests
-from replay.simulate import replay_frame
+from replay.simulate import replay_columns, replay_frame
 from schemas.cost_params import CostParams
 
 from .errors import FitError
@@ -104,7 +104,8 @@ class QuantileResidual:
     parameters (one replay per run per call). Picklable: the starts may run elsewhere.
 
     Each run's trace is read for the engine once (:class:`~replay.core.trace_requests.TraceRequests`,
-    its prompts' block keys kept), not at every call."""
+    its prompts' block keys kept), not at every call, and a call reads the predicted columns it
+    matches without building the result frame (:func:`replay.simulate.replay_columns`)."""
 
     def __init__(self, runs, cost_model, metrics, quantiles):
         self.runs, self.cost_model, self.metrics, self.quantiles = runs, cost_model, metrics, quantiles
@@ -155,11 +156,11 @@ class QuantileResidual:
         cm = self.cost_model.with_params(p)
         out = []
         for run, rows, meas in zip(self.runs, self.rows, self.meas):
-            res, _ = replay_frame(rows, cm, run.config, run.metadata)
-            res = run.scored_rows(res)
+            columns, _ = replay_columns(rows, cm, run.config, run.metadata)
             errs = {}
             for m, (pcts, q_meas) in meas.items():
-                pv = finite_values(res[f"pred_{m}"])
+                pv = columns[f"pred_{m}"] if run.scored is None else columns[f"pred_{m}"][run.scored]
+                pv = pv[np.isfinite(pv)]
                 q = statistics(pv, pcts) if pv.size else np.full(len(pcts), 1e9)
                 errs[m] = (q - q_meas) / np.maximum(q_meas, 1e-3)
             out.append(errs)

@@ -28,7 +28,7 @@ from .cost.kv_capacity import kv_capacity_blocks
 from .core.pipeline import PipelineDisaggEngine, PipelineEngine
 from .core.request import Request
 from .core.trace_requests import TraceRequests
-from .core.result_columns import result_frame, spec_columns
+from .core.result_columns import predicted_columns, result_frame, spec_columns
 from .core.routing import get_router
 from .schedulers import get_scheduler_factory
 from .schedulers.base import SchedulerConfig
@@ -129,11 +129,19 @@ def replay_frame(df: pd.DataFrame | TraceRequests, cost_model: StepCostModel, cf
     stages (:mod:`replay.core.pipeline`); such a replay always takes the exact path (every step
     through the event heap), so ``exact_steps`` changes nothing there.
     """
+    columns, engine = replay_columns(df, cost_model, cfg, metadata)
+    return result_frame(df.frame if isinstance(df, TraceRequests) else df, columns), engine
+
+
+def replay_columns(df: pd.DataFrame | TraceRequests, cost_model: StepCostModel, cfg: ReplayConfig,
+                   metadata: dict | None = None) -> tuple[dict, Engine]:
+    """:func:`replay_frame` without the frame: the columns it adds to the trace (name -> values
+    by trace row, shape ``(n,)``, in the result's order) and the engine; for a caller that reads
+    a few columns of many replays (a fit). Arguments and errors: :func:`replay_frame`."""
     sched, closed, rec = cfg.scheduling, cfg.closed_loop, cfg.record
     rows = df if isinstance(df, TraceRequests) else TraceRequests(df)
-    df = rows.frame
     engine, cost_model = _build_engine(cost_model, cfg, metadata)
-    frontend_s, stream_s = frontend_delays(cost_model, df)
+    frontend_s, stream_s = frontend_delays(cost_model, rows.frame)
     ec = engine.config  # the prefix caches' block geometry: what the prompts' block keys depend on
     geometry = (ec.block_size, ec.hash_block_size or ec.block_size) if ec.enable_prefix_caching else None
     with _gc_paused():  # no cycles here; collections would rescan every live request again and again
@@ -145,12 +153,12 @@ def replay_frame(df: pd.DataFrame | TraceRequests, cost_model: StepCostModel, cf
             spread = float((metadata or {}).get("closed_loop_start_spread_s", 0.0))
             loop = ClosedLoop(engine, reqs, closed.concurrency, closed.think_time_s, frontend_s, stream_s, spread)
             loop.run()
-        result = result_frame(df, reqs, rec.token_times, frontend_s, stream_s)
+        columns = predicted_columns(rows.num_output_tokens, reqs, rec.token_times, frontend_s, stream_s)
         if loop is not None:
-            result["pred_arrival_time_s"] = send_times_column(len(df), loop.sent_at_s)
-        _add_engine_columns(result, engine, reqs, cfg.engine)
+            columns["pred_arrival_time_s"] = send_times_column(rows.num_rows, loop.sent_at_s)
+        columns.update(_engine_columns(rows.num_rows, engine, reqs, cfg.engine))
         del reqs  # freed by reference counting before collections resume
-    return result, engine
+    return columns, engine
 
 
 def _build_engine(cost_model: StepCostModel, cfg: ReplayConfig,
@@ -239,21 +247,20 @@ def _engine_configs(cost_model: StepCostModel, cfg: ReplayConfig, metadata: dict
     return sched_cfg, engine_cfg
 
 
-def _add_engine_columns(result: pd.DataFrame, engine: Engine, reqs: list[Request], eng: EngineOptions) -> None:
-    """Add to ``result`` (one row per trace row) the columns of a disaggregated engine, of
+def _engine_columns(n: int, engine: Engine, reqs: list[Request], eng: EngineOptions) -> dict:
+    """The columns (name -> ``n`` values, one per trace row) of a disaggregated engine, of
     speculative decoding and of prefix caching (``pred_num_cached_tokens``, tokens)."""
-    n = len(result)
+    out = {}
     if isinstance(engine, DisaggEngine):
-        for col, values in engine.result_columns(n).items():
-            result[col] = values
+        out.update(engine.result_columns(n))
     if eng.num_speculative_tokens:
-        for col, values in spec_columns(engine, n).items():
-            result[col] = values
+        out.update(spec_columns(engine, n))
     if eng.enable_prefix_caching:
         cached = np.zeros(n, np.int64)
         for r in reqs:
             cached[r.index] = r.num_cached_tokens
-        result["pred_num_cached_tokens"] = cached
+        out["pred_num_cached_tokens"] = cached
+    return out
 
 
 def run(trace, calibration, config: ReplayConfig | None = None, *, model: str | ModelSpec | None = None,

@@ -35,6 +35,7 @@ class TraceRequests:
     ----------
     frame : pandas.DataFrame
     num_rows : int
+    num_output_tokens : numpy.ndarray of int64, shape (num_rows,)
     """
 
     def __init__(self, frame: pd.DataFrame, keep_prompt_keys: bool = False):
@@ -43,7 +44,8 @@ class TraceRequests:
         self._ids = frame["request_id"].astype(str).tolist()
         self._arrival_s = frame["arrival_time_s"].to_numpy(float)
         self._prompt_tokens = frame["num_prompt_tokens"].to_numpy(np.int64).tolist()
-        self._output_tokens = frame["num_output_tokens"].to_numpy(np.int64).tolist()
+        self.num_output_tokens = frame["num_output_tokens"].to_numpy(np.int64)
+        self._output_tokens = self.num_output_tokens.tolist()
         self._priority = frame["priority"].to_numpy(np.int64).tolist() if "priority" in frame else [0] * n
         self._hashes = frame["block_hashes"].tolist() if "block_hashes" in frame else [None] * n
         self._kept = [True] * n

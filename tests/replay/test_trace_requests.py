@@ -1,4 +1,5 @@
-"""A trace read once for many replays (TraceRequests) replays exactly as the frame does."""
+"""What a fit's many replays share replays exactly as one replay does: the trace read once
+(TraceRequests, its prompts' block keys kept) and the predicted columns without the frame (replay_columns)."""
 import pickle
 
 import numpy as np
@@ -9,7 +10,7 @@ from replay.config import RecordOptions, ReplayConfig
 from replay.core.prompt_keys import prompt_block_keys
 from replay.core.trace_requests import TraceRequests
 from replay.cost.cost_model import RooflineCostModel
-from replay.simulate import replay_frame
+from replay.simulate import replay_columns, replay_frame
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
 
@@ -72,3 +73,23 @@ def test_a_pickled_trace_is_read_again_from_its_frame():
     back = pickle.loads(pickle.dumps(rows))
     assert back.keep_prompt_keys and back.num_rows == rows.num_rows and not back._prompt_keys
     pd.testing.assert_frame_equal(back.frame, rows.frame)
+
+
+@pytest.mark.parametrize("options", [
+    dict(enable_prefix_caching=True, num_gpu_blocks=400, max_num_batched_tokens=64),
+    dict(scheduler="disagg", prefill_replicas=1, decode_replicas=2),
+    dict(num_speculative_tokens=2, spec_acceptance_rate=0.7, seed=3),
+    dict(concurrency=4, think_time_s=0.01),
+])
+def test_replay_columns_are_the_columns_replay_frame_adds(options):
+    """The columns a fit reads without the frame are replay_frame's new columns, in its order,
+    value for value (disaggregation, speculative decoding and closed-loop columns included;
+    front-end and streaming delays on)."""
+    df = shared_prefix_trace()
+    cost = COST.with_params(CostParams(eta_compute=0.6, eta_mem=0.8, t_step_s=2e-4, t_frontend_s=0.003,
+                                       t_stream_per_token_s=1e-4))
+    cfg = ReplayConfig.from_options(RecordOptions(token_times=True), **options)
+    frame, _ = replay_frame(df, cost, cfg)
+    columns, _ = replay_columns(TraceRequests(df), cost, cfg)
+    assert list(columns) == [c for c in frame.columns if c not in df.columns]
+    pd.testing.assert_frame_equal(pd.DataFrame(columns, index=df.index), frame[list(columns)], check_exact=True)
