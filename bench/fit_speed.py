@@ -13,7 +13,8 @@ Each baseline revision (default: main; several, comma-separated, to time a serie
 exported with `git archive` to a temporary folder; each case runs in a fresh process against each
 revision's packages and this tree's, one after the other, ``--repeat`` times (the machine's speed
 drifts; the rounds expose every tree to the same drift), and the fastest wall of each is kept (as
-timeit reports). Each run also digests what the case produced (the calibration file, paths
+timeit reports), with its CPU time (the process's: on a shared machine it moves less than the wall,
+as waiting for a core is not counted). Each run also digests what the case produced (the calibration file, paths
 normalised; every candidate's status, point, band and max rate): the table says whether every tree's
 results are identical. Speedups are against the first revision.
 """
@@ -37,8 +38,8 @@ SWEEP = REAL / "guidellm_results_codellama34b_prefill_sweep.json"
 LOG = REAL / "blis_eval_codellama34b_prefill_sweep_vllm.log"
 
 
-def fit_case(tmp: str) -> tuple[float, str, str]:
-    """The CodeLlama fit: wall seconds (the fit alone), digest of the calibration file, replays."""
+def fit_case(tmp: str) -> tuple[float, float, str, str]:
+    """The CodeLlama fit: wall and CPU seconds (the fit alone), digest of the calibration file, replays."""
     from click.testing import CliRunner
 
     from calibrate.umbrella import main as servecal
@@ -47,18 +48,18 @@ def fit_case(tmp: str) -> tuple[float, str, str]:
     res = CliRunner().invoke(servecal, ["traces", "import", "guidellm", str(SWEEP), "-o", sweep])
     if res.exit_code:
         raise RuntimeError(res.output)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     res = CliRunner().invoke(servecal, ["calibrate", "fit", f"{sweep}#0", "--model", "codellama-34b", "--gpu",
                                         "h100-80gb", "--vllm-log", str(LOG), "--jobs", "1", "-o", out])
-    wall = time.perf_counter() - t
+    wall, cpu = time.perf_counter() - t, time.process_time() - cpu
     if res.exit_code:
         raise RuntimeError(res.output)
     text = Path(out).read_text().replace(tmp, "TMP")
-    return wall, hashlib.sha256(text.encode()).hexdigest()[:12], f"{json.loads(text)['fit']['n_replays']} replays"
+    return wall, cpu, hashlib.sha256(text.encode()).hexdigest()[:12], f"{json.loads(text)['fit']['n_replays']} replays"
 
 
-def plan_case(n: int) -> tuple[float, str, str]:
-    """The small plan: wall seconds, digest of every candidate's outcome, replays."""
+def plan_case(n: int) -> tuple[float, float, str, str]:
+    """The small plan: wall and CPU seconds, digest of every candidate's outcome, replays."""
     sys.path.insert(0, str(HERE))
     import plan_speed
     from replay.plan import Axes, Calibrations, parse_slo, plan_deployments
@@ -66,23 +67,23 @@ def plan_case(n: int) -> tuple[float, str, str]:
 
     trace = synth_requests(n, 60.0, "lognormal:mean=1024,sigma=0.8", "lognormal:mean=128,sigma=0.8", seed=0)
     axes = Axes(["h100-80gb"], [1, 2], [1, 2, 3, 4], [128, 256], [8192], ["chunked"])
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     plan = plan_deployments(trace, {}, Calibrations([("bench", plan_speed.calibration())]), axes,
                             parse_slo([plan_speed.SLO]), rate_rps=60.0, confidence="band", jobs=1)
-    wall = time.perf_counter() - t
+    wall, cpu = time.perf_counter() - t, time.process_time() - cpu
     res = plan.result
     outcome = [(ev.candidate.label(), ev.candidate.max_num_seqs, ev.status, ev.reason, ev.point,
                 None if ev.band is None else (ev.band.low, ev.band.high), ev.attainment_band, ev.band_rows,
                 ev.max_rate_rps) for ev in res.evaluations]
     digest = hashlib.sha256(repr(outcome).encode()).hexdigest()[:12]
-    return wall, digest, f"{res.replays} replays"
+    return wall, cpu, digest, f"{res.replays} replays"
 
 
 def run_case(case: str, plan_requests: int) -> None:
     """One case in this process; prints its result as one JSON line."""
     with tempfile.TemporaryDirectory() as tmp:
-        wall, digest, what = fit_case(tmp) if case == "fit" else plan_case(plan_requests)
-    print(json.dumps({"wall": wall, "digest": digest, "what": what}))
+        wall, cpu, digest, what = fit_case(tmp) if case == "fit" else plan_case(plan_requests)
+    print(json.dumps({"wall": wall, "cpu": cpu, "digest": digest, "what": what}))
 
 
 def in_tree(tree: Path, case: str, plan_requests: int) -> dict:
@@ -124,17 +125,17 @@ def main() -> None:
                     runs[c, name].append(in_tree(tree, c, args.plan_requests))
     print(f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}; best of {args.repeat} rounds "
           f"(each tree once a round); load average before/after {load0:.1f}/{os.getloadavg()[0]:.1f}\n")
-    print("| case | tree | best wall s | speedup | all walls s | results identical to the first |")
-    print("|---|---|---:|---:|---|---|")
+    print("| case | tree | best wall s | speedup | best CPU s | speedup (CPU) | all walls s | identical results |")
+    print("|---|---|---:|---:|---:|---:|---|---|")
     for c in cases:
         first = runs[c, revs[0]]
         for name in trees:
             rs = runs[c, name]
-            wall = min(r["wall"] for r in rs)
+            wall, cpu = min(r["wall"] for r in rs), min(r["cpu"] for r in rs)
             same = {r["digest"] for r in rs} == {first[0]["digest"]}
             walls = ", ".join(f"{r['wall']:.1f}" for r in rs)
             print(f"| {c} ({rs[0]['what']}) | {name} | {wall:.2f} | {min(r['wall'] for r in first) / wall:.2f}x | "
-                  f"{walls} | {'yes' if same else 'NO'} |")
+                  f"{cpu:.2f} | {min(r['cpu'] for r in first) / cpu:.2f}x | {walls} | {'yes' if same else 'NO'} |")
 
 
 if __name__ == "__main__":

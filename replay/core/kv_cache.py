@@ -7,6 +7,7 @@ automatic-prefix-caching semantics. :func:`make_kv_cache` picks one from the eng
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 
 from .prompt_keys import prompt_block_keys
 from .request import Request
@@ -246,7 +247,7 @@ class PrefixCachingKVCache(KVCache):
         c = req.num_computed_tokens
         self._take(req, 0, range(c + chunk_tokens, c + num_chunks * chunk_tokens + 1, chunk_tokens))
 
-    def _take(self, req: Request, num_cached: int, ends_tokens) -> None:
+    def _take(self, req: Request, num_cached: int, ends_tokens: Iterable[int]) -> None:
         """Take ``req``'s hit blocks (``num_cached`` tokens), then, for each of ``ends_tokens`` in
         turn (its KV tokens after a step, ascending, the hit included), the blocks up to it,
         registering that step's newly filled full prompt blocks before the next step takes its
