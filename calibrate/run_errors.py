@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from replay.config import ReplayConfig
-from replay.simulate import replay_frame
+from replay.core.trace_requests import TraceRequests
+from replay.simulate import replay_columns, replay_frame
 from schemas.cost_params import CostParams
 
 from .errors import FitError
@@ -100,10 +101,15 @@ def stat_label(pct: float) -> str:
 
 class QuantileResidual:
     """Relative errors of the predicted latency quantiles of every run for candidate
-    parameters (one replay per run per call). Picklable: the starts may run elsewhere."""
+    parameters (one replay per run per call). Picklable: the starts may run elsewhere.
+
+    Each run's trace is read for the engine once (:class:`~replay.core.trace_requests.TraceRequests`,
+    its prompts' block keys kept), not at every call, and a call reads the predicted columns it
+    matches without building the result frame (:func:`replay.simulate.replay_columns`)."""
 
     def __init__(self, runs, cost_model, metrics, quantiles):
         self.runs, self.cost_model, self.metrics, self.quantiles = runs, cost_model, metrics, quantiles
+        self.rows = [TraceRequests(r.trace, keep_prompt_keys=True) for r in runs]
         #: per run, metric -> (percentiles, NaN for a mean; measured values)
         self.meas = [{m: r.measured(m, quantiles) for m in metrics if r.measures(m)} for r in runs]
 
@@ -117,10 +123,10 @@ class QuantileResidual:
         for them, with the level's count of requests (a parametric bootstrap)."""
         rng = np.random.default_rng(seed)
         blocks = []
-        for r, meas in zip(self.runs, self.meas):
+        for r, trace_rows, meas in zip(self.runs, self.rows, self.meas):
             rows = r.scored_rows(r.trace)
             if r.targets is not None:
-                res, _ = replay_frame(r.trace, self.cost_model, r.config, r.metadata)
+                res, _ = replay_frame(trace_rows, self.cost_model, r.config, r.metadata)
                 rows = res.assign(**{m: res[f"pred_{m}"] for m in meas})
             n = len(rows)
             size = max(1, int(round(n ** (1 / 3))))
@@ -149,12 +155,12 @@ class QuantileResidual:
         """Per run, metric -> relative quantile errors (array)."""
         cm = self.cost_model.with_params(p)
         out = []
-        for run, meas in zip(self.runs, self.meas):
-            res, _ = replay_frame(run.trace, cm, run.config, run.metadata)
-            res = run.scored_rows(res)
+        for run, rows, meas in zip(self.runs, self.rows, self.meas):
+            columns, _ = replay_columns(rows, cm, run.config, run.metadata)
             errs = {}
             for m, (pcts, q_meas) in meas.items():
-                pv = finite_values(res[f"pred_{m}"])
+                pv = columns[f"pred_{m}"] if run.scored is None else columns[f"pred_{m}"][run.scored]
+                pv = pv[np.isfinite(pv)]
                 q = statistics(pv, pcts) if pv.size else np.full(len(pcts), 1e9)
                 errs[m] = (q - q_meas) / np.maximum(q_meas, 1e-3)
             out.append(errs)

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import math
 from operator import attrgetter
 
 import numpy as np
 import pandas as pd
 
 from schemas.specs import GpuSpec, ModelSpec
-from schemas.status import OK
 
 from .core.closed_loop import ClosedLoop, send_times_column
 from .config import EngineOptions, ReplayConfig
@@ -29,7 +27,8 @@ from .errors import ConfigError
 from .cost.kv_capacity import kv_capacity_blocks
 from .core.pipeline import PipelineDisaggEngine, PipelineEngine
 from .core.request import Request
-from .core.result_columns import result_frame, spec_columns
+from .core.trace_requests import TraceRequests
+from .core.result_columns import predicted_columns, result_frame, spec_columns
 from .core.routing import get_router
 from .schedulers import get_scheduler_factory
 from .schedulers.base import SchedulerConfig
@@ -59,40 +58,6 @@ def resolve_num_gpu_blocks(cfg: EngineOptions, model: ModelSpec, gpu: GpuSpec, t
     return blocks
 
 
-def requests_from_frame(df: pd.DataFrame, record_token_times: bool = False, slo_ttft_s: float | None = None,
-                        slo_tpot_s: float | None = None, frontend_s: np.ndarray | None = None) -> list[Request]:
-    """Engine requests from a request-trace DataFrame (sorted by arrival), in row order.
-
-    Rows whose ``status`` is set and not ``ok`` (failed in the measured run) are not simulated.
-    A request's SLOs are its row's ``slo_ttft_s``/``slo_tpot_s`` where given, else the
-    ``slo_ttft_s``/``slo_tpot_s`` arguments, else none (``inf``). ``frontend_s`` (seconds,
-    one per row) delays each request's arrival at the engine (the API server's time).
-    """
-    n = len(df)
-    ids = df["request_id"].astype(str).tolist()
-    arr = df["arrival_time_s"].to_numpy(float)
-    arr = (arr if frontend_s is None else arr + frontend_s).tolist()
-    prompt = df["num_prompt_tokens"].to_numpy(np.int64).tolist()
-    out = df["num_output_tokens"].to_numpy(np.int64).tolist()
-    prio = df["priority"].to_numpy(np.int64).tolist() if "priority" in df else [0] * n
-    hashes = df["block_hashes"].tolist() if "block_hashes" in df else [None] * n
-    keep = [True] * n
-    if "status" in df:
-        status = df["status"]
-        keep = (status.isna() | (status == OK)).tolist()
-    slos = []
-    for col, default in (("slo_ttft_s", slo_ttft_s), ("slo_tpot_s", slo_tpot_s)):
-        v = np.full(n, np.inf if default is None else float(default))
-        if col in df:
-            given = pd.to_numeric(df[col], errors="coerce").to_numpy(float)
-            v = np.where(np.isnan(given), v, given)
-        slos.append(v.tolist())
-    # positional arguments: measurably cheaper than keywords a million times over
-    return [Request(i, rid, t, p, o, pr, math.inf, h, record_token_times, s_ttft, s_tpot)
-            for i, rid, t, p, o, pr, h, s_ttft, s_tpot, k
-            in zip(range(n), ids, arr, prompt, out, prio, hashes, slos[0], slos[1], keep) if k]
-
-
 @contextlib.contextmanager
 def _gc_paused():
     """Pause Python's cyclic garbage collector, then restore its state.
@@ -110,14 +75,16 @@ def _gc_paused():
             gc.enable()
 
 
-def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
+def replay_frame(df: pd.DataFrame | TraceRequests, cost_model: StepCostModel, cfg: ReplayConfig,
                  metadata: dict | None = None) -> tuple[pd.DataFrame, Engine]:
     """Replay a request trace; return the replay result and the engine (steps, counters).
 
     Parameters
     ----------
-    df : pandas.DataFrame
-        A validated request trace (``request_trace/1`` columns), sorted by arrival time.
+    df : pandas.DataFrame or TraceRequests
+        A validated request trace (``request_trace/1`` columns), sorted by arrival time; or its
+        rows read once for many replays (:class:`~replay.core.trace_requests.TraceRequests`,
+        whose ``frame`` is the trace), the same replay at less cost per call.
     cost_model : RooflineCostModel
     cfg : ReplayConfig
     metadata : dict, optional
@@ -162,11 +129,23 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
     stages (:mod:`replay.core.pipeline`); such a replay always takes the exact path (every step
     through the event heap), so ``exact_steps`` changes nothing there.
     """
+    columns, engine = replay_columns(df, cost_model, cfg, metadata)
+    return result_frame(df.frame if isinstance(df, TraceRequests) else df, columns), engine
+
+
+def replay_columns(df: pd.DataFrame | TraceRequests, cost_model: StepCostModel, cfg: ReplayConfig,
+                   metadata: dict | None = None) -> tuple[dict, Engine]:
+    """:func:`replay_frame` without the frame: the columns it adds to the trace (name -> values
+    by trace row, shape ``(n,)``, in the result's order) and the engine; for a caller that reads
+    a few columns of many replays (a fit). Arguments and errors: :func:`replay_frame`."""
     sched, closed, rec = cfg.scheduling, cfg.closed_loop, cfg.record
+    rows = df if isinstance(df, TraceRequests) else TraceRequests(df)
     engine, cost_model = _build_engine(cost_model, cfg, metadata)
-    frontend_s, stream_s = frontend_delays(cost_model, df)
+    frontend_s, stream_s = frontend_delays(cost_model, rows.frame)
+    ec = engine.config  # the prefix caches' block geometry: what the prompts' block keys depend on
+    geometry = (ec.block_size, ec.hash_block_size or ec.block_size) if ec.enable_prefix_caching else None
     with _gc_paused():  # no cycles here; collections would rescan every live request again and again
-        reqs = requests_from_frame(df, rec.token_times, sched.slo_ttft_s, sched.slo_tpot_s, frontend_s)
+        reqs = rows.requests(rec.token_times, sched.slo_ttft_s, sched.slo_tpot_s, frontend_s, geometry)
         loop = None
         if closed.concurrency is None:
             engine.run(reqs if frontend_s is None else sorted(reqs, key=attrgetter("arrival_time_s")))
@@ -174,12 +153,12 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
             spread = float((metadata or {}).get("closed_loop_start_spread_s", 0.0))
             loop = ClosedLoop(engine, reqs, closed.concurrency, closed.think_time_s, frontend_s, stream_s, spread)
             loop.run()
-        result = result_frame(df, reqs, rec.token_times, frontend_s, stream_s)
+        columns = predicted_columns(rows.num_output_tokens, reqs, rec.token_times, frontend_s, stream_s)
         if loop is not None:
-            result["pred_arrival_time_s"] = send_times_column(len(df), loop.sent_at_s)
-        _add_engine_columns(result, engine, reqs, cfg.engine)
+            columns["pred_arrival_time_s"] = send_times_column(rows.num_rows, loop.sent_at_s)
+        columns.update(_engine_columns(rows.num_rows, engine, reqs, cfg.engine))
         del reqs  # freed by reference counting before collections resume
-    return result, engine
+    return columns, engine
 
 
 def _build_engine(cost_model: StepCostModel, cfg: ReplayConfig,
@@ -268,21 +247,20 @@ def _engine_configs(cost_model: StepCostModel, cfg: ReplayConfig, metadata: dict
     return sched_cfg, engine_cfg
 
 
-def _add_engine_columns(result: pd.DataFrame, engine: Engine, reqs: list[Request], eng: EngineOptions) -> None:
-    """Add to ``result`` (one row per trace row) the columns of a disaggregated engine, of
+def _engine_columns(n: int, engine: Engine, reqs: list[Request], eng: EngineOptions) -> dict:
+    """The columns (name -> ``n`` values, one per trace row) of a disaggregated engine, of
     speculative decoding and of prefix caching (``pred_num_cached_tokens``, tokens)."""
-    n = len(result)
+    out = {}
     if isinstance(engine, DisaggEngine):
-        for col, values in engine.result_columns(n).items():
-            result[col] = values
+        out.update(engine.result_columns(n))
     if eng.num_speculative_tokens:
-        for col, values in spec_columns(engine, n).items():
-            result[col] = values
+        out.update(spec_columns(engine, n))
     if eng.enable_prefix_caching:
         cached = np.zeros(n, np.int64)
         for r in reqs:
             cached[r.index] = r.num_cached_tokens
-        result["pred_num_cached_tokens"] = cached
+        out["pred_num_cached_tokens"] = cached
+    return out
 
 
 def run(trace, calibration, config: ReplayConfig | None = None, *, model: str | ModelSpec | None = None,

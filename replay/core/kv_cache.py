@@ -7,7 +7,9 @@ automatic-prefix-caching semantics. :func:`make_kv_cache` picks one from the eng
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 
+from .prompt_keys import prompt_block_keys
 from .request import Request
 
 
@@ -83,6 +85,12 @@ class KVCache:
         if not self.try_allocate(req, num_new_tokens, num_cached):
             raise AssertionError("allocate() without can_allocate()")
 
+    def allocate_chunks(self, req: Request, chunk_tokens: int, num_chunks: int) -> None:
+        """Take the blocks of ``req``'s next ``num_chunks`` prompt chunks of ``chunk_tokens`` tokens
+        each (a closed-form run, :func:`replay.core.step_end.allocate_run`), as
+        ``allocate(req, i * chunk_tokens)`` for ``i = 1..num_chunks`` does: here, the last call alone."""
+        self.allocate(req, num_chunks * chunk_tokens)
+
     def free(self, req: Request) -> None:
         """Return all blocks of ``req``."""
         self.num_free_blocks += req.num_blocks
@@ -93,52 +101,6 @@ class KVCache:
     def kv_cache_usage_frac(self) -> float:
         """Fraction of blocks in use, in [0, 1]."""
         return 1.0 - self.num_free_blocks / self.num_gpu_blocks
-
-
-def prompt_block_keys(block_hashes, num_prompt_tokens: int, block_size: int, hash_block_size: int) -> list[int]:
-    """Content keys of the full engine blocks of a prompt, from the trace's hash blocks.
-
-    Parameters
-    ----------
-    block_hashes : sequence of int, shape (k,)
-        The trace's hash of each ``hash_block_size``-token block of the prompt (Mooncake's
-        ``hash_ids``); the last one may cover a partial block.
-    num_prompt_tokens : int
-    block_size : int
-        Tokens per engine KV block.
-    hash_block_size : int
-        Tokens per hash block of the trace (Mooncake: 512).
-
-    Returns
-    -------
-    list of int, length ``min(num_prompt_tokens, k * hash_block_size) // block_size``
-        Key of engine block ``j`` (tokens ``[j * block_size, (j + 1) * block_size)``).
-        Equal keys mean equal content *and* equal prefix.
-
-    Notes
-    -----
-    Engine block ``j`` lies in the hash block ``i = ((j + 1) * block_size - 1) // hash_block_size``
-    that holds its last token (BR-14: 512-token hash blocks over 16-token engine blocks give
-    32 engine blocks per hash block). Its key is ``hash((c_i, j))`` with the chained prefix hash
-    ``c_i = hash((c_{i-1}, h_i))``, so a block matches only when every hash block up to its own
-    matches (vLLM's chained block hashes). Engine blocks past the last hash block are not
-    cacheable. Python's hash of ints and tuples is deterministic (PYTHONHASHSEED affects only
-    str and bytes); a 64-bit collision is negligible at trace sizes.
-    """
-    if block_hashes is None:
-        return []
-    n_full = min(num_prompt_tokens, len(block_hashes) * hash_block_size) // block_size
-    if not n_full:
-        return []
-    used = block_hashes[:(n_full * block_size - 1) // hash_block_size + 1]  # the hash blocks the keys reach
-    chains = []
-    c = 0
-    for h in (used.tolist() if hasattr(used, "tolist") else used):  # an array's items as Python ints, at once
-        c = hash((c, int(h)))
-        chains.append(c)
-    if hash_block_size == block_size:  # one hash per engine block (i = j)
-        return [hash((c, j)) for j, c in enumerate(chains)]
-    return [hash((chains[((j + 1) * block_size - 1) // hash_block_size], j)) for j in range(n_full)]
 
 
 class PrefixCachingKVCache(KVCache):
@@ -178,7 +140,7 @@ class PrefixCachingKVCache(KVCache):
     A token-level radix cache (SGLang) would hit partial blocks too; this one does not.
     """
 
-    __slots__ = ("hash_block_size", "_ref", "_key_of", "_block_of", "_free", "_held", "_keys")
+    __slots__ = ("hash_block_size", "_ref", "_key_of", "_block_of", "_free", "_held")
 
     enable_prefix_caching = True
 
@@ -192,22 +154,23 @@ class PrefixCachingKVCache(KVCache):
         self._block_of: dict[int, int] = {}              # content key -> block holding it
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_gpu_blocks))  # head = next evicted
         self._held: dict[Request, list] = {}              # req -> [block ids, blocks considered for caching]
-        self._keys: dict[Request, list[int]] = {}         # req -> prompt block keys (memo)
 
     def block_keys(self, req: Request) -> list[int]:
-        """Content keys of ``req``'s full prompt blocks (memoised while it lives)."""
-        keys = self._keys.get(req)
+        """Content keys of ``req``'s full prompt blocks: ``req.prompt_keys``, computed here the
+        first time it is needed (kept on the request until it finishes)."""
+        keys = req.prompt_keys
         if keys is None:
-            keys = prompt_block_keys(req.block_hashes, req.num_prompt_tokens, self.block_size, self.hash_block_size)
-            self._keys[req] = keys
+            keys = req.prompt_keys = prompt_block_keys(req.block_hashes, req.num_prompt_tokens, self.block_size,
+                                                       self.hash_block_size)
         return keys
 
     def num_resident_prefix_blocks(self, req: Request) -> int:
         """Leading full prompt blocks of ``req`` resident here (no last-token cap).
 
-        Routers ask every replica; the keys are memoised only where the request runs.
+        Routers ask every replica before the request waits anywhere: keys computed here are
+        not kept (a long queue would hold every waiting prompt's keys).
         """
-        keys = self._keys.get(req)
+        keys = req.prompt_keys
         if keys is None:
             keys = prompt_block_keys(req.block_hashes, req.num_prompt_tokens, self.block_size, self.hash_block_size)
         m = 0
@@ -252,7 +215,7 @@ class PrefixCachingKVCache(KVCache):
         """:meth:`allocate` if :meth:`can_allocate`; returns whether it did."""
         if not self.can_allocate(req, num_new_tokens, num_cached):
             return False
-        self._take(req, num_new_tokens, num_cached)
+        self._take(req, num_cached, ((num_cached or req.num_computed_tokens) + num_new_tokens,))
         return True
 
     def allocate(self, req: Request, num_new_tokens: int, num_cached: int = 0) -> None:
@@ -262,19 +225,44 @@ class PrefixCachingKVCache(KVCache):
         ``num_cached``. Newly filled full prompt blocks are registered in the cache.
         """
         assert self.can_allocate(req, num_new_tokens, num_cached), "allocate() without can_allocate()"
-        self._take(req, num_new_tokens, num_cached)
+        self._take(req, num_cached, ((num_cached or req.num_computed_tokens) + num_new_tokens,))
 
-    def _take(self, req: Request, num_new_tokens: int, num_cached: int) -> None:
-        """:meth:`allocate` once the blocks are known to be free (checked once, by the caller)."""
+    def allocate_chunks(self, req: Request, chunk_tokens: int, num_chunks: int) -> None:
+        """Take the blocks of ``req``'s next ``num_chunks`` prompt chunks of ``chunk_tokens`` tokens
+        each (a closed-form run, :func:`replay.core.step_end.allocate_run`) in one call: chunk by
+        chunk, as ``allocate(req, i * chunk_tokens)`` for ``i = 1..num_chunks`` does (blocks
+        already held are not taken again).
+
+        Chunk by chunk matters: a computed block whose content is still cached in a free block is
+        not registered, and a later chunk's new blocks may then evict that copy, leaving the
+        content uncached; taking every chunk's blocks first would evict the copy before the
+        block is computed and cache it there (tests/replay/test_fast_path.py).
+
+        Raises
+        ------
+        AssertionError
+            If the blocks of all the chunks are not free (the caller checks).
+        """
+        assert self.can_allocate(req, num_chunks * chunk_tokens), "allocate_chunks() without free blocks"
+        c = req.num_computed_tokens
+        self._take(req, 0, range(c + chunk_tokens, c + num_chunks * chunk_tokens + 1, chunk_tokens))
+
+    def _take(self, req: Request, num_cached: int, ends_tokens: Iterable[int]) -> None:
+        """Take ``req``'s hit blocks (``num_cached`` tokens), then, for each of ``ends_tokens`` in
+        turn (its KV tokens after a step, ascending, the hit included), the blocks up to it,
+        registering that step's newly filled full prompt blocks before the next step takes its
+        own. The blocks are known to be free (checked once, by the caller)."""
         held = self._held.get(req)
         if held is None:
             held = self._held[req] = [[], 0]
         blocks = held[0]
-        ref, free = self._ref, self._free
+        ref, free, key_of, block_of = self._ref, self._free, self._key_of, self._block_of
+        keys = self.block_keys(req)
+        bs = self.block_size
         if num_cached:
             assert not blocks and not req.num_computed_tokens, "prefix hit for a request holding KV"
-            for key in self.block_keys(req)[:num_cached // self.block_size]:
-                b = self._block_of[key]
+            for key in keys[:num_cached // bs]:
+                b = block_of[key]
                 if ref[b] == 0:
                     del free[b]
                 ref[b] += 1
@@ -282,25 +270,25 @@ class PrefixCachingKVCache(KVCache):
             held[1] = len(blocks)
             req.num_computed_tokens = num_cached
             req.num_cached_tokens = num_cached
-        key_of, block_of = self._key_of, self._block_of
-        for _ in range(self.blocks_for(req.num_computed_tokens + num_new_tokens) - len(blocks)):
-            b, _ = free.popitem(last=False)
-            old = key_of[b]
-            if old is not None:  # evict the least recently freed cached block
-                del block_of[old]
-                key_of[b] = None
-            ref[b] = 1
-            blocks.append(b)
+        for end in ends_tokens:
+            for _ in range(-(-end // bs) - len(blocks)):
+                b, _ = free.popitem(last=False)
+                old = key_of[b]
+                if old is not None:  # evict the least recently freed cached block
+                    del block_of[old]
+                    key_of[b] = None
+                ref[b] = 1
+                blocks.append(b)
+            upto = min(len(keys), end // bs)
+            for j in range(held[1], upto):
+                key = keys[j]
+                if key not in block_of:  # a duplicate computed concurrently stays uncached
+                    block_of[key] = blocks[j]
+                    key_of[blocks[j]] = key
+            if upto > held[1]:
+                held[1] = upto
         req.num_blocks = len(blocks)
         self.num_free_blocks = len(free)
-        keys = self.block_keys(req)
-        upto = min(len(keys), (req.num_computed_tokens + num_new_tokens) // self.block_size)
-        for j in range(held[1], upto):
-            key = keys[j]
-            if key not in block_of:  # a duplicate computed concurrently stays uncached
-                block_of[key] = blocks[j]
-                key_of[blocks[j]] = key
-        held[1] = max(held[1], upto)
 
     def free(self, req: Request) -> None:
         """Release ``req``'s blocks, last block first; cached contents stay until evicted."""
@@ -314,7 +302,7 @@ class PrefixCachingKVCache(KVCache):
             self.num_free_blocks = len(free)
         req.num_blocks = 0
         if req.num_generated_tokens >= req.num_output_tokens:
-            self._keys.pop(req, None)  # finished: its keys are not needed again
+            req.prompt_keys = None  # finished: its keys are not needed again
         assert 0 <= self.num_free_blocks <= self.num_gpu_blocks
 
     def evict(self, key: int) -> None:

@@ -28,6 +28,11 @@ class Request:
     slo_ttft_s, slo_tpot_s : float
         Latency objectives of this request, seconds (``inf``: none); ``edf`` derives its
         deadlines from them.
+    prompt_keys : list[int] | None
+        Content keys of its full prompt blocks at the engine's block geometry
+        (:func:`~replay.core.prompt_keys.prompt_block_keys`): given when the trace's keys were
+        computed once for many replays (:class:`~replay.core.trace_requests.TraceRequests`), else
+        set by a prefix-caching KV cache when it first needs them; None again once it finished.
     """
 
     __slots__ = ("index", "request_id", "arrival_time_s", "num_prompt_tokens", "num_output_tokens",
@@ -36,12 +41,13 @@ class Request:
                  "first_scheduled_time_s", "first_token_time_s", "last_token_time_s",
                  "token_times_s", "num_preemptions", "num_recomputed_tokens", "status",
                  "lazy_step", "lazy_computed", "lazy_generated", "lazy_reserved",
-                 "replica_id", "last_scheduled_time_s", "slo_ttft_s", "slo_tpot_s", "admission_number")
+                 "replica_id", "last_scheduled_time_s", "slo_ttft_s", "slo_tpot_s", "admission_number",
+                 "prompt_keys")
 
     def __init__(self, index: int, request_id: str, arrival_time_s: float, num_prompt_tokens: int,
                  num_output_tokens: int, priority: int = 0, deadline_s: float = math.inf,
                  block_hashes=None, record_token_times: bool = False, slo_ttft_s: float = math.inf,
-                 slo_tpot_s: float = math.inf):
+                 slo_tpot_s: float = math.inf, prompt_keys: list[int] | None = None):
         self.index = index
         self.request_id = request_id
         self.arrival_time_s = arrival_time_s
@@ -52,6 +58,7 @@ class Request:
         self.slo_ttft_s = slo_ttft_s
         self.slo_tpot_s = slo_tpot_s
         self.block_hashes = block_hashes
+        self.prompt_keys = prompt_keys
         self.num_computed_tokens = 0
         self.num_generated_tokens = 0
         self.num_blocks = 0

@@ -55,24 +55,44 @@ def spec_decode_stats(engine: Engine) -> dict:
             "acceptance_length": 1.0 + accepted / steps if steps else math.nan}
 
 
-def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = False,
-                 frontend_s: np.ndarray | None = None, stream_per_token_s: float = 0.0) -> pd.DataFrame:
-    """``df`` with the predicted columns of the simulated ``reqs`` (others: status only);
-    ``pred_token_times_s`` too with ``token_times`` (the requests recorded them).
+def predicted_columns(out_tokens: np.ndarray, reqs: list[Request], token_times: bool = False,
+                      frontend_s: np.ndarray | None = None, stream_per_token_s: float = 0.0) -> dict:
+    """The predicted columns of the simulated ``reqs``, by trace row (rows not simulated: status only).
 
-    Latencies are from the client's send (``df``'s arrival): the engine's, plus
-    ``frontend_s`` (per row, seconds) on every token and ``stream_per_token_s`` per token
-    after the first; the queue wait is the engine's. With those delays the result also has
-    ``pred_frontend_s`` (before the engine) and ``pred_stream_s`` (after its last token),
-    seconds, so the engine's own timeline can be rebuilt (the report's running counts)."""
-    n = len(df)
-    out_tokens = df["num_output_tokens"].to_numpy(np.int64)
+    Parameters
+    ----------
+    out_tokens : numpy.ndarray of int64, shape (n,)
+        The trace's ``num_output_tokens``, one per row.
+    reqs : list of Request
+        The requests simulated (``Request.index``: their rows).
+    token_times : bool
+        Add ``pred_token_times_s`` (the requests recorded them).
+    frontend_s : numpy.ndarray of float, shape (n,), optional
+        Seconds before the engine, per row.
+    stream_per_token_s : float
+        Seconds per streamed output token after the first.
+
+    Returns
+    -------
+    dict
+        Column name -> values, shape (n,): ``pred_queue_wait_s``, ``pred_ttft_s``, ``pred_tpot_s``,
+        ``pred_e2e_s`` (seconds, float), ``pred_replica_id``, ``pred_num_preemptions`` (int64),
+        ``pred_status`` (object) and the optional ones below, in this order.
+
+    Notes
+    -----
+    Latencies are from the client's send (the trace's arrival): the engine's, plus
+    ``frontend_s`` on every token and ``stream_per_token_s`` per token after the first; the
+    queue wait is the engine's. With those delays there are also ``pred_frontend_s`` (before
+    the engine) and ``pred_stream_s`` (after its last token), seconds, so the engine's own
+    timeline can be rebuilt (the report's running counts)."""
+    n = len(out_tokens)
 
     def column(name: str, dtype) -> np.ndarray:
         return np.fromiter(map(attrgetter(name), reqs), dtype, len(reqs))
 
     def scattered(values: np.ndarray, fill) -> np.ndarray:  # by row; rows not simulated get ``fill``
-        if len(reqs) == n:  # every row, in order (requests_from_frame keeps the row order)
+        if len(reqs) == n:  # every row, in order (TraceRequests.requests keeps the row order)
             return values
         out = np.full(n, fill, dtype=values.dtype)
         out[idx] = values
@@ -107,12 +127,17 @@ def result_frame(df: pd.DataFrame, reqs: list[Request], token_times: bool = Fals
         pred["pred_token_times_s"] = times
     if outside is not None:
         pred["pred_frontend_s"], pred["pred_stream_s"] = outside
-    # one concat, not a column at a time (a fit replays thousands of times); a column the trace
-    # already has (a replay's result replayed) is overwritten in its place
-    new = {name: v for name, v in pred.items() if name not in df.columns}
+    return pred
+
+
+def result_frame(df: pd.DataFrame, columns: dict) -> pd.DataFrame:
+    """``df`` with ``columns`` (name -> one value per row) after its own, in their order; a column
+    ``df`` already has (a replay's result replayed) is overwritten in its place."""
+    # one concat, not a column at a time
+    new = {name: v for name, v in columns.items() if name not in df.columns}
     res = pd.concat([df, pd.DataFrame(new, index=df.index)], axis=1)
-    for name in pred.keys() - new.keys():
-        res[name] = pred[name]
+    for name in columns.keys() - new.keys():
+        res[name] = columns[name]
     return res
 
 

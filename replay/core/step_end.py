@@ -61,12 +61,9 @@ def end_run(batch, kv, now: float, done: list) -> None:
 def allocate_run(batch, kv, k: int) -> None:
     """Take the KV blocks of ``k`` steps of ``batch`` at once, a closed-form run
     (:mod:`replay.core.decode_runs`): each decode's ``k`` new tokens, or the only request's next
-    ``k`` chunks one by one, as step by step (a chunk's new blocks may evict a cached copy of a
-    later block of the same prompt, which is then cached again where it is computed)."""
+    ``k`` chunks one by one, as step by step (:meth:`~replay.core.kv_cache.KVCache.allocate_chunks`)."""
     if batch.num_prefill_seqs:
-        req, n = batch.requests[0], batch.num_new_tokens[0]
-        for i in range(2, k + 1):
-            kv.allocate(req, i * n)
+        kv.allocate_chunks(batch.requests[0], batch.num_new_tokens[0], k)
     else:
         for r in batch.requests:
             kv.allocate(r, k)

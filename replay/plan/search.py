@@ -244,40 +244,51 @@ class Search:
         broken = self.slo.band_violations(ev.band, ev.attainment_band[0])
         ev.status, ev.reason = (POINT_ONLY, "band: " + "; ".join(broken)) if broken else (MEETS, "")
 
-    def bands_hold(self, evs: list[Evaluation], factors: list[float]) -> list[bool]:
-        """Whether each candidate meets the objectives at every band point at ``factor`` times
-        the target rate (the band's worst end meets an objective only if every point does).
+    def objectives_hold(self, evs: list[Evaluation], factors: list[float]) -> list[bool]:
+        """Whether each candidate meets the objectives at ``factor`` times the target rate: at its
+        point and, with ``confidence="band"``, at every band point (the band's worst end meets an
+        objective only if every point does).
 
-        Exits early: first the point that gave each candidate's worst first objective at the
-        target rate, for every candidate at once; then the other points of those still
-        passing, in one batch. A replay that draws random numbers (speculative decoding) gets
-        its full band (:meth:`band_of`) instead, whose seed spread no single point shows."""
+        The replays run in batches, each only for the candidates still passing: with the band,
+        first the band point that gave each candidate's worst first objective at the target rate
+        (the likeliest to fail), then the points, then the other band points; so a candidate whose
+        band fails there costs one replay, not two. The answer is the conjunction whatever the
+        order. A replay that draws random numbers (speculative decoding) gets its point, then its
+        full band (:meth:`band_of`), whose seed spread no single point shows."""
         from ..analysis.bands import band_cost_models
 
+        points = [(i, Task(ev.prepared.cost_model, ev.prepared.cfg, self.scale * f))
+                  for i, (ev, f) in enumerate(zip(evs, factors))]
+        batches, spec = [points], []
+        if self.confidence == "band":
+            key = f"{self.slo.primary}_s"
+            first, rest = [], []
+            for i, ev in enumerate(evs):
+                pts = ev.prepared.band_points
+                if ev.prepared.cfg.engine.num_speculative_tokens:
+                    spec.append(i)
+                    continue
+                worst = max(range(len(pts)), key=lambda j: _high_first(ev.band_rows[j].get(key))) if ev.band_rows else 0
+                cms = band_cost_models(ev.prepared.cost_model, pts)
+                order = [worst] + [j for j in range(len(pts)) if j != worst] if pts else []
+                first += [(i, Task(cms[j], ev.prepared.cfg, self.scale * factors[i])) for j in order[:1]]
+                rest += [(i, Task(cms[j], ev.prepared.cfg, self.scale * factors[i])) for j in order[1:]]
+            batches = [first, points, rest]
         ok = [True] * len(evs)
-        key = f"{self.slo.primary}_s"
-        first, rest = [], []
-        for i, ev in enumerate(evs):
-            pts = ev.prepared.band_points
-            if ev.prepared.cfg.engine.num_speculative_tokens:
-                band, att, _ = self.band_of(ev, factors[i])
-                ok[i] = self.meets_band(band, att)
-                continue
-            worst = max(range(len(pts)), key=lambda j: _high_first(ev.band_rows[j].get(key))) if ev.band_rows else 0
-            cms = band_cost_models(ev.prepared.cost_model, pts)
-            order = [worst] + [j for j in range(len(pts)) if j != worst] if pts else []
-            first += [(i, Task(cms[j], ev.prepared.cfg, self.scale * factors[i])) for j in order[:1]]
-            rest += [(i, Task(cms[j], ev.prepared.cfg, self.scale * factors[i])) for j in order[1:]]
-        for batch in (first, rest):
+        for batch in batches:
             todo = [(i, t) for i, t in batch if ok[i]]
             for (i, _), row in zip(todo, self.runner.tasks([t for _, t in todo])):
                 if point_violations(self.slo, row, self.work.num_requests):
                     ok[i] = False
+        for i in spec:
+            if ok[i]:
+                band, att, _ = self.band_of(evs[i], factors[i])
+                ok[i] = self.meets_band(band, att)
         return ok
 
     def max_rates(self, evs: list[Evaluation]) -> None:
         """Phase 3: the highest rate where the objectives hold, for ``evs`` in lock step (per
-        probe, one batch of point replays, then the band points of those that pass)."""
+        probe, the batches of :meth:`objectives_hold`)."""
         for ev in evs:
             if ev.band is None:
                 self._band_at_target(ev)
@@ -289,14 +300,7 @@ class Search:
                 for ev in evs:
                     a, b = lo[id(ev)], hi[id(ev)]
                     factors.append(a * 2 if b is None else b / 2 if a is None else math.sqrt(a * b))
-                rows = self.runner.tasks([Task(ev.prepared.cost_model, ev.prepared.cfg, self.scale * f)
-                                          for ev, f in zip(evs, factors)])
-                ok = [not point_violations(self.slo, row, self.work.num_requests) for row in rows]
-                if self.confidence == "band":
-                    idx = [i for i, o in enumerate(ok) if o]
-                    for i, o in zip(idx, self.bands_hold([evs[i] for i in idx], [factors[i] for i in idx])):
-                        ok[i] = o
-                for ev, f, o in zip(evs, factors, ok):
+                for ev, f, o in zip(evs, factors, self.objectives_hold(evs, factors)):
                     if o:
                         lo[id(ev)] = f
                     else:

@@ -275,6 +275,44 @@ def test_no_candidate_meeting_the_slo_exits_3_and_says_so(tmp_path):
     assert "no candidate meets ttft_p90 <= 1 ms" in " ".join(res.output.split())
 
 
+@pytest.mark.parametrize("confidence, band_points", [
+    ("band", [{"eta_compute": 0.4}, {"eta_mem": 0.4}]),  # the TPOT objective fails at the band point not tried first
+    ("band", [{"eta_compute": 0.75}, {"eta_mem": 0.95}]),  # band points faster than the point: it fails alone
+    ("band", [SLOW, {"eta_mem": 0.6}, {"t_step_s": 4e-4}]),
+    ("point", [SLOW, {"eta_mem": 0.6}, {"t_step_s": 4e-4}])])
+def test_max_rates_are_those_of_a_bisection_replaying_the_point_and_every_band_point(confidence, band_points):
+    """A max-rate probe replays each candidate's likeliest-failing band point first, then the
+    points, then the other band points, each batch only for the candidates still passing: the
+    rates found equal a bisection (doubling or halving until bracketed, then geometric) that
+    replays the point and, with the band, every band point at every probe and needs all to pass."""
+    from replay.analysis.bands import band_cost_models
+    from replay.plan.runner import Task, run_task
+    from replay.plan.search import point_violations
+
+    probes, slo = 5, parse_slo(["ttft_p90=200ms,tpot_p90=12ms"])
+    plan = run_plan(calibration(band_points=band_points), confidence, replicas=(1, 2, 3, 4), probes=probes,
+                    slo="ttft_p90=200ms,tpot_p90=12ms")
+    res = plan.result
+
+    def holds(ev, factor):
+        cms = [ev.prepared.cost_model]
+        if confidence == "band":
+            cms += band_cost_models(ev.prepared.cost_model, ev.prepared.band_points)
+        return all(not point_violations(slo, run_task(plan.work, Task(cm, ev.prepared.cfg, plan.rate_scale * factor)),
+                                        plan.work.num_requests) for cm in cms)
+
+    searched = [ev for ev in res.evaluations if ev.max_rate_rps is not None]
+    assert searched
+    for ev in searched:
+        holds_at_target = ev.status == MEETS or (confidence == "point" and ev.status == POINT_ONLY)
+        lo, hi = (1.0, None) if holds_at_target else (None, 1.0)
+        for _ in range(probes):
+            f = lo * 2 if hi is None else hi / 2 if lo is None else math.sqrt(lo * hi)
+            lo, hi = (f, hi) if holds(ev, f) else (lo, f)
+        assert ev.max_rate_rps == (lo * res.target_rate_rps if lo is not None else math.nan) or (
+            lo is None and math.isnan(ev.max_rate_rps))
+
+
 def test_local_processes_give_the_same_plan():
     cal = calibration(band_points=[SLOW])
     one = run_plan(cal, replicas=(1, 2, 3, 4), probes=2).result

@@ -2,12 +2,14 @@
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from helpers import LinearStepCost, step_rows
 from replay.cost.cost_model import RooflineCostModel
 from replay.core.engine import Engine
 from replay.core.engine_config import EngineConfig
-from replay.core.kv_cache import KVCache, PrefixCachingKVCache, make_kv_cache, prompt_block_keys
+from replay.core.kv_cache import KVCache, PrefixCachingKVCache, make_kv_cache
+from replay.core.prompt_keys import prompt_block_keys
 from replay.core.request import Request
 from replay.schedulers import get_scheduler_factory
 from replay.schedulers.base import ReplicaState, SchedulerConfig
@@ -212,3 +214,63 @@ def test_prefix_caching_is_off_by_default():
     out, _ = run(reqs, hash_block_size=512, prefix=False)
     assert all(r.num_cached_tokens == 0 for r in out.values())
     assert type(make_kv_cache(10)) is KVCache and KVCache(10).lookup(reqs[0]) == 0
+
+
+# -- a run's chunks taken in one call ----------------------------------------------------------------
+
+def _cache_state(kv, reqs):
+    """Everything a later allocation or lookup can see: free queue order, references, contents, holdings."""
+    return (list(kv._free), list(kv._ref), list(kv._key_of), dict(kv._block_of), kv.num_free_blocks,
+            [(r.num_blocks, r.num_computed_tokens, r.num_cached_tokens, kv._held.get(r, [None])[0]) for r in reqs])
+
+
+_PROMPTS = st.lists(st.tuples(st.sampled_from("ABC"), st.integers(0, 40), st.integers(1, 60)), min_size=1,
+                    max_size=5)
+_OPS = st.lists(st.tuples(st.sampled_from(["start", "continue", "free"]), st.integers(0, 9),
+                          st.sampled_from([2, 4, 6, 8, 12]), st.integers(1, 6), st.booleans()), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(prompts=_PROMPTS, ops=_OPS, num_gpu_blocks=st.integers(4, 30))
+def test_allocate_chunks_equals_allocating_chunk_by_chunk(prompts, ops, num_gpu_blocks):
+    """A run of prompt chunks taken in one call (``allocate_chunks``, the prefill runs' path)
+    leaves a small, contended prefix cache exactly as ``allocate(req, i * n)`` chunk by chunk:
+    the same blocks taken in the same order, the same evictions, the same contents cached."""
+    # prompts sharing prefixes (a letter's first tokens) with their own tails, 4-token blocks
+    texts = [letters(base, shared) + letters(f"t{i}_", tail) for i, (base, shared, tail) in enumerate(prompts)]
+    caches = [PrefixCachingKVCache(num_gpu_blocks, block_size=4, hash_block_size=4) for _ in range(2)]
+    active: list[tuple[Request, Request]] = []
+    for n_op, (kind, i, n, k, finished) in enumerate(ops):
+        if kind == "free" and active:
+            pair = active.pop(i % len(active))
+            for kv, r in zip(caches, pair):
+                r.num_generated_tokens = r.num_output_tokens if finished else 0
+                kv.free(r)
+            continue
+        if kind == "start":
+            tokens = texts[i % len(texts)]
+            pair = tuple(Request(n_op, f"r{n_op}", 0.0, len(tokens), 1, block_hashes=hash_ids(tokens))
+                         for _ in caches)
+            hit = caches[0].lookup(pair[0])
+            assert caches[1].lookup(pair[1]) == hit
+            take = min(n, pair[0].num_prompt_tokens - hit)
+            if not caches[0].can_allocate(pair[0], take, hit):
+                continue
+            for kv, r in zip(caches, pair):
+                kv.allocate(r, take, hit)
+                r.num_computed_tokens += take
+            active.append(pair)
+        elif kind != "continue" or not active:
+            continue
+        ra, rb = active[-1] if kind == "start" else active[i % len(active)]
+        c = ra.num_computed_tokens
+        k = min(k, (ra.num_prompt_tokens - c) // n, ((ra.num_blocks + caches[0].num_free_blocks) * 4 - c) // n)
+        if k < 1:
+            continue
+        caches[0].allocate_chunks(ra, n, k)
+        for j in range(1, k + 1):
+            caches[1].allocate(rb, j * n)
+        for r in (ra, rb):
+            r.num_computed_tokens += k * n
+        assert _cache_state(caches[0], [p[0] for p in active]) == _cache_state(caches[1], [p[1] for p in active])
+        caches[0].check_invariants()
