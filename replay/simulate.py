@@ -1,8 +1,9 @@
 """Replay a request trace through the engine: the library entry points behind ``replay``.
 
 :func:`run` replays a trace file or frame with a calibration (``replay.run``);
-:func:`replay_frame` replays a validated frame with a cost model. The options are a
-:class:`~replay.config.ReplayConfig`; the columns of the result are built in
+:func:`replay_frame` replays a validated frame with a cost model: trace -> deployment
+(:func:`replay.core.deployment.resolve_deployment`, every resolution at once) -> engine -> result.
+The options are a :class:`~replay.config.ReplayConfig`; the columns of the result are built in
 :mod:`replay.core.result_columns`.
 """
 from __future__ import annotations
@@ -117,7 +118,8 @@ def replay_frame(df: pd.DataFrame, cost_model: StepCostModel, cfg: ReplayConfig,
     ------
     ConfigError
         Unknown scheduler, impossible KV cache, pools of different TPs under swap preemption
-        (the option values themselves were checked by :class:`~replay.config.ReplayConfig`).
+        (:func:`~replay.core.deployment.resolve_deployment`; the option values themselves were
+        checked by :class:`~replay.config.ReplayConfig`).
 
     Notes
     -----
