@@ -12,8 +12,9 @@ Top to bottom (each part imports only the parts below it; checked by ``lint-impo
   calibration) and ``replay_frame`` (a frame with a cost model).
 - ``core/``: the discrete-event engine (``engine`` with ``engine_config``, ``events``,
   ``step_end``, ``decode_runs``, ``spec_decode``, ``request``, ``kv_cache``, ``routing``), its
-  variants (``pipeline``, ``disagg``, ``closed_loop``) and the tables it returns
-  (``result_columns``); ``schedulers/``: its policies (the contract: ``schedulers/base.py``);
+  variants (``pipeline``, ``disagg`` with ``disagg_pools``, ``closed_loop``), the deployment it
+  is built from (``deployment``: pools, TP/PP/DP, KV blocks, link, resolved once) and the tables
+  it returns (``result_columns``); ``schedulers/``: its policies (the contract: ``schedulers/base.py``);
   ``config``: ``ReplayConfig``, the options of a replay, one checked part per concern.
 - ``cost/``: the step time: terms (``cost_terms``) folded into one model (``cost_model``)
   evaluated by one expression (``step_time``); KV blocks beside the weights (``kv_capacity``).

@@ -1,8 +1,9 @@
 """Replay a request trace through the engine: the library entry points behind ``replay``.
 
 :func:`run` replays a trace file or frame with a calibration (``replay.run``);
-:func:`replay_frame` replays a validated frame with a cost model. The options are a
-:class:`~replay.config.ReplayConfig`; the columns of the result are built in
+:func:`replay_frame` replays a validated frame with a cost model: trace -> deployment
+(:func:`replay.core.deployment.resolve_deployment`, every resolution at once) -> engine -> result.
+The options are a :class:`~replay.config.ReplayConfig`; the columns of the result are built in
 :mod:`replay.core.result_columns`.
 """
 from __future__ import annotations
@@ -14,48 +15,20 @@ from operator import attrgetter
 import numpy as np
 import pandas as pd
 
-from schemas.specs import GpuSpec, ModelSpec
+from schemas.specs import ModelSpec
 
-from .core.closed_loop import ClosedLoop, send_times_column
 from .config import EngineOptions, ReplayConfig
-from .cost.cost_model import LINKS, StepCostModel
+from .core.closed_loop import ClosedLoop, send_times_column
+from .core.deployment import Deployment, resolve_deployment
 from .core.disagg import DisaggEngine
-from .core.disagg_pools import resolve_pools
 from .core.engine import Engine
-from .core.engine_config import EngineConfig
-from .errors import ConfigError
-from .cost.kv_capacity import kv_capacity_blocks
 from .core.pipeline import PipelineDisaggEngine, PipelineEngine
 from .core.request import Request
 from .core.trace_requests import TraceRequests
 from .core.result_columns import predicted_columns, result_frame, spec_columns
 from .core.routing import get_router
-from .schedulers import get_scheduler_factory
-from .schedulers.base import SchedulerConfig
-
-
-def resolve_num_gpu_blocks(cfg: EngineOptions, model: ModelSpec, gpu: GpuSpec, tp: int, pp: int = 1) -> int:
-    """KV blocks per replica: ``cfg.num_gpu_blocks`` or the cache that fits beside the weights
-    (of ``tp x pp`` GPUs: each holds ``1 / pp`` of the layers, :func:`~replay.cost.kv_capacity.kv_capacity_blocks`).
-
-    Raises
-    ------
-    ConfigError
-        If the weights do not fit in GPU memory.
-    """
-    if cfg.num_gpu_blocks is not None:
-        return cfg.num_gpu_blocks
-    try:
-        blocks = kv_capacity_blocks(model, gpu, tp, cfg.gpu_memory_utilization, cfg.block_size, pp=pp,
-                                    max_num_seqs=cfg.max_num_seqs)
-    except ValueError as exc:
-        raise ConfigError(f"{exc}; raise --tp, --pp or --gpu-memory-utilization, or give --num-gpu-blocks") from None
-    except OverflowError:  # a spec with absurd sizes (e.g. a KV of inf bytes per token)
-        blocks = 0
-    if blocks < 1:
-        raise ConfigError(f"the KV cache of {model.name} on {gpu.name} (TP={tp}) holds no block of {cfg.block_size} "
-                          "tokens; check the model spec (layers, KV heads, head size) or give --num-gpu-blocks")
-    return blocks
+from .cost.cost_model import StepCostModel
+from .errors import ConfigError
 
 
 @contextlib.contextmanager
@@ -112,7 +85,8 @@ def replay_frame(df: pd.DataFrame | TraceRequests, cost_model: StepCostModel, cf
     ------
     ConfigError
         Unknown scheduler, impossible KV cache, pools of different TPs under swap preemption
-        (the option values themselves were checked by :class:`~replay.config.ReplayConfig`).
+        (:func:`~replay.core.deployment.resolve_deployment`; the option values themselves were
+        checked by :class:`~replay.config.ReplayConfig`).
 
     Notes
     -----
@@ -140,8 +114,9 @@ def replay_columns(df: pd.DataFrame | TraceRequests, cost_model: StepCostModel, 
     a few columns of many replays (a fit). Arguments and errors: :func:`replay_frame`."""
     sched, closed, rec = cfg.scheduling, cfg.closed_loop, cfg.record
     rows = df if isinstance(df, TraceRequests) else TraceRequests(df)
-    engine, cost_model = _build_engine(cost_model, cfg, metadata)
-    frontend_s, stream_s = frontend_delays(cost_model, rows.frame)
+    dep = resolve_deployment(cost_model, cfg, metadata)
+    engine = _build_engine(dep, cfg)
+    frontend_s, stream_s = frontend_delays(dep.prefill.cost_model, rows.frame)
     ec = engine.config  # the prefix caches' block geometry: what the prompts' block keys depend on
     geometry = (ec.block_size, ec.hash_block_size or ec.block_size) if ec.enable_prefix_caching else None
     with _gc_paused():  # no cycles here; collections would rescan every live request again and again
@@ -161,90 +136,30 @@ def replay_columns(df: pd.DataFrame | TraceRequests, cost_model: StepCostModel, 
     return columns, engine
 
 
-def _build_engine(cost_model: StepCostModel, cfg: ReplayConfig,
-                  metadata: dict | None) -> tuple[Engine, StepCostModel]:
-    """The engine :func:`replay_frame` runs (colocated, disaggregated, pipelined or both) and the
-    cost model of its (prefill) replicas, which prices the front end.
+def _build_engine(dep: Deployment, cfg: ReplayConfig) -> Engine:
+    """The engine of deployment ``dep`` (colocated, disaggregated, pipelined or both), routed
+    by ``cfg``'s router; ``disagg``: its first-token and KV hand-off modes from ``cfg.disagg``.
 
     Raises
     ------
     ConfigError
-        As :func:`replay_frame`.
+        Settings the engine refuses (:func:`replay.core.engine_config.check_settings`).
     """
-    eng, sched = cfg.engine, cfg.scheduling
-    decode_cost_model = None
-    if cfg.disagg is not None:
-        # each pool with its own TP (BR-23); the prefill pool's sizes the cache and swap time below
-        cost_model, decode_cost_model, link = resolve_pools(cost_model, cfg.disagg)
-        if eng.preemption_mode == "swap" and cost_model.tp != decode_cost_model.tp:
-            raise ConfigError("--preemption-mode swap with --scheduler disagg needs --tp-prefill equal to --tp-decode")
-    else:
-        factory = get_scheduler_factory(sched.scheduler)
-    # vLLM's data-parallel ranks of a MoE model step in lock step: the group is one replica with
-    # every rank's limits and KV cache (term_base.ReplicaShape)
-    dp = getattr(cost_model, "dp", 1)
-    pp = getattr(cost_model, "pp", 1)
-    pp_decode = getattr(decode_cost_model, "pp", 1) if decode_cost_model is not None else 1
-    if dp > 1 and pp > 1:
-        raise ConfigError("--pp with --data-parallel-size is not modelled (DP ranks step in lock step here)",
-                          options=("pp", "dp"))
-    pipelined = pp > 1 or pp_decode > 1
-    sched_cfg, engine_cfg = _engine_configs(cost_model, cfg, metadata, dp, pp, pipelined)
-    if decode_cost_model is not None:
-        m, pools = cost_model.model, cfg.disagg
-        decode_blocks = (resolve_num_gpu_blocks(eng, m, decode_cost_model.gpu, decode_cost_model.tp, pp_decode)
-                         // pp_decode)
-        if decode_blocks < 1:
-            raise ConfigError(f"--pp-decode {pp_decode}: each virtual engine needs at least one KV block")
-        kw = dict(model=m, decode_num_gpu_blocks=decode_blocks, link=link, prefill_replicas=pools.prefill_replicas,
-                  decode_replicas=pools.decode_replicas, first_token_from=pools.first_token_from,
-                  router=get_router(sched.router), kv_handoff=pools.kv_handoff)
-        if pipelined:
-            return PipelineDisaggEngine(cost_model, decode_cost_model, sched_cfg, engine_cfg, pp_prefill=pp,
-                                        pp_decode=pp_decode, **kw), cost_model
-        return DisaggEngine(cost_model, decode_cost_model, sched_cfg, engine_cfg, **kw), cost_model
-    if pipelined:
-        return PipelineEngine(cost_model, factory, sched_cfg, engine_cfg, num_replicas=sched.replicas, pp=pp,
-                              router=get_router(sched.router)), cost_model
-    return Engine(cost_model, factory, sched_cfg, engine_cfg, num_replicas=sched.replicas,
-                  router=get_router(sched.router)), cost_model
-
-
-def _engine_configs(cost_model: StepCostModel, cfg: ReplayConfig, metadata: dict | None, dp: int, pp: int,
-                    pipelined: bool) -> tuple[SchedulerConfig, EngineConfig]:
-    """The scheduler's and the engine's settings of one (virtual) engine of a replica of ``dp``
-    lock-step ranks or ``pp`` pipeline stages (its KV blocks, limits and swap time per block, s).
-
-    Raises
-    ------
-    ConfigError
-        A KV cache of no block (per virtual engine).
-    """
-    eng, rec = cfg.engine, cfg.record
-    # each of vLLM v0's pp virtual engines has its own scheduler and 1/pp of the replica's blocks
-    blocks = resolve_num_gpu_blocks(eng, cost_model.model, cost_model.gpu, cost_model.tp, pp) * dp // pp
-    if blocks < 1:
-        raise ConfigError(f"--pp {pp}: each of the {pp} virtual engines needs at least one KV block")
-    max_len = eng.max_model_len if eng.max_model_len is not None else cost_model.model.max_model_len
-    meta = metadata or {}
-    hash_block_size = eng.hash_block_size or int(meta.get("hash_block_tokens") or meta.get("hash_block_size") or 16)
-    swap_time_per_block_s = 0.0
-    if eng.preemption_mode == "swap":
-        # each of the tp GPUs moves its share of the KV over its own host link
-        swap_time_per_block_s = (eng.block_size * cost_model.model.kv_bytes_per_token
-                                 / (LINKS[eng.swap_link].bandwidth_bytes_per_s * cost_model.tp))
-        if pp > 1:  # each stage's GPUs move their layers' share, stages in parallel
-            swap_time_per_block_s = swap_time_per_block_s / pp
-    sched_cfg = SchedulerConfig(eng.max_num_seqs * dp, eng.max_num_batched_tokens * dp,
-                                long_prefill_token_threshold=_chunk_cap(eng, dp),
-                                num_speculative_tokens=eng.num_speculative_tokens)
-    engine_cfg = EngineConfig(blocks, eng.block_size, max_len, rec.token_times, rec.steps or rec.step_requests,
-                              enable_prefix_caching=eng.enable_prefix_caching, hash_block_size=hash_block_size,
-                              preemption_mode=eng.preemption_mode, swap_time_per_block_s=swap_time_per_block_s,
-                              record_step_requests=rec.step_requests, exact_steps=cfg.exact_steps or pipelined,
-                              spec_acceptance_rate=eng.spec_acceptance_rate or 0.0, seed=eng.seed,
-                              max_request_blocks=blocks // dp if dp > 1 else None)
-    return sched_cfg, engine_cfg
+    p, d, router = dep.prefill, dep.decode, get_router(cfg.scheduling.router)
+    if d is not None:
+        pools = cfg.disagg
+        kw = dict(model=p.cost_model.model, decode_num_gpu_blocks=d.num_gpu_blocks, link=dep.link,
+                  prefill_replicas=p.replicas, decode_replicas=d.replicas, first_token_from=pools.first_token_from,
+                  router=router, kv_handoff=pools.kv_handoff)
+        if dep.pipelined:
+            return PipelineDisaggEngine(p.cost_model, d.cost_model, dep.scheduler_config, dep.engine_config,
+                                        pp_prefill=p.pp, pp_decode=d.pp, **kw)
+        return DisaggEngine(p.cost_model, d.cost_model, dep.scheduler_config, dep.engine_config, **kw)
+    if dep.pipelined:
+        return PipelineEngine(p.cost_model, dep.policy, dep.scheduler_config, dep.engine_config,
+                              num_replicas=p.replicas, pp=p.pp, router=router)
+    return Engine(p.cost_model, dep.policy, dep.scheduler_config, dep.engine_config, num_replicas=p.replicas,
+                  router=router)
 
 
 def _engine_columns(n: int, engine: Engine, reqs: list[Request], eng: EngineOptions) -> dict:
@@ -343,12 +258,3 @@ def frontend_delays(cost_model, df: pd.DataFrame) -> tuple[np.ndarray | None, fl
     fe = cost_model.frontend_s(df["num_prompt_tokens"].to_numpy(np.int64))
     fe = None if not np.any(fe) else np.broadcast_to(fe, (len(df),)).astype(float)
     return fe, float(cost_model.stream_per_token_s)
-
-
-def _chunk_cap(eng, dp: int) -> int:
-    """vLLM's per-request cap on the prompt tokens of one step (0: none). With ``dp`` DP ranks
-    simulated as one replica of ``dp`` times their budget, a request's chunk still runs on one
-    rank: capped at that rank's ``max_num_batched_tokens``."""
-    if dp == 1:
-        return eng.long_prefill_token_threshold
-    return min(eng.long_prefill_token_threshold or eng.max_num_batched_tokens, eng.max_num_batched_tokens)

@@ -172,7 +172,7 @@ def kv_blocks_when_not_recorded(logs: list[tuple[str, pd.DataFrame]], block_size
     block_size, max_num_seqs : int
         The engine's settings.
     default_blocks : int, optional
-        What GPU memory gives (:func:`replay.simulate.resolve_num_gpu_blocks`), to compare.
+        What GPU memory gives (:func:`replay.core.deployment.resolve_num_gpu_blocks`), to compare.
 
     Returns
     -------
@@ -232,7 +232,7 @@ def kv_blocks_from_logs(logs: list, engine, cost_model, colocated: bool) -> tupl
     if engine.num_gpu_blocks is not None or not colocated or cost_model.dp != 1 or cost_model.pp != 1:
         return None, None
     from ..errors import ConfigError
-    from ..simulate import resolve_num_gpu_blocks
+    from ..core.deployment import resolve_num_gpu_blocks
 
     try:
         default = resolve_num_gpu_blocks(engine, cost_model.model, cost_model.gpu, cost_model.tp)

@@ -56,7 +56,7 @@ def kv_capacity_blocks(model: ModelSpec, gpu: GpuSpec, tp: int, gpu_memory_utili
     pp : int, optional
         Pipeline-parallel stages (default 1); each GPU holds ``1 / pp`` of the layers, their
         weights and their KV. (vLLM v0 then splits the blocks between its ``pp`` virtual
-        engines; :func:`replay.simulate.replay_frame` does.)
+        engines; :func:`replay.core.deployment.resolve_deployment` does.)
     max_num_seqs : int, optional
         vLLM's ``--max-num-seqs`` (default 0): for a model with windowed or linear-attention
         layers, the length-independent state of that many sequences is set aside before the

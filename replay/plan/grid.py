@@ -27,9 +27,9 @@ from schemas.spec_catalog import catalog_key, get_gpu
 from ..analysis.band_basis import BandBasis, carried_across
 from ..config import EngineOptions, ReplayConfig
 from ..cost.cost_model import RooflineCostModel, cost_model_from_calibration
+from ..core.deployment import resolve_num_gpu_blocks
 from ..core.disagg_pools import pool_cost_models
 from ..errors import ConfigError
-from ..simulate import resolve_num_gpu_blocks
 
 #: Most candidates one plan evaluates.
 MAX_CANDIDATES = 5000
