@@ -330,15 +330,15 @@ class DisaggEngine(Engine):
             self._handoff_wait[req.index] += start - now  # the loop's earlier migrations
             for j in self._instance_of(i):
                 self._migrated_until_s[j] = end
-                self._hold_loop(self.num_prefill_replicas + j, end)
+            self._hold_loop(dst, end)
         self.transfers[req.index] = Transfer(src, dst, start, end)
-        self._inbound[dst - self.num_prefill_replicas] += 1
+        self._inbound[i] += 1
         self._num_in_flight += 1
         req.status = TRANSFERRING
         self.call_at(end, partial(self._end_transfer, req, src, dst))
 
     def _hold_loop(self, rid: int, until_s: float) -> None:
-        """Keep replica ``rid`` from starting a step before ``until_s`` (seconds)."""
+        """Keep decode replica ``rid`` (its instance) from starting a step before ``until_s`` (seconds)."""
         self.loop_busy_until_s[rid] = until_s
 
     def _end_transfer(self, req: Request, src: int, dst: int, now: float) -> None:
