@@ -2,32 +2,17 @@
 replayed at the level's load, matched to the statistics the benchmark reported.
 
 A summary has no requests to replay. Each level's workload is drawn from its recorded
-length statistics, and the run's targets are the level's reported latency percentiles
-(those in :data:`MATCHED_PCT`) and means, which the request-log fit
-(:func:`calibrate.request_fit.fit_requests`) matches as it matches a log's quantiles.
-
-Workload of a level (seeded: the same file gives the same runs):
-
-* ``min(num_requests, MAX_REQUESTS)`` requests;
-* lengths: where percentiles of a length are reported, the piecewise-linear inverse CDF
-  through (0, min), the reported (percentile, value) points and (100, max) (the lowest and
-  highest reported percentile stand in for a missing min and max), at stratified uniform
-  points (one in each 1/n of the CDF, in random order: the sample's percentiles are the
-  reported ones to within a request); otherwise a normal of
-  the reported mean and std (std unknown: every request at the mean), clipped to
-  [max(1, min), max]; rounded to whole tokens, at least 1;
-* load: ``concurrency`` N, a closed loop of N clients (:class:`replay.core.closed_loop.ClosedLoop`),
-  all sending at 0 as a benchmark's clients do; when every synthesized request has the same
-  lengths (the aggregate gives only means), the clients would complete in the same steps and
-  send again together forever, which real clients, staggered by the server's own variation, do
-  not: their first sends are then spread evenly over the level's reported mean E2E (the cycle
-  of a client in the steady state; ``closed_loop_start_spread_s`` in the run's metadata);
-  ``poisson_rate`` r, exponential gaps of mean 1/r from 0; ``constant_rate`` r, one request
-  every 1/r s;
-* prompts: unique (no prefix-cache hit), unless the file's metadata states
-  ``shared_prefix_tokens`` S (``traces import summary --shared-prefix-tokens``): then every
-  prompt of a level opens with the same S tokens (its first ``min(S, prompt) // 16`` hash
-  blocks are the level's), the rest unique.
+length statistics (:func:`traces.aggregate_workload.level_trace`, seeded: the same file gives
+the same runs), and the run's targets are the level's reported latency percentiles (those in
+:data:`MATCHED_PCT`) and means, which the request-log fit
+(:func:`calibrate.request_fit.fit_requests`) matches as it matches a log's quantiles. A level at
+a ``concurrency`` N is replayed as a closed loop of N clients
+(:class:`replay.core.closed_loop.ClosedLoop`), all sending at 0 as a benchmark's clients do;
+when every synthesized request has the same lengths (the aggregate gives only means), the
+clients would complete in the same steps and send again together forever, which real clients,
+staggered by the server's own variation, do not: their first sends are then spread evenly over
+the level's reported mean E2E (the cycle of a client in the steady state;
+``closed_loop_start_spread_s`` in the run's metadata).
 """
 from __future__ import annotations
 
@@ -35,6 +20,8 @@ import numpy as np
 import pandas as pd
 
 from schemas.tables import AGGREGATE_LATENCIES
+from traces.aggregate_workload import BLOCK_TOKENS, SEED, level_trace, shared_prefix_tokens
+from traces.errors import TraceError
 
 from .errors import FitError
 from .run_errors import Run, chosen
@@ -42,58 +29,6 @@ from .run_errors import Run, chosen
 #: Percentiles matched: the reported ones in this range (the tails of a run of tens or
 #: hundreds of requests are a few requests each), plus the reported means.
 MATCHED_PCT = (10.0, 90.0)
-#: Requests synthesized per level at most (a replay per level per evaluation of the fit).
-MAX_REQUESTS = 1000
-#: Seed of the synthesized workloads (level k uses SEED + k).
-SEED = 0
-#: Tokens per hash block of the synthesized prompts (``hash_block_tokens``).
-BLOCK_TOKENS = 16
-
-
-def _lengths(stats: pd.DataFrame, n: int, rng: np.random.Generator, metric: str, where: str) -> np.ndarray:
-    """``n`` lengths of ``metric`` from its statistics rows (see the module's docstring)."""
-    rows = stats[stats["metric"] == metric]
-    one = {s: float(v) for s, v in zip(rows["statistic"], rows["value_tokens"]) if s != "quantile"}
-    q = rows[rows["statistic"] == "quantile"].sort_values("quantile_pct")
-    lo, hi = one.get("min"), one.get("max")
-    if len(q):
-        pct, val = q["quantile_pct"].to_numpy(float), q["value_tokens"].to_numpy(float)
-        pct = np.concatenate([[0.0], pct, [100.0]])
-        val = np.maximum.accumulate(np.concatenate([[val[0] if lo is None else min(lo, val[0])], val,
-                                                    [val[-1] if hi is None else max(hi, val[-1])]]))
-        u = (rng.permutation(n) + rng.uniform(size=n)) * (100.0 / n)  # stratified: one draw per 1/n of the CDF
-        v = np.interp(u, pct, val)
-    elif "mean" in one:
-        v = rng.normal(one["mean"], one.get("std", 0.0), n)
-        v = np.clip(v, max(1.0, lo or 1.0), hi if hi is not None else np.inf)
-    else:
-        raise FitError(f"{where}: no statistic of {metric} (a mean or percentiles); "
-                       "the workload of the level cannot be synthesized")
-    return np.maximum(np.rint(v), 1).astype(np.int64)
-
-
-def level_trace(level: pd.DataFrame, where: str, seed: int, shared_prefix_tokens: int = 0) -> pd.DataFrame:
-    """The synthesized request trace of one level's rows (``request_trace/1`` columns), with
-    ``block_hashes`` when prompts share a prefix of ``shared_prefix_tokens``."""
-    kind, value = level["level_kind"].iloc[0], float(level["level_value"].iloc[0])
-    n = int(min(level["num_requests"].iloc[0], MAX_REQUESTS))
-    rng = np.random.default_rng(seed)
-    prompt = _lengths(level, n, rng, "num_prompt_tokens", where)
-    output = _lengths(level, n, rng, "num_output_tokens", where)
-    if kind == "poisson_rate":
-        arrival = np.concatenate([[0.0], np.cumsum(rng.exponential(1.0 / value, n - 1))])
-    elif kind == "constant_rate":
-        arrival = np.arange(n) / value
-    else:
-        arrival = np.zeros(n)
-    trace = pd.DataFrame({"request_id": [str(i + 1) for i in range(n)], "arrival_time_s": arrival,
-                          "num_prompt_tokens": prompt, "num_output_tokens": output})
-    if shared_prefix_tokens > 0:
-        shared = np.minimum(shared_prefix_tokens, prompt) // BLOCK_TOKENS
-        full = prompt // BLOCK_TOKENS
-        start = np.concatenate([[0], np.cumsum(full - shared)[:-1]]) + (1 << 40)  # unique ids above the shared ones
-        trace["block_hashes"] = [list(range(s)) + list(range(u, u + f - s)) for s, f, u in zip(shared, full, start)]
-    return trace
 
 
 def level_targets(level: pd.DataFrame, pct_range: tuple[float, float] = MATCHED_PCT) -> dict:
@@ -115,7 +50,7 @@ def level_targets(level: pd.DataFrame, pct_range: tuple[float, float] = MATCHED_
 def aggregate_runs(path: str, frame: pd.DataFrame, meta: dict, cfg, level: int | None) -> list[Run]:
     """One run per level of an ``aggregate_targets/1`` table (or level ``level`` alone).
 
-    Each run's trace is the level's synthesized workload (:func:`level_trace`, seed
+    Each run's trace is the level's synthesized workload (:func:`traces.aggregate_workload.level_trace`, seed
     ``SEED + level``), its config ``cfg`` with the level's ``concurrency`` (None for a rate),
     its targets :func:`level_targets`, its ``reported`` every mean and percentile of the level.
 
@@ -138,7 +73,10 @@ def aggregate_runs(path: str, frame: pd.DataFrame, meta: dict, cfg, level: int |
         run_cfg = cfg.with_options(concurrency=int(value) if kind == "concurrency" else None)
         meta_k = {**meta, "aggregate_level": f"{kind.replace('_', ' ')} {value:g}",
                   "hash_block_tokens": str(BLOCK_TOKENS)}
-        trace = level_trace(rows, name, SEED + int(k), shared_prefix_tokens(meta, path))
+        try:
+            trace = level_trace(rows, name, SEED + int(k), shared_prefix_tokens(meta, path))
+        except TraceError as exc:
+            raise FitError(str(exc)) from None
         if kind == "concurrency" and _identical(trace) and "e2e_s" in targets:
             means = targets["e2e_s"][1][np.isnan(targets["e2e_s"][0])]
             if means.size:
@@ -150,20 +88,6 @@ def aggregate_runs(path: str, frame: pd.DataFrame, meta: dict, cfg, level: int |
 def _identical(trace: pd.DataFrame) -> bool:
     """Whether every synthesized request has the same prompt and output lengths."""
     return trace["num_prompt_tokens"].nunique() == 1 and trace["num_output_tokens"].nunique() == 1
-
-
-def shared_prefix_tokens(meta: dict, path) -> int:
-    """The ``shared_prefix_tokens`` an aggregate's metadata states (0: none).
-
-    Raises
-    ------
-    FitError
-        A value that is not a whole number >= 0.
-    """
-    text = str(meta.get("shared_prefix_tokens", "0"))
-    if not (text.isascii() and text.isdigit()):
-        raise FitError(f"{path}: metadata shared_prefix_tokens {text[:40]!r} is not a whole number of tokens >= 0")
-    return int(text)
 
 
 def fit_runs(runs: list[Run], cost_model, **options) -> list:

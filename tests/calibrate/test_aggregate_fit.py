@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.aggregate_runs import aggregate_runs, level_targets, level_trace, not_identified
+from calibrate.aggregate_runs import aggregate_runs, level_targets, not_identified
+from traces.aggregate_workload import level_trace
 from calibrate.demo import NoisyCostModel
 from calibrate.request_fit import fit_requests
 from calibrate.run_errors import Run, statistics

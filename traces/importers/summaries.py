@@ -90,7 +90,7 @@ class Level:
         """The statistics of a length drawn uniformly from the integers ``low_tokens ..
         high_tokens`` (a benchmark's random dataset): min, max, mean and median. Their
         piecewise-linear inverse CDF through (0, min), (50, median), (100, max), which the
-        fit synthesizes lengths from (:func:`calibrate.aggregate_runs.level_trace`), is that
+        fit synthesizes lengths from (:func:`traces.aggregate_workload.level_trace`), is that
         uniform's."""
         mid = (low_tokens + high_tokens) / 2
         for statistic, q, v in (("min", None, low_tokens), ("max", None, high_tokens), ("mean", None, mid),

@@ -1,0 +1,144 @@
+"""The workload of a level of aggregate results (``aggregate_targets/1``): a request trace
+synthesized from the level's recorded length statistics and load.
+
+An aggregate (a benchmark's summary, a window of Prometheus scrapes) records no requests. The
+fit replays each level on a synthesized workload (:mod:`calibrate.aggregate_runs`), and so do
+``replay`` and ``servecal plan`` when given an aggregate: the same function, seeded, so that the
+same file gives the same requests everywhere.
+
+Workload of a level (seeded: the same file gives the same runs):
+
+* ``min(num_requests, MAX_REQUESTS)`` requests;
+* lengths: where percentiles of a length are reported, the piecewise-linear inverse CDF
+  through (0, min), the reported (percentile, value) points and (100, max) (the lowest and
+  highest reported percentile stand in for a missing min and max), at stratified uniform
+  points (one in each 1/n of the CDF, in random order: the sample's percentiles are the
+  reported ones to within a request); otherwise a normal of
+  the reported mean and std (std unknown: every request at the mean), clipped to
+  [max(1, min), max]; rounded to whole tokens, at least 1;
+* arrivals: ``poisson_rate`` r, exponential gaps of mean 1/r from 0; ``constant_rate`` r, one
+  request every 1/r s; ``concurrency`` N, every request at 0 (the closed loop of N clients that
+  sends them is the replay's: :class:`replay.core.closed_loop.ClosedLoop`);
+* prompts: unique (no prefix-cache hit), unless the file's metadata states
+  ``shared_prefix_tokens`` S (``traces import summary --shared-prefix-tokens``): then every
+  prompt of a level opens with the same S tokens (its first ``min(S, prompt) // 16`` hash
+  blocks are the level's), the rest unique.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from schemas.text import wrap_error
+
+from .errors import TraceError
+
+#: Requests synthesized per level at most (a replay per level per evaluation of the fit).
+MAX_REQUESTS = 1000
+#: Seed of the synthesized workloads (level k uses SEED + k).
+SEED = 0
+#: Tokens per hash block of the synthesized prompts (``hash_block_tokens``).
+BLOCK_TOKENS = 16
+#: The level kinds of an open loop (requests arrive at a rate, whatever the server does).
+OPEN_LOOP = ("poisson_rate", "constant_rate")
+
+
+def _lengths(stats: pd.DataFrame, n: int, rng: np.random.Generator, metric: str, where: str) -> np.ndarray:
+    """``n`` lengths of ``metric`` from its statistics rows (see the module's docstring)."""
+    rows = stats[stats["metric"] == metric]
+    one = {s: float(v) for s, v in zip(rows["statistic"], rows["value_tokens"]) if s != "quantile"}
+    q = rows[rows["statistic"] == "quantile"].sort_values("quantile_pct")
+    lo, hi = one.get("min"), one.get("max")
+    if len(q):
+        pct, val = q["quantile_pct"].to_numpy(float), q["value_tokens"].to_numpy(float)
+        pct = np.concatenate([[0.0], pct, [100.0]])
+        val = np.maximum.accumulate(np.concatenate([[val[0] if lo is None else min(lo, val[0])], val,
+                                                    [val[-1] if hi is None else max(hi, val[-1])]]))
+        u = (rng.permutation(n) + rng.uniform(size=n)) * (100.0 / n)  # stratified: one draw per 1/n of the CDF
+        v = np.interp(u, pct, val)
+    elif "mean" in one:
+        v = rng.normal(one["mean"], one.get("std", 0.0), n)
+        v = np.clip(v, max(1.0, lo or 1.0), hi if hi is not None else np.inf)
+    else:
+        raise TraceError(wrap_error(f"{where}: no statistic of {metric} (a mean or percentiles); "
+                                    "the workload of the level cannot be synthesized"))
+    return np.maximum(np.rint(v), 1).astype(np.int64)
+
+
+def level_trace(level: pd.DataFrame, where: str, seed: int, shared_prefix_tokens: int = 0) -> pd.DataFrame:
+    """The synthesized request trace of one level.
+
+    Parameters
+    ----------
+    level : pandas.DataFrame
+        The level's rows of an ``aggregate_targets/1`` table.
+    where : str
+        The level's name in errors (``FILE#K``).
+    seed : int
+        Seed of the draws (the fit uses ``SEED + K`` for level ``K``).
+    shared_prefix_tokens : int
+        Tokens every prompt of the level opens with (:func:`shared_prefix_tokens`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``request_trace/1`` columns (arrival times in seconds from 0, lengths in tokens), with
+        ``block_hashes`` when prompts share a prefix.
+
+    Raises
+    ------
+    TraceError
+        A length with neither a mean nor percentiles.
+    """
+    kind, value = level["level_kind"].iloc[0], float(level["level_value"].iloc[0])
+    n = int(min(level["num_requests"].iloc[0], MAX_REQUESTS))
+    rng = np.random.default_rng(seed)
+    prompt = _lengths(level, n, rng, "num_prompt_tokens", where)
+    output = _lengths(level, n, rng, "num_output_tokens", where)
+    if kind == "poisson_rate":
+        arrival = np.concatenate([[0.0], np.cumsum(rng.exponential(1.0 / value, n - 1))])
+    elif kind == "constant_rate":
+        arrival = np.arange(n) / value
+    else:
+        arrival = np.zeros(n)
+    trace = pd.DataFrame({"request_id": [str(i + 1) for i in range(n)], "arrival_time_s": arrival,
+                          "num_prompt_tokens": prompt, "num_output_tokens": output})
+    if shared_prefix_tokens > 0:
+        shared = np.minimum(shared_prefix_tokens, prompt) // BLOCK_TOKENS
+        full = prompt // BLOCK_TOKENS
+        start = np.concatenate([[0], np.cumsum(full - shared)[:-1]]) + (1 << 40)  # unique ids above the shared ones
+        trace["block_hashes"] = [list(range(s)) + list(range(u, u + f - s)) for s, f, u in zip(shared, full, start)]
+    return trace
+
+
+def shared_prefix_tokens(meta: dict, path) -> int:
+    """The ``shared_prefix_tokens`` an aggregate's metadata states (0: none).
+
+    Raises
+    ------
+    TraceError
+        A value that is not a whole number >= 0.
+    """
+    text = str(meta.get("shared_prefix_tokens", "0"))
+    if not (text.isascii() and text.isdigit()):
+        raise TraceError(f"{path}: metadata shared_prefix_tokens {text[:40]!r} is not a whole number of tokens >= 0")
+    return int(text)
+
+
+def busiest_level(frame: pd.DataFrame, path) -> int:
+    """The level of an ``aggregate_targets/1`` table with the highest arrival rate (requests/s),
+    among its open-loop levels (:data:`OPEN_LOOP`): a production scrape's busiest window.
+
+    Raises
+    ------
+    TraceError
+        A table with no open-loop level (every level a closed loop of clients, whose arrival
+        rate is the server's, not the traffic's).
+    """
+    levels = frame.drop_duplicates("level")
+    open_loop = levels[levels["level_kind"].isin(OPEN_LOOP)]
+    if open_loop.empty:
+        kinds = ", ".join(sorted(levels["level_kind"].unique()))
+        raise TraceError(wrap_error(f"{path}: no level at an arrival rate (levels: {kinds}); a closed loop's rate "
+                                    "is the server's, not the traffic's: choose a level with FILE#K"))
+    return int(open_loop.loc[open_loop["level_value"].astype(float).idxmax(), "level"])
