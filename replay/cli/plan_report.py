@@ -35,8 +35,8 @@ def header_lines(plan, cals, slo, trace) -> list[str]:
         lines.append(f"engine settings from {ref_path}: " + ", ".join(f"{k}={v}" for k, v in shared.items()))
     recorded = ref.engine.get("num_gpu_blocks")
     util, bs = plan.base.get("gpu_memory_utilization", 0.9), plan.base.get("block_size", 16)
-    kv = (f"KV blocks per replica (// PP: per virtual engine) derived from each candidate's GPU memory at its TP "
-          f"(gpu_memory_utilization={util}, block_size={bs})")
+    kv = (f"KV blocks per replica (with PP: per virtual engine, a replica's // PP) derived from each candidate's "
+          f"GPU memory at its TP and PP (gpu_memory_utilization={util}, block_size={bs})")
     if recorded:
         try:
             mine = kv_capacity_blocks(ref.model, ref.gpu, ref.tp, util, bs)

@@ -131,3 +131,17 @@ def test_bad_pp_or_dp_is_one_usage_error_naming_the_option(files, tmp_path, args
     assert sum(line.startswith("Error:") for line in res.output.splitlines()) == 1, res.output
     assert needle in " ".join(res.output[res.output.index("Error:"):].split())
     assert not out.exists()
+
+
+def test_a_run_headers_gpu_count_of_disaggregated_pools_is_the_deployments():
+    """describe_config / pool_gpus count each pool's instances x TP x PP x DP, as the resolved
+    Deployment and the plan's candidate do (DP was left out before)."""
+    from replay.core.disagg_pools import describe_config, pool_gpus
+
+    cm = cost_model_from_calibration(calibration(), tp=2, dp=2)
+    cfg = ReplayConfig.from_options(**LIMITS, scheduler="disagg", prefill_replicas=1, decode_replicas=3, tp_decode=1)
+    dep = resolve_deployment(cm, cfg)
+    assert pool_gpus(cm, cfg.disagg) == dep.num_gpus == Candidate("h100-80gb", 2, 1, 64, 512, "disagg", 1, 3, 1,
+                                                                   dp=2).num_gpus == 10
+    assert describe_config(cm, cfg.disagg).startswith(
+        "1 prefill x 4 x h100-80gb + 3 decode x 2 x h100-80gb (10 GPUs; prefill TP=2, decode TP=1, DP=2)")
