@@ -77,14 +77,16 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
 @_errors
 def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, pp, dp, replicas, max_num_seqs,
          max_num_batched_tokens, scheduler, prefill_replicas, decode_replicas, tp_prefill, tp_decode, router,
-         gpu_memory_utilization, price, confidence, top_k, probes, exhaustive, jobs, ray_address, output, report, wide, quiet):
+         gpu_memory_utilization, price, confidence, top_k, probes, exhaustive, jobs, ray_address, output, report,
+         wide, quiet):
     """Find the cheapest deployment whose predicted latencies meet the SLOs at a rate.
 
     Candidates (GPU type x TP x PP x DP x replicas x engine limits x scheduler), counted in
     GPUs (replicas x TP x PP x DP), replay TRACE at the target rate, cheapest first; those
     failing at the calibration's values are pruned, the rest get a 95 % band from the
-    calibration's confidence set; the answer is the cheapest whose band's worst end meets every SLO, and the search stops once --top do. Prints the
-    best candidates, the Pareto front, and which parameters to measure when the band changes
+    calibration's confidence set; the answer is the cheapest whose band's worst end meets
+    every SLO, and the search stops once --top do. Prints the best candidates, the Pareto
+    front, and which parameters to measure when the band changes
     the answer.
 
     \b
