@@ -252,7 +252,7 @@ _S = (
     SettingSpec("tp", "hardware", int, 1, "GPUs", ("--tp", "--tensor-parallel-size"),
                 "Tensor-parallel degree of one replica.", "tensor_parallel_size", "--tensor-parallel-size", low=1,
                 recorded=True, in_trace=True, source=_V),
-    SettingSpec("dp", "hardware", int, 1, "ranks", ("--data-parallel-size",),
+    SettingSpec("dp", "hardware", int, 1, "ranks", ("--data-parallel-size", "--dp"),
                 "vLLM data-parallel ranks stepping in lock step (MoE); engine limits are per rank.",
                 "data_parallel_size", "--data-parallel-size", low=1, recorded=True, in_trace=True, source=_V),
     SettingSpec("pp", "hardware", int, 1, "stages", ("--pp", "--pipeline-parallel-size"),

@@ -26,8 +26,8 @@ COMMANDS = {"replay": replay, "calibrate fit": calibrate.commands["fit"],
 #: (``calibrate fit --seed`` seeds its bootstrap; ``replay --seed`` the simulation).
 SHARED = {s.name for s in SETTINGS.values() if s.flags} - {"seed"}
 #: The settings ``servecal plan`` varies or sets.
-PLAN = {"tp", "replicas", "max_num_seqs", "max_num_batched_tokens", "scheduler", "prefill_replicas", "decode_replicas",
-        "tp_prefill", "tp_decode", "router", "gpu_memory_utilization"}
+PLAN = {"tp", "pp", "dp", "replicas", "max_num_seqs", "max_num_batched_tokens", "scheduler", "prefill_replicas",
+        "decode_replicas", "tp_prefill", "tp_decode", "router", "gpu_memory_utilization"}
 
 
 def spellings(spec) -> set[str]:

@@ -32,6 +32,10 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
 @click.option("--gpu", "gpus", default=None, help="GPU types (catalog keys, calibrate catalog), e.g. "
                                                   "h100-80gb,a100-80gb [default: the calibrations'].")
 @setting_option("tp", None, values_help="TP degrees, e.g. 1,2,4 [default: the calibration's].")
+@setting_option("pp", None, values_help="Pipeline stages of a replica, each of TP GPUs holding 1/PP of the layers, "
+                                       "e.g. 1,2 [default: the calibration's].")
+@setting_option("dp", None, values_help="Data-parallel ranks stepping in lock step as one replica (vLLM "
+                                       "--data-parallel-size, a MoE layout), e.g. 1,2 [default: the calibration's].")
 @setting_option("replicas", None, values_help="Replicas behind the router, e.g. 1:8 [default: the calibration's].")
 @setting_option("max_num_seqs", None, values_help="Requests running at once per replica, e.g. 64,128,256 "
                                                   "[default: the calibration's].")
@@ -71,16 +75,18 @@ _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, Spe
                    "answer, the Pareto front drawn.")
 @output_options
 @_errors
-def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens,
-         scheduler, prefill_replicas, decode_replicas, tp_prefill, tp_decode, router, gpu_memory_utilization, price,
-         confidence, top_k, probes, exhaustive, jobs, ray_address, output, report, wide, quiet):
+def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, pp, dp, replicas, max_num_seqs,
+         max_num_batched_tokens, scheduler, prefill_replicas, decode_replicas, tp_prefill, tp_decode, router,
+         gpu_memory_utilization, price, confidence, top_k, probes, exhaustive, jobs, ray_address, output, report,
+         wide, quiet):
     """Find the cheapest deployment whose predicted latencies meet the SLOs at a rate.
 
-    Candidates (GPU type x TP x replicas x engine limits x scheduler) replay TRACE at the
-    target rate, cheapest first; those failing at the calibration's values are pruned, the
-    rest get a 95 % band from the calibration's confidence set; the answer is the cheapest
-    whose band's worst end meets every SLO, and the search stops once --top do. Prints the
-    best candidates, the Pareto front, and which parameters to measure when the band changes
+    Candidates (GPU type x TP x PP x DP x replicas x engine limits x scheduler), counted in
+    GPUs (replicas x TP x PP x DP), replay TRACE at the target rate, cheapest first; those
+    failing at the calibration's values are pruned, the rest get a 95 % band from the
+    calibration's confidence set; the answer is the cheapest whose band's worst end meets
+    every SLO, and the search stops once --top do. Prints the best candidates, the Pareto
+    front, and which parameters to measure when the band changes
     the answer.
 
     \b
@@ -110,7 +116,7 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, replicas, max
         raise click.UsageError("Missing option '--calibration' (make one: calibrate fit TRACE --model M --gpu G "
                                "-o cal.json)")
     cals = Calibrations([(p, Calibration.read(p)) for p in calibration_path])
-    axes = _axes(cals, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, scheduler,
+    axes = _axes(cals, gpus, tp, pp, dp, replicas, max_num_seqs, max_num_batched_tokens, scheduler,
                  {"--prefill-replicas": prefill_replicas, "--decode-replicas": decode_replicas,
                   "--tp-prefill": tp_prefill, "--tp-decode": tp_decode})
     prices = parse_prices(price, axes.gpus)
@@ -149,9 +155,16 @@ def _schedulers(scheduler: str | None, eng: dict) -> list[str]:
     return sched_list
 
 
-def _axes(cals, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, scheduler, disagg: dict):
+def _axes(cals, gpus, tp, pp, dp, replicas, max_num_seqs, max_num_batched_tokens, scheduler, disagg: dict):
     """The grid of candidates (:class:`replay.plan.Axes`) from the options, the reference calibration's
-    values where one is not given; ``disagg``: the pools' options by name (refused without disagg)."""
+    values where one is not given; ``disagg``: the pools' options by name (refused without disagg).
+
+    Raises
+    ------
+    click.UsageError
+        A ``--pp`` above the model's layer count (vLLM refuses a stage without a layer), or
+        only ``--pp`` above 1 with ``--dp`` above 1 (the engine does not model both at once).
+    """
     from ..plan import Axes
     from ..plan.grid import parse_gpus, parse_int_list
 
@@ -166,11 +179,20 @@ def _axes(cals, gpus, tp, replicas, max_num_seqs, max_num_batched_tokens, schedu
 
     gpu_keys = parse_gpus(gpus) if gpus is not None else [c.gpu.name for _, c in cals.items]
     sched_list = _schedulers(scheduler, eng)
+    pps, dps = ints("--pp", pp, ref.pp), ints("--dp", dp, ref.dp)
+    layers = ref.model.num_layers
+    if max(pps) > layers:
+        raise click.BadParameter(f"{max(pps)} pipeline stages exceed the {layers} layers of {ref.model.name} "
+                                 "(vLLM refuses a stage without a layer)", param_hint="'--pp'")
+    if min(pps) > 1 and min(dps) > 1:
+        raise click.UsageError(f"--pp {pp if pp is not None else ref.pp} with --dp {dp if dp is not None else ref.dp}: "
+                               "pipeline stages with DP ranks are not modelled (DP ranks step in lock step); "
+                               "give 1 among the values of one of them")
     axes = Axes(gpu_keys, ints("--tp", tp, ref.tp), ints("--replicas", replicas, eng.get("replicas") or 1),
                 ints("--max-num-seqs", max_num_seqs, eng.get("max_num_seqs") or 256),
                 ints("--max-num-batched-tokens", max_num_batched_tokens, eng.get("max_num_batched_tokens") or 8192),
                 sched_list, pools("--prefill-replicas"), pools("--decode-replicas"), pools("--tp-prefill"),
-                pools("--tp-decode"), dp=ref.dp)
+                pools("--tp-decode"), dp=dps, pp=pps)
     if "disagg" not in sched_list:
         given = [o for o, v in disagg.items() if v is not None]
         if given:

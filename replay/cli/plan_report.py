@@ -29,14 +29,14 @@ def header_lines(plan, cals, slo, trace) -> list[str]:
     for path, cal in cals.items:
         band = (f"{len(cal.band_points)} band points (its 95 % confidence set)" if cal.band_points else
                 "no band points (a file from before bands): its band is its point")
-        lines.append(f"calibration {path}: {cal.model.name} on {cal.gpu.name} TP{cal.tp}, {band}")
+        lines.append(f"calibration {path}: {cal.model.name} on {cal.gpu.name} {_layout(cal)}, {band}")
     shared = {k: v for k, v in plan.base.items() if k not in ("slo_ttft_s", "slo_tpot_s")}
     if shared:
         lines.append(f"engine settings from {ref_path}: " + ", ".join(f"{k}={v}" for k, v in shared.items()))
     recorded = ref.engine.get("num_gpu_blocks")
     util, bs = plan.base.get("gpu_memory_utilization", 0.9), plan.base.get("block_size", 16)
-    kv = (f"KV blocks per replica derived from each candidate's GPU memory at its TP "
-          f"(gpu_memory_utilization={util}, block_size={bs})")
+    kv = (f"KV blocks per replica (with PP: per virtual engine, a replica's // PP) derived from each candidate's "
+          f"GPU memory at its TP and PP (gpu_memory_utilization={util}, block_size={bs})")
     if recorded:
         try:
             mine = kv_capacity_blocks(ref.model, ref.gpu, ref.tp, util, bs)
@@ -58,7 +58,20 @@ def header_lines(plan, cals, slo, trace) -> list[str]:
                      f"calibrated TP{ref.tp}: their "
                      "all-reduces use the link preset's bandwidth and latency with the calibration's eta_link, "
                      "not a measurement at that TP")
+    for name, fitted, why in (("PP", ref.pp, "each stage is priced as 1/PP of the layers plus an activation transfer "
+                                             "on the link preset"),
+                              ("DP", ref.dp, "the ranks' lock step is priced from the calibration's values")):
+        other = sorted({getattr(p.candidate, name.lower()) for p in ran} - {fitted})
+        if other:
+            lines.append(f"note: {name} {', '.join(map(str, other))} {'differ' if len(other) > 1 else 'differs'} "
+                         f"from the calibrated {name}{fitted}: {why}, not a measurement at that {name} (an "
+                         "extrapolation; its band holds the transfer error)")
     return lines
+
+
+def _layout(cal) -> str:
+    """``TP2``, ``TP2 PP2`` or ``TP1 DP2``: the parallelism a calibration was fitted at."""
+    return f"TP{cal.tp}" + (f" PP{cal.pp}" if cal.pp > 1 else "") + (f" DP{cal.dp}" if cal.dp > 1 else "")
 
 
 def _band_text(ev, slo) -> str:

@@ -53,6 +53,11 @@ class Pool:
     num_gpu_blocks: int
     kv_how: str
 
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of the pool: replicas x TP x PP x DP."""
+        return self.replicas * self.tp * self.pp * self.dp
+
 
 @dataclass(frozen=True)
 class Deployment:
@@ -85,6 +90,11 @@ class Deployment:
     scheduler_config: SchedulerConfig
     engine_config: EngineConfig
     pipelined: bool
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of the deployment: every pool's (:attr:`Pool.num_gpus`)."""
+        return self.prefill.num_gpus + (self.decode.num_gpus if self.decode is not None else 0)
 
 
 def resolve_num_gpu_blocks(cfg: EngineOptions, model: ModelSpec, gpu: GpuSpec, tp: int, pp: int = 1) -> int:

@@ -92,23 +92,28 @@ def resolve_pools(cost_model: RooflineCostModel,
 
 
 def pool_gpus(cost_model: RooflineCostModel, cfg: DisaggOptions) -> int:
-    """GPUs of the two pools: prefill instances x their TP x PP + decode instances x theirs."""
+    """GPUs of the two pools: prefill instances x their TP x PP x DP + decode instances x theirs, as
+    :attr:`replay.core.deployment.Deployment.num_gpus` counts a resolved deployment's pools."""
     prefill, decode, _ = resolve_pools(cost_model, cfg)
-    return (cfg.prefill_replicas * prefill.tp * getattr(prefill, "pp", 1)
-            + cfg.decode_replicas * decode.tp * getattr(decode, "pp", 1))
+    return cfg.prefill_replicas * _instance_gpus(prefill) + cfg.decode_replicas * _instance_gpus(decode)
+
+
+def _instance_gpus(cost_model: RooflineCostModel) -> int:
+    """GPUs of one instance (replica) of a pool: TP x PP x DP."""
+    return cost_model.tp * getattr(cost_model, "pp", 1) * getattr(cost_model, "dp", 1)
 
 
 def describe_config(cost_model: RooflineCostModel, cfg: DisaggOptions) -> str:
     """The resolved pools in one line for a run header, e.g. ``1 prefill x 2 x h100-80gb +
     1 decode x 1 x h100-80gb (3 GPUs; prefill TP=2, decode TP=1), KV link nvlink4 (450 GB/s,
-    2 us), first token from prefill``.
+    2 us), first token from prefill`` (``prefill PP=2, decode PP=1`` and ``DP=2`` when used).
     """
     prefill, decode, link = resolve_pools(cost_model, cfg)
     gpus = pool_gpus(cost_model, cfg)
-    ppp, ppd = getattr(prefill, "pp", 1), getattr(decode, "pp", 1)
-    pps = "" if ppp == ppd == 1 else f", prefill PP={ppp}, decode PP={ppd}"
-    return (f"{cfg.prefill_replicas} prefill x {prefill.tp * ppp} x {prefill.gpu.name} + {cfg.decode_replicas} decode "
-            f"x {decode.tp * ppd} x {decode.gpu.name} ({gpus} GPUs; prefill TP={prefill.tp}, decode TP={decode.tp}"
-            f"{pps}), KV link {link.name} "
+    ppp, ppd, dp = getattr(prefill, "pp", 1), getattr(decode, "pp", 1), getattr(prefill, "dp", 1)
+    pps = ("" if ppp == ppd == 1 else f", prefill PP={ppp}, decode PP={ppd}") + (f", DP={dp}" if dp > 1 else "")
+    return (f"{cfg.prefill_replicas} prefill x {_instance_gpus(prefill)} x {prefill.gpu.name} + {cfg.decode_replicas} "
+            f"decode x {_instance_gpus(decode)} x {decode.gpu.name} ({gpus} GPUs; prefill TP={prefill.tp}, decode "
+            f"TP={decode.tp}{pps}), KV link {link.name} "
             f"({link.bandwidth_bytes_per_s / 1e9:g} GB/s, {link.latency_s * 1e6:g} us), "
             f"first token from {cfg.first_token_from}")

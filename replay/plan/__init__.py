@@ -1,6 +1,6 @@
 """``servecal plan``: the cheapest deployment that meets a percentile SLO, with the stated confidence.
 
-The workload is a request trace at a target rate; the candidates a grid of GPU types, TP
+The workload is a request trace at a target rate; the candidates a grid of GPU types, TP, PP and DP
 degrees, replicas, engine limits and schedulers (:mod:`.grid`); each is replayed with its
 calibrated (or carried) cost model, and the search (:mod:`.search`) prunes by the point
 prediction before it computes bands (:mod:`replay.analysis.bands`) and max rates. :mod:`.slo` parses

@@ -1,11 +1,12 @@
 """The candidate deployments of a plan: their grid, their cost, and what each one replays with.
 
-A candidate is one GPU type, a tensor-parallel (TP) degree, a number of replicas behind the
-router (or, with the ``disagg`` scheduler, a prefill pool and a decode pool, each with its
-own TP), and the engine's limits: ``max_num_seqs`` (requests running at once per replica) and
+A candidate is one GPU type, a tensor-parallel (TP) degree, pipeline stages (PP) and
+data-parallel (DP) ranks per replica, a number of replicas behind the router (or, with the
+``disagg`` scheduler, a prefill pool and a decode pool, each with its own TP), and the
+engine's limits: ``max_num_seqs`` (requests running at once per DP rank) and
 ``max_num_batched_tokens`` (the token budget of one step). Every axis not given takes the
-calibration's own value. Its cost is its GPU count times the GPU's price per hour when prices
-are given, else the GPU count.
+calibration's own value. Its cost is its GPU count (replicas x TP x PP x DP, each pool's with
+``disagg``) times the GPU's price per hour when prices are given, else the GPU count.
 
 Each candidate gets the cost model of the calibration of its GPU type, or the first
 calibration's carried to its GPU's datasheet FLOP/s and bandwidth
@@ -25,10 +26,9 @@ from schemas.calibration import Calibration
 from schemas.spec_catalog import catalog_key, get_gpu
 
 from ..analysis.band_basis import BandBasis, carried_across
-from ..config import EngineOptions, ReplayConfig
+from ..config import ReplayConfig
 from ..cost.cost_model import RooflineCostModel, cost_model_from_calibration
-from ..core.deployment import resolve_num_gpu_blocks
-from ..core.disagg_pools import pool_cost_models
+from ..core.deployment import Deployment, resolve_deployment
 from ..errors import ConfigError
 
 #: Most candidates one plan evaluates.
@@ -57,7 +57,11 @@ class Candidate:
     prefill_replicas, decode_replicas, tp_decode : int
         ``disagg`` only (0 otherwise): the pools' instances and the decode instances' TP.
     dp : int
-        vLLM data-parallel ranks stepping as one replica (the calibration's; a MoE layout).
+        vLLM data-parallel ranks stepping in lock step as one replica (a MoE layout; each rank
+        has ``tp x pp`` GPUs and the limits above).
+    pp : int
+        Pipeline stages of a replica (``disagg``: of an instance of either pool), each of
+        ``tp`` GPUs holding ``1 / pp`` of the layers.
     """
 
     gpu: str
@@ -70,6 +74,7 @@ class Candidate:
     decode_replicas: int = 0
     tp_decode: int = 0
     dp: int = 1
+    pp: int = 1
 
     @property
     def disagg(self) -> bool:
@@ -77,18 +82,20 @@ class Candidate:
 
     @property
     def num_gpus(self) -> int:
-        """GPUs the deployment occupies."""
+        """GPUs the deployment occupies: replicas x TP x PP x DP (``disagg``: each pool's,
+        summed), as :attr:`replay.core.deployment.Deployment.num_gpus` counts its pools."""
         if self.disagg:
-            return (self.prefill_replicas * self.tp + self.decode_replicas * self.tp_decode) * self.dp
-        return self.replicas * self.tp * self.dp
+            return (self.prefill_replicas * self.tp + self.decode_replicas * self.tp_decode) * self.pp * self.dp
+        return self.replicas * self.tp * self.pp * self.dp
 
     def label(self) -> str:
-        """``2 x h100-80gb TP2`` or ``P1xTP2 + D2xTP1 h100-80gb`` (``DP2`` when data parallel)."""
-        dp = f" DP{self.dp}" if self.dp > 1 else ""
+        """``2 x h100-80gb TP2`` or ``P1xTP2 + D2xTP1 h100-80gb``, then ``PP2`` (pipeline stages)
+        and ``DP2`` (data-parallel ranks) when more than one."""
+        par = (f" PP{self.pp}" if self.pp > 1 else "") + (f" DP{self.dp}" if self.dp > 1 else "")
         if self.disagg:
             return (f"P{self.prefill_replicas}xTP{self.tp} + D{self.decode_replicas}xTP{self.tp_decode} "
-                    f"{self.gpu}{dp}")
-        return f"{self.replicas} x {self.gpu} TP{self.tp}{dp}"
+                    f"{self.gpu}{par}")
+        return f"{self.replicas} x {self.gpu} TP{self.tp}{par}"
 
     def replay_options(self) -> dict:
         """The options of :meth:`replay.config.ReplayConfig.from_options` this candidate sets."""
@@ -108,8 +115,9 @@ class Axes:
 
     ``prefill_replicas``, ``decode_replicas``, ``tp_prefill``, ``tp_decode`` apply to the
     ``disagg`` scheduler only; when neither pool size is given they range over ``replicas``
-    and a disaggregated candidate may use at most as many GPUs as the largest colocated one
-    (``max(replicas) * max(tp)``), so the two layouts are compared on one GPU budget.
+    and a disaggregated candidate may use at most as many GPUs as the largest colocated one of
+    its PP and DP (``max(replicas) * max(tp) * pp * dp``), so the two layouts are compared on one
+    GPU budget. ``pp`` and ``dp``: pipeline stages and DP ranks of a replica.
     """
 
     gpus: list
@@ -122,7 +130,8 @@ class Axes:
     decode_replicas: list | None = None
     tp_prefill: list | None = None
     tp_decode: list | None = None
-    dp: int = 1
+    dp: list = field(default_factory=lambda: [1])
+    pp: list = field(default_factory=lambda: [1])
 
     def candidates(self) -> list[Candidate]:
         """Every combination, colocated schedulers first, in axis order.
@@ -133,23 +142,24 @@ class Axes:
             More than :data:`MAX_CANDIDATES`.
         """
         out = []
+        layouts = list(itertools.product(self.pp, self.dp))
         for sched in self.schedulers:
             if sched != "disagg":
-                out += [Candidate(g, tp, r, s, b, sched, dp=self.dp) for g, tp, r, s, b in itertools.product(
-                    self.gpus, self.tp, self.replicas, self.max_num_seqs, self.max_num_batched_tokens)]
+                out += [Candidate(g, tp, r, s, b, sched, dp=dp, pp=pp) for g, tp, (pp, dp), r, s, b in
+                        itertools.product(self.gpus, self.tp, layouts, self.replicas, self.max_num_seqs,
+                                          self.max_num_batched_tokens)]
                 continue
             pools_given = self.prefill_replicas is not None or self.decode_replicas is not None
-            budget = math.inf if pools_given else max(self.replicas) * max(self.tp) * self.dp
-            for g, tpp, tpd, p, d, s, b in itertools.product(
-                    self.gpus, self.tp_prefill or self.tp, self.tp_decode or self.tp,
+            for g, tpp, tpd, (pp, dp), p, d, s, b in itertools.product(
+                    self.gpus, self.tp_prefill or self.tp, self.tp_decode or self.tp, layouts,
                     self.prefill_replicas or self.replicas, self.decode_replicas or self.replicas,
                     self.max_num_seqs, self.max_num_batched_tokens):
-                c = Candidate(g, tpp, 1, s, b, "disagg", p, d, tpd, self.dp)
-                if c.num_gpus <= budget:
+                c = Candidate(g, tpp, 1, s, b, "disagg", p, d, tpd, dp, pp)
+                if pools_given or c.num_gpus <= max(self.replicas) * max(self.tp) * pp * dp:
                     out.append(c)
         if len(out) > MAX_CANDIDATES:
             raise ConfigError(f"the grid has {len(out)} candidates, more than {MAX_CANDIDATES}: give fewer values "
-                              "(--gpu, --tp, --replicas, --max-num-seqs, ...)")
+                              "(--gpu, --tp, --pp, --dp, --replicas, --max-num-seqs, ...)")
         return out
 
 
@@ -289,11 +299,17 @@ class Prepared:
     skip : str | None
         Why it cannot run (then the rest is None).
     cost_model : RooflineCostModel | None
-        Its replica's (``disagg``: the prefill instance's; the decode TP is in ``cfg``).
+        Its replica's, at its TP, PP and DP (``disagg``: the prefill instance's; the decode TP
+        is in ``cfg``).
     cfg : ReplayConfig | None
-        With the KV blocks derived for it (``num_gpu_blocks``: the prefill instance's with ``disagg``).
+        Its replay options; ``num_gpu_blocks`` None: the replay sizes each pool's cache from GPU
+        memory, as :attr:`deployment` has it.
+    deployment : Deployment | None
+        Its pools as ``replay`` resolves them (:func:`replay.core.deployment.resolve_deployment`).
     kv_blocks : tuple of int
-        KV blocks per replica (``disagg``: prefill, decode instance), from GPU memory.
+        KV blocks of one (virtual) engine of each pool (``disagg``: prefill, decode): a
+        replica's blocks (its DP ranks' together) // its PP, from GPU memory
+        (:attr:`replay.core.deployment.Pool.num_gpu_blocks`).
     calibration : str
         Path of the calibration its cost model comes from.
     extrapolated : bool
@@ -310,6 +326,7 @@ class Prepared:
     skip: str | None = None
     cost_model: RooflineCostModel | None = None
     cfg: ReplayConfig | None = None
+    deployment: Deployment | None = None
     kv_blocks: tuple = ()
     calibration: str = ""
     extrapolated: bool = False
@@ -334,22 +351,24 @@ def prepare(c: Candidate, cals: Calibrations, base_options: dict, prices: dict, 
     out = Prepared(c, cost, calibration=path, extrapolated=not own, band_points=list(cal.band_points),
                    basis=BandBasis.of(cal, new_sample=True))
     try:
-        cm = cost_model_from_calibration(cal, tp=c.tp, dp=c.dp, gpu=get_gpu(c.gpu))
-        pools = pool_cost_models(cm, None, c.tp_decode) if c.disagg else (cm,)
+        cm = cost_model_from_calibration(cal, tp=c.tp, dp=c.dp, pp=c.pp, gpu=get_gpu(c.gpu))
         out.basis = BandBasis.of(cal, carried_across(cal, cm), new_sample=True,
                                  scheduler="disagg" if c.disagg else cal.engine.get("scheduler", "chunked"))
-        engine = EngineOptions(**{k: v for k, v in base_options.items() if k in EngineOptions.__dataclass_fields__})
-        blocks = tuple(resolve_num_gpu_blocks(engine, pm.model, pm.gpu, pm.tp) * c.dp for pm in pools)
-        # num_gpu_blocks None: replay_frame sizes each pool's cache from GPU memory, as here
+        # num_gpu_blocks None: each pool's cache sized from its GPU's memory, by the replay's own rule
         cfg = ReplayConfig.from_options(**{**base_options, **c.replay_options(), "num_gpu_blocks": None})
+        dep = resolve_deployment(cm, cfg)
     except ConfigError as exc:
         out.skip = str(exc).split("; raise --tp")[0]
         return out
-    need = -(-longest_tokens // engine.block_size)
-    small = min(blocks) // c.dp
-    if need > small:
-        out.skip = (f"its KV cache ({small} blocks of {engine.block_size} tokens) cannot hold the longest request "
+    pools = (dep.prefill,) if dep.decode is None else (dep.prefill, dep.decode)
+    # a request lives on one virtual engine (one DP rank of it when data parallel)
+    room = min([dep.engine_config.max_request_blocks or dep.prefill.num_gpu_blocks]
+               + [p.num_gpu_blocks for p in pools[1:]])
+    block_size = cfg.engine.block_size
+    if -(-longest_tokens // block_size) > room:
+        out.skip = (f"its KV cache ({room} blocks of {block_size} tokens) cannot hold the longest request "
                     f"({longest_tokens} tokens)")
         return out
-    out.cost_model, out.cfg, out.kv_blocks = cm, cfg, blocks
+    out.cost_model, out.cfg, out.deployment = cm, cfg, dep
+    out.kv_blocks = tuple(p.num_gpu_blocks for p in pools)
     return out

@@ -48,7 +48,7 @@ def attainment_cell(ev: Evaluation) -> str:
 
 
 def kv_cell(ev: Evaluation) -> str:
-    """KV blocks per replica (``disagg``: prefill/decode instance)."""
+    """KV blocks of a replica's (virtual) engine (``disagg``: prefill/decode instance's; a replica's // PP)."""
     return "/".join(str(b) for b in ev.prepared.kv_blocks) or "-"
 
 
@@ -153,7 +153,7 @@ def plan_frame(result: PlanResult, slo: Slo, prices: bool) -> pd.DataFrame:
         row = {"gpu": c.gpu, "tp": c.tp, "replicas": c.replicas, "scheduler": c.scheduler,
                "max_num_seqs": c.max_num_seqs, "max_num_batched_tokens": c.max_num_batched_tokens,
                "prefill_replicas": c.prefill_replicas, "decode_replicas": c.decode_replicas,
-               "tp_decode": c.tp_decode, "dp": c.dp, "num_gpus": c.num_gpus,
+               "tp_decode": c.tp_decode, "pp": c.pp, "dp": c.dp, "num_gpus": c.num_gpus,
                "cost_per_hour": ev.cost if prices else math.nan,
                "kv_blocks": p.kv_blocks[0] if p.kv_blocks else -1,
                "kv_blocks_decode": p.kv_blocks[1] if len(p.kv_blocks) > 1 else -1,
