@@ -139,6 +139,6 @@ def busiest_level(frame: pd.DataFrame, path) -> int:
     open_loop = levels[levels["level_kind"].isin(OPEN_LOOP)]
     if open_loop.empty:
         kinds = ", ".join(sorted(levels["level_kind"].unique()))
-        raise TraceError(wrap_error(f"{path}: no level at an arrival rate (levels: {kinds}); a closed loop's rate "
-                                    "is the server's, not the traffic's: choose a level with FILE#K"))
+        raise TraceError(wrap_error(f"{path}: no level at an arrival rate (levels: {kinds}); the rate of a closed "
+                                    "loop of clients is the server's, not the traffic's"))
     return int(open_loop.loc[open_loop["level_value"].astype(float).idxmax(), "level"])

@@ -95,7 +95,7 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, pp, dp, repli
              --gpu h100-80gb,a100-80gb --tp 1,2,4 --replicas 1:8 --price h100-80gb=2.5,a100-80gb=1.8
     """
     from schemas.calibration import Calibration
-    from schemas.kinds import REQUEST_TRACE
+    from schemas.kinds import AGGREGATE_TARGETS, REQUEST_TRACE
     from traces.io import read_trace
 
     from ..plan import Calibrations, parse_slo, plan_deployments
@@ -122,8 +122,11 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, pp, dp, repli
     prices = parse_prices(price, axes.gpus)
     axes.candidates()  # too many fails before the trace is read
     kind, frame, meta = read_trace(trace)
-    if kind != REQUEST_TRACE:
-        raise DataError(f"{trace}: is a {kind}; plan needs a request trace ({REQUEST_TRACE})")
+    if kind == AGGREGATE_TARGETS:
+        frame, meta = _busiest_window(trace, frame, meta)
+    elif kind != REQUEST_TRACE:
+        raise DataError(f"{trace}: is a {kind}; plan needs a request trace ({REQUEST_TRACE}) or aggregates "
+                        f"({AGGREGATE_TARGETS})")
     result = plan_deployments(frame, meta, cals, axes, slos, rate, rate_scale, prices, confidence, top_k, probes,
                               jobs, ray_address, {"router": router, "gpu_memory_utilization": gpu_memory_utilization},
                               exhaustive)
@@ -140,6 +143,33 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, pp, dp, repli
     if not found:
         raise SystemExit(3)
 
+
+
+def _busiest_window(trace, frame, meta: dict) -> tuple:
+    """The workload a plan replays from aggregates (``aggregate_targets/1``: a benchmark's levels, a
+    production scrape's windows): its busiest open-loop level, synthesized from its length
+    statistics as ``calibrate fit`` replays it (:func:`traces.aggregate_workload.level_trace`);
+    the request trace and its metadata. Says on stderr which level it took.
+
+    Raises
+    ------
+    DataError
+        No level at an arrival rate, or lengths with no statistic.
+    """
+    from traces.aggregate_workload import BLOCK_TOKENS, SEED, busiest_level, level_trace, shared_prefix_tokens
+    from traces.errors import TraceError
+
+    try:
+        k = busiest_level(frame, trace)
+        rows = frame[frame["level"] == k]
+        workload = level_trace(rows, f"{trace}#{k}", SEED + k, shared_prefix_tokens(meta, trace))
+    except TraceError as exc:
+        raise DataError(str(exc)) from None
+    rate = float(rows["level_value"].iloc[0])
+    click.echo(wrap(f"{trace}: aggregates of {frame['level'].nunique()} level(s); the plan replays the busiest, "
+                    f"#{k} at {rate:.3g} req/s: {len(workload)} requests synthesized from its length statistics "
+                    "(as calibrate fit replays it; --rate and --rate-scale scale its arrivals)"), err=True)
+    return workload, {**meta, "hash_block_tokens": str(BLOCK_TOKENS)}
 
 def _schedulers(scheduler: str | None, eng: dict) -> list[str]:
     """The schedulers of ``--scheduler`` (default: the calibration's ``eng``, else chunked), each known."""
