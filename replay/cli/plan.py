@@ -86,8 +86,9 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, pp, dp, repli
     failing at the calibration's values are pruned, the rest get a 95 % band from the
     calibration's confidence set; the answer is the cheapest whose band's worst end meets
     every SLO, and the search stops once --top do. Prints the best candidates, the Pareto
-    front, and which parameters to measure when the band changes
-    the answer.
+    front, and which parameters to measure when the band changes the answer. TRACE is a
+    request trace, or aggregates (Prometheus scrapes, a benchmark's summary): then their
+    busiest open-loop level's workload, synthesized as calibrate fit replays it.
 
     \b
     Example:
