@@ -16,11 +16,10 @@ the level's reported mean E2E (the cycle of a client in the steady state;
 """
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
-from schemas.tables import AGGREGATE_LATENCIES
-from traces.aggregate_workload import BLOCK_TOKENS, SEED, level_trace, shared_prefix_tokens
+from traces.aggregate_workload import (SEED, identical_lengths, level_metadata, level_statistics, level_trace,
+                                       shared_prefix_tokens)
 from traces.errors import TraceError
 
 from .errors import FitError
@@ -34,17 +33,8 @@ MATCHED_PCT = (10.0, 90.0)
 def level_targets(level: pd.DataFrame, pct_range: tuple[float, float] = MATCHED_PCT) -> dict:
     """metric -> (percentiles, NaN for a mean; values, seconds): the reported means and the
     percentiles in ``pct_range`` (default: what the fit matches; (0, 100): every one, scored by
-    validation)."""
-    out = {}
-    for m in AGGREGATE_LATENCIES:
-        rows = level[level["metric"] == m]
-        q = rows["quantile_pct"].to_numpy(float)
-        keep = ((rows["statistic"] == "quantile").to_numpy() & (q >= pct_range[0]) & (q <= pct_range[1])) \
-            | (rows["statistic"] == "mean").to_numpy()
-        if keep.any():
-            out[m] = (np.where(rows["statistic"].to_numpy()[keep] == "mean", np.nan, q[keep]),
-                      rows["value_s"].to_numpy(float)[keep])
-    return out
+    validation), as :func:`traces.aggregate_workload.level_statistics` reads them."""
+    return level_statistics(level, pct_range)
 
 
 def aggregate_runs(path: str, frame: pd.DataFrame, meta: dict, cfg, level: int | None) -> list[Run]:
@@ -71,23 +61,13 @@ def aggregate_runs(path: str, frame: pd.DataFrame, meta: dict, cfg, level: int |
                            "nothing for the fit to match")
         kind, value = rows["level_kind"].iloc[0], rows["level_value"].iloc[0]
         run_cfg = cfg.with_options(concurrency=int(value) if kind == "concurrency" else None)
-        meta_k = {**meta, "aggregate_level": f"{kind.replace('_', ' ')} {value:g}",
-                  "hash_block_tokens": str(BLOCK_TOKENS)}
         try:
             trace = level_trace(rows, name, SEED + int(k), shared_prefix_tokens(meta, path))
         except TraceError as exc:
             raise FitError(str(exc)) from None
-        if kind == "concurrency" and _identical(trace) and "e2e_s" in targets:
-            means = targets["e2e_s"][1][np.isnan(targets["e2e_s"][0])]
-            if means.size:
-                meta_k["closed_loop_start_spread_s"] = f"{means[0]:.9g}"
+        meta_k = level_metadata(rows, meta, trace)
         runs.append(Run(name, trace, run_cfg, meta_k, None, None, targets, level_targets(rows, (0.0, 100.0))))
     return runs
-
-
-def _identical(trace: pd.DataFrame) -> bool:
-    """Whether every synthesized request has the same prompt and output lengths."""
-    return trace["num_prompt_tokens"].nunique() == 1 and trace["num_output_tokens"].nunique() == 1
 
 
 def fit_runs(runs: list[Run], cost_model, **options) -> list:
@@ -115,7 +95,7 @@ def not_identified(runs: list[Run]) -> list[str]:
     out = ["fitted from aggregates (aggregate_targets/1): each level's workload is synthesized from its "
            f"recorded length statistics (seed {SEED}), not the measured requests; only reported percentiles in "
            f"p{MATCHED_PCT[0]:g}..p{MATCHED_PCT[1]:g} and means are matched"]
-    spread = [r.name for r in runs if _identical(r.trace)]
+    spread = [r.name for r in runs if identical_lengths(r.trace)]
     if spread:
         out.append(f"{', '.join(spread)}: every synthesized request has the same lengths (the aggregate gives only "
                    "their means), so terms that grow with the length are told apart only across levels, and a "

@@ -15,13 +15,14 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from replay.analysis.metrics import stat_label, statistics
 from replay.config import RecordOptions
 from replay.simulate import replay_frame
 from schemas.status import OK
 from schemas.text import wrap_error
 
 from .errors import FitError
-from .run_errors import Run, stat_label, statistics
+from .run_errors import Run
 
 #: Metrics scored, in the table's order, with their labels.
 _LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}

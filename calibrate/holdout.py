@@ -20,11 +20,12 @@ from dataclasses import replace
 import numpy as np
 
 from replay.analysis.band_parts import distance, feature_range, load_features
+from replay.analysis.metrics import statistics
 from replay.simulate import replay_frame
 from schemas.cost_params import PARAMS, CostParams
 
 from .fitting import least_squares
-from .run_errors import QuantileResidual, finite_values, statistics
+from .run_errors import QuantileResidual, finite_values
 
 #: Percentiles whose held-out errors are kept.
 HOLDOUT_PCTS = (50, 90)

@@ -14,6 +14,7 @@ from functools import partial
 
 import numpy as np
 
+from replay.analysis.metrics import stat_label
 from replay.cost.cost_model import RooflineCostModel
 from replay.config import RecordOptions, ReplayConfig
 from replay.errors import ConfigError
@@ -29,7 +30,7 @@ from .discrepancy import model_error
 from .errors import FitError
 from .fitting import FitResult, fit_variants
 from .holdout import holdout
-from .run_errors import QuantileResidual, Run, stat_label
+from .run_errors import QuantileResidual, Run
 
 #: Quantiles matched by default (p10..p90).
 QUANTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from replay.analysis.metrics import statistics
 from replay.config import ReplayConfig
 from replay.core.trace_requests import TraceRequests
 from replay.simulate import replay_columns, replay_frame
@@ -78,25 +79,6 @@ class Run:
             return self.targets[metric]
         q = np.asarray(quantiles, float)
         return q, statistics(finite_values(self.scored_rows(self.trace)[metric]), q)
-
-
-def statistics(values: np.ndarray, pcts: np.ndarray, axis=None) -> np.ndarray:
-    """Percentiles ``pcts`` of ``values`` (numpy's linear method), the mean where a percentile is
-    NaN; along ``axis`` (NaN values ignored there: a resample)."""
-    finite = ~np.isnan(pcts)
-    if axis is None:
-        out = np.full(pcts.shape, np.mean(values) if values.size else np.nan)
-        out[finite] = np.percentile(values, pcts[finite]) if values.size else np.nan
-        return out
-    out = np.repeat(np.nanmean(values, axis=axis)[..., None], pcts.size, axis=-1)
-    if finite.any():
-        out[..., finite] = np.moveaxis(np.nanpercentile(values, pcts[finite], axis=axis), 0, -1)
-    return out
-
-
-def stat_label(pct: float) -> str:
-    """``p50``, ``p99.9``, or ``mean`` for NaN."""
-    return "mean" if np.isnan(pct) else f"p{pct:g}"
 
 
 class QuantileResidual:

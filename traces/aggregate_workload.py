@@ -18,7 +18,12 @@ Workload of a level (seeded: the same file gives the same runs):
   [max(1, min), max]; rounded to whole tokens, at least 1;
 * arrivals: ``poisson_rate`` r, exponential gaps of mean 1/r from 0; ``constant_rate`` r, one
   request every 1/r s; ``concurrency`` N, every request at 0 (the closed loop of N clients that
-  sends them is the replay's: :class:`replay.core.closed_loop.ClosedLoop`);
+  sends them is the replay's: :class:`replay.core.closed_loop.ClosedLoop`). When every
+  synthesized request has the same lengths (the aggregate gives only means), the clients would
+  complete in the same steps and send again together forever, which real clients, staggered by
+  the server's own variation, do not: their first sends are then spread evenly over the level's
+  reported mean E2E (the cycle of a client in the steady state; ``closed_loop_start_spread_s``
+  in :func:`level_metadata`);
 * prompts: unique (no prefix-cache hit), unless the file's metadata states
   ``shared_prefix_tokens`` S (``traces import summary --shared-prefix-tokens``): then every
   prompt of a level opens with the same S tokens (its first ``min(S, prompt) // 16`` hash
@@ -29,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from schemas.tables import AGGREGATE_LATENCIES
 from schemas.text import wrap_error
 
 from .errors import TraceError
@@ -142,3 +148,37 @@ def busiest_level(frame: pd.DataFrame, path) -> int:
         raise TraceError(wrap_error(f"{path}: no level at an arrival rate (levels: {kinds}); the rate of a closed "
                                     "loop of clients is the server's, not the traffic's"))
     return int(open_loop.loc[open_loop["level_value"].astype(float).idxmax(), "level"])
+
+
+def level_statistics(level: pd.DataFrame, pct_range: tuple[float, float] = (0.0, 100.0)) -> dict:
+    """The latency statistics a level reports: metric (:data:`schemas.tables.AGGREGATE_LATENCIES`)
+    -> ``(percentiles, NaN for a mean; values, seconds)``, its means and its percentiles in
+    ``pct_range``."""
+    out = {}
+    for m in AGGREGATE_LATENCIES:
+        rows = level[level["metric"] == m]
+        q = rows["quantile_pct"].to_numpy(float)
+        keep = ((rows["statistic"] == "quantile").to_numpy() & (q >= pct_range[0]) & (q <= pct_range[1])) \
+            | (rows["statistic"] == "mean").to_numpy()
+        if keep.any():
+            out[m] = (np.where(rows["statistic"].to_numpy()[keep] == "mean", np.nan, q[keep]),
+                      rows["value_s"].to_numpy(float)[keep])
+    return out
+
+
+def identical_lengths(trace: pd.DataFrame) -> bool:
+    """Whether every request of ``trace`` has the same prompt and output lengths."""
+    return trace["num_prompt_tokens"].nunique() == 1 and trace["num_output_tokens"].nunique() == 1
+
+
+def level_metadata(level: pd.DataFrame, meta: dict, trace: pd.DataFrame) -> dict:
+    """The metadata a level's synthesized ``trace`` is replayed with: the file's ``meta``, the
+    level's load in words (``aggregate_level``), the prompts' ``hash_block_tokens``, and for a
+    closed loop of identical requests ``closed_loop_start_spread_s``, the level's reported mean
+    E2E (seconds; see the module's docstring)."""
+    kind, value = level["level_kind"].iloc[0], float(level["level_value"].iloc[0])
+    out = {**meta, "aggregate_level": f"{kind.replace('_', ' ')} {value:g}", "hash_block_tokens": str(BLOCK_TOKENS)}
+    e2e = level_statistics(level).get("e2e_s")
+    if kind == "concurrency" and identical_lengths(trace) and e2e is not None and np.isnan(e2e[0]).any():
+        out["closed_loop_start_spread_s"] = f"{e2e[1][np.isnan(e2e[0])][0]:.9g}"
+    return out

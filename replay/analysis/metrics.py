@@ -103,3 +103,22 @@ def goodput_rps(result_df, slo_ttft_s: float | None, slo_tpot_s: float | None, p
         good &= np.isnan(tpot) | (tpot <= slo_tpot_s)
     span = float(np.max((arrival + e2e)[done]) - np.min(arrival))
     return float(good.sum()) / span if span > 0 else np.nan
+
+
+def statistics(values: np.ndarray, pcts: np.ndarray, axis=None) -> np.ndarray:
+    """Percentiles ``pcts`` of ``values`` (numpy's linear method), the mean where a percentile is
+    NaN; along ``axis`` (NaN values ignored there: a resample)."""
+    finite = ~np.isnan(pcts)
+    if axis is None:
+        out = np.full(pcts.shape, np.mean(values) if values.size else np.nan)
+        out[finite] = np.percentile(values, pcts[finite]) if values.size else np.nan
+        return out
+    out = np.repeat(np.nanmean(values, axis=axis)[..., None], pcts.size, axis=-1)
+    if finite.any():
+        out[..., finite] = np.moveaxis(np.nanpercentile(values, pcts[finite], axis=axis), 0, -1)
+    return out
+
+
+def stat_label(pct: float) -> str:
+    """``p50``, ``p99.9``, or ``mean`` for NaN."""
+    return "mean" if np.isnan(pct) else f"p{pct:g}"

@@ -157,7 +157,7 @@ def _busiest_window(trace, frame, meta: dict) -> tuple:
     DataError
         No level at an arrival rate, or lengths with no statistic.
     """
-    from traces.aggregate_workload import BLOCK_TOKENS, SEED, busiest_level, level_trace, shared_prefix_tokens
+    from traces.aggregate_workload import SEED, busiest_level, level_metadata, level_trace, shared_prefix_tokens
     from traces.errors import TraceError
 
     try:
@@ -170,7 +170,7 @@ def _busiest_window(trace, frame, meta: dict) -> tuple:
     click.echo(wrap(f"{trace}: aggregates of {frame['level'].nunique()} level(s); the plan replays the busiest, "
                     f"#{k} at {rate:.3g} req/s: {len(workload)} requests synthesized from its length statistics "
                     "(as calibrate fit replays it; --rate and --rate-scale scale its arrivals)"), err=True)
-    return workload, {**meta, "hash_block_tokens": str(BLOCK_TOKENS)}
+    return workload, level_metadata(rows, meta, workload)
 
 def _schedulers(scheduler: str | None, eng: dict) -> list[str]:
     """The schedulers of ``--scheduler`` (default: the calibration's ``eng``, else chunked), each known."""

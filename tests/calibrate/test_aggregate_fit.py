@@ -12,7 +12,8 @@ from calibrate.aggregate_runs import aggregate_runs, level_targets, not_identifi
 from traces.aggregate_workload import level_trace
 from calibrate.demo import NoisyCostModel
 from calibrate.request_fit import fit_requests
-from calibrate.run_errors import Run, statistics
+from calibrate.run_errors import Run
+from replay.analysis.metrics import statistics
 from helpers import invoke_servecal
 from replay.config import EngineOptions, ReplayConfig
 from replay.cost.cost_model import RooflineCostModel
