@@ -1,6 +1,6 @@
 """Fuzz worker: read one job (JSON) per line on stdin, run it through the CLI in-process, answer one line.
 
-Started by :class:`fuzzlib.Worker`. An abort or a hang here costs this process, not the test
+Started by :class:`fuzz_jobs.Worker`. An abort or a hang here costs this process, not the test
 run: the parent restarts it and records the job as a crash or a hang.
 """
 from __future__ import annotations

@@ -97,9 +97,9 @@ def snapshot(path: str) -> list | None:
     return [stat.S_IFMT(st.st_mode), st.st_rdev, link, content]
 
 
-# --- the long fuzz profile's target ``output-path`` (fuzzlib) ----------------------------------------
+# --- the long fuzz profile's target ``output-path`` (fuzz_targets) -----------------------------------
 
-#: The name of the special path in a fuzz job's folder (``fuzzlib.run_console`` removes ``out.*``).
+#: The name of the special path in a fuzz job's folder (``fuzz_jobs.run_console`` removes ``out.*``).
 FUZZ_NAME = "dest.x"
 
 
