@@ -22,16 +22,17 @@ def _commands() -> list[str]:
 
 def test_the_recipes_are_the_ones_these_tests_run():
     commands = _commands()
-    assert len(commands) == 20 and all(c.startswith("traces import ") for c in commands[:4])
+    assert len(commands) == 21 and all(c.startswith("traces import ") for c in commands[:4])
     assert commands[4].startswith("calibrate fit ") and commands[5].startswith("replay ")
     assert commands[6].startswith("traces import blis-observe trace.yaml")
     assert all(c.startswith("traces import distserve ") for c in commands[7:9])
     assert commands[9].startswith("calibrate fit vllm_1rps.parquet") and commands[10].startswith("replay ")
     assert commands[11].startswith("traces import prometheus ") and commands[12].startswith("calibrate fit prod")
-    assert commands[13].startswith("calibrate validate --fit-on prod") and commands[14].startswith("servecal plan prod")
-    assert all(c.startswith("traces import inference-perf reports/") for c in commands[15:17])
-    assert commands[17].startswith("calibrate fit ip_stages.parquet")
-    assert commands[19].startswith("calibrate fit aiperf")
+    assert commands[13].startswith("calibrate validate --fit-on prod") and commands[14].startswith("replay prod")
+    assert commands[15].startswith("servecal plan prod")
+    assert all(c.startswith("traces import inference-perf reports/") for c in commands[16:18])
+    assert commands[18].startswith("calibrate fit ip_stages.parquet")
+    assert commands[20].startswith("calibrate fit aiperf")
 
 
 def _run(commands: list[str], real_data_dir: Path) -> list[str]:
@@ -82,12 +83,13 @@ def test_the_distserve_recipes_run_as_written(real_data_dir, tmp_path, monkeypat
 def test_the_prometheus_recipe_runs_as_written(real_data_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "scrapes.txt").write_bytes((Path(__file__).parent / "data" / "vllm_metrics_scrapes.txt").read_bytes())
-    out = _run(_commands()[11:15], real_data_dir)
+    out = _run(_commands()[11:16], real_data_dir)
     assert "prod.parquet: 2 level(s) (0-30 s, 30-60 s), 72 statistics (aggregate_targets/1)" in out[0]
     assert (tmp_path / "cal_prod.json").exists()
     # one window scored from the other, level by level; the plan on the busiest window (#1, 1.7 req/s)
     assert "prod.parquet#1 (out of sample; 44 requests replayed)" in out[2]
-    assert "the plan replays the busiest, #1 at 1.7 req/s: 44 requests" in " ".join(out[3].split())
+    assert "13 of 18 reported percentiles inside their 95 % band" in " ".join(out[3].split())
+    assert "the plan replays the busiest, #1 at 1.7 req/s: 44 requests" in " ".join(out[4].split())
 
 
 def test_the_inference_perf_and_aiperf_recipes_run_as_written(real_data_dir, tmp_path, monkeypatch):
@@ -97,7 +99,7 @@ def test_the_inference_perf_and_aiperf_recipes_run_as_written(real_data_dir, tmp
     # no such run among the real files: the recipes run on the tests' folders, laid out as the tools write them
     shutil.copytree(Path(__file__).parent / "data" / "inference_perf", tmp_path / "reports")
     shutil.copytree(Path(__file__).parent / "data" / "aiperf", tmp_path / "artifacts")
-    out = [" ".join(o.split()) for o in _run(_commands()[15:], real_data_dir)]
+    out = [" ".join(o.split()) for o in _run(_commands()[16:], real_data_dir)]
     assert "ip.parquet: 48 requests over 26.3 s (request_trace/1); 1 failed" in out[0]
     assert "ip_stages.parquet: 2 level(s) (poisson rate 2, poisson rate 4), 140 statistics (aggregate_targets/1)" \
         in out[1]

@@ -11,7 +11,7 @@ import click
 
 from schemas.calibration import Calibration
 from traces.cli.support import DataError, FoldedCommand, user_errors, version_option
-from schemas.kinds import REQUEST_TRACE
+from schemas.kinds import AGGREGATE_TARGETS, REQUEST_TRACE
 from schemas.errors import SpecError
 from schemas.specs import get_model
 
@@ -21,6 +21,7 @@ from ..text import wrap
 from .engine_settings import (calibrated_cost_model, check_limits, engine_sources, fill_engine_options,
                               multi_scheduler_config, parse_measured_with, replay_config, taken_settings_checked)
 from .baseline import refuse_tolerance, rederive_kv_blocks, whatif_differences
+from .aggregate_levels import refuse_per_request_options, replay_levels, split_level
 from .one_replay import (ReplayInputs, check_tolerances, print_comparison, replay_and_summarise,
                          write_outputs, write_replay_report)
 from .options import (chrome_trace_options, command_line, hardware_options, output_options, parse_tolerances,
@@ -100,6 +101,10 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
          sweep, jobs, ray_address, sweep_out, vllm_log, wide, quiet, seed, measured_with, band, **kwargs):
     """Replay TRACE through the simulated engine; compare with measured latencies.
 
+    TRACE may be aggregates (a benchmark's summary, Prometheus scrapes; FILE or FILE#K for one
+    level): each level is replayed on a workload synthesized from its length statistics, as
+    calibrate fit replays it, and every statistic it reports is set beside the prediction.
+
     \b
     Example:
       replay run.parquet --calibration cal.json --scheduler chunked \\
@@ -125,8 +130,19 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
         raise click.UsageError("Missing option '--calibration' (make one: calibrate fit TRACE --model M --gpu G "
                                "-o cal.json)")
     kwargs.update(tp=tp, dp=dp, pp=pp)
+    trace, level = split_level(trace)
     run = _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, kwargs, band,
                        parse_measured_with(measured_with))
+    if run.kind == AGGREGATE_TARGETS:
+        refuse_per_request_options({**dict(outputs), "--token-times": token_times, "--report": report,
+                                    "--sweep": sweep, "--compare-schedulers": compare_schedulers})
+        kwargs["seed"] = seed
+        with taken_settings_checked():
+            replay_levels(run, level, wide)
+        return
+    if level is not None:
+        raise DataError(f"{trace}#{level}: #K picks a level of aggregates ({AGGREGATE_TARGETS}); {trace} is a "
+                        f"request trace, replayed whole")
     if tolerances:
         refuse_tolerance(run.differences)
     _set_kv_blocks(run)
@@ -210,8 +226,9 @@ def _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, sett
                         f"to {model_spec.name} on the same GPU (an extrapolation: check against a measured run)"),
                    err=True)
     kind, frame, meta = read_trace(trace)
-    if kind != REQUEST_TRACE:
-        raise DataError(f"{trace}: is a {kind}; replay needs a request trace ({REQUEST_TRACE})")
+    if kind not in (REQUEST_TRACE, AGGREGATE_TARGETS):
+        raise DataError(f"{trace}: is a {kind}; replay needs a request trace ({REQUEST_TRACE}) or aggregates "
+                        f"({AGGREGATE_TARGETS})")
     differences = whatif_differences(cal, calibration_path, model_spec, cost_model, settings["scheduler"], meta,
                                      trace, sources)
     from ..analysis.band_basis import BandBasis, carried_across
@@ -220,7 +237,7 @@ def _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, sett
     basis = (BandBasis.of(cal, carried_across(cal, cost_model), scheduler=settings["scheduler"]) if band
              else BandBasis())
     return ReplayInputs(trace, calibration_path, cal, cost_model, frame, meta, settings, differences,
-                        cal.band_points if band else None, basis)
+                        cal.band_points if band else None, basis, kind)
 
 
 def _set_kv_blocks(run: ReplayInputs) -> None:

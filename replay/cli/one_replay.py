@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import click
 
 from schemas.calibration import Calibration
-from schemas.kinds import REPLAY_RESULT, STEP_TRACE
+from schemas.kinds import REPLAY_RESULT, REQUEST_TRACE, STEP_TRACE
 from schemas.status import OK, REJECTED
 
 from ..config import ReplayConfig
@@ -44,6 +44,7 @@ class ReplayInputs:
     differences: list[str]
     points: list | None
     basis: object  # replay.analysis.bands.BandBasis
+    kind: str = REQUEST_TRACE  # or aggregate_targets/1: levels replayed on synthesized workloads
 
 
 def replay_and_summarise(run: ReplayInputs, cfg: ReplayConfig):

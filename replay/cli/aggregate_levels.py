@@ -1,0 +1,139 @@
+"""``replay AGG[#K]``: aggregates (a benchmark's summary, the windows of Prometheus scrapes) replayed
+level by level, each reported statistic beside the prediction and its 95 % band.
+
+A level records no requests. Its workload is synthesized from its length statistics and replayed
+at its load exactly as ``calibrate fit`` replays it (:mod:`traces.aggregate_workload`: the same
+seed, the same closed loop); every mean and percentile it reports of TTFT, TPOT and E2E is set
+beside the same statistic of the replay's completed requests (numpy's linear percentiles:
+:func:`replay.analysis.metrics.statistics`), with the band ``replay`` puts on its p50, p90 and
+p99 (:mod:`replay.analysis.bands`). The reported values are those of another sample of
+requests than the synthesized one, so the band includes the sampling noise of a new run's
+percentiles (:attr:`replay.analysis.band_basis.BandBasis.new_sample`).
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from traces.cli.support import DataError
+
+from ..text import wrap
+from .band_run import main_band
+from .engine_settings import replay_config
+
+#: Latencies a level reports, with their labels.
+_LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
+#: The options whose outputs are those of one request trace's replay.
+_PER_REQUEST = ("-o", "--steps-out", "--chrome-trace", "--token-times", "--report", "--measured-timeseries",
+                "--tolerance", "--sweep", "--compare-schedulers")
+
+
+def split_level(trace: str) -> tuple[str, int | None]:
+    """``FILE#K`` -> ``(FILE, K)`` when ``FILE#K`` is not itself a file and ``FILE`` is; else
+    ``(trace, None)``."""
+    m = re.fullmatch(r"(.+)#(\d+)", trace)
+    if m and not Path(trace).exists() and Path(m.group(1)).exists():
+        return m.group(1), int(m.group(2))
+    return trace, None
+
+
+def refuse_per_request_options(given: dict) -> None:
+    """A usage error naming the options of :data:`_PER_REQUEST` given (``given``: option -> value)
+    with aggregates, which have no requests to write, report or sweep."""
+    clash = [opt for opt in _PER_REQUEST if given.get(opt)]
+    if clash:
+        raise click.UsageError(f"{', '.join(clash)} need{'s' if len(clash) == 1 else ''} a request trace: aggregates "
+                               "are replayed level by level, one table each")
+
+
+def replay_levels(run, level: int | None, wide: bool) -> None:
+    """Replay every level of the aggregates ``run.frame`` (or level ``level``) and print, per level,
+    each reported statistic, the prediction, its band, the error and whether it is inside; then the
+    count inside and the median |error| of the means.
+
+    ``run`` is :class:`replay.cli.one_replay.ReplayInputs` of an ``aggregate_targets/1`` table; its
+    ``settings`` are the engine options, a level at a ``concurrency`` replayed as that closed loop.
+
+    Raises
+    ------
+    DataError
+        ``level`` not in the file, or a level whose workload cannot be synthesized.
+    """
+    import numpy as np
+
+    from schemas.status import OK
+    from traces.aggregate_workload import SEED, level_metadata, level_statistics, level_trace, shared_prefix_tokens
+    from traces.errors import TraceError
+
+    from ..analysis.band_tables import NO_BAND_POINTS
+    from ..simulate import replay_frame
+
+    frame = run.frame
+    levels = sorted(int(k) for k in frame["level"].unique())
+    if level is not None and level not in levels:
+        raise DataError(f"{run.trace}#{level}: no such level (the file has {', '.join(map(str, levels))})")
+    basis = replace(run.basis, new_sample=True)  # the reported statistics are of another sample of requests
+    inside = counted = 0
+    mean_errors = []
+    for k in levels if level is None else [level]:
+        rows = frame[frame["level"] == k]
+        name = f"{run.trace}#{k}"
+        try:
+            workload = level_trace(rows, name, SEED + k, shared_prefix_tokens(run.meta, run.trace))
+        except TraceError as exc:
+            raise DataError(str(exc)) from None
+        meta = level_metadata(rows, run.meta, workload)
+        kind, value = rows["level_kind"].iloc[0], float(rows["level_value"].iloc[0])
+        cfg = replay_config({**run.settings, "concurrency": int(value) if kind == "concurrency" else None})
+        t0 = time.perf_counter()
+        result, _ = replay_frame(workload, run.cost_model, cfg, meta)
+        band = main_band(workload, meta, run.cost_model, cfg, run.points, result, time.perf_counter() - t0, basis)
+        done = result[result["pred_status"] == OK]
+        click.echo(wrap(f"{name}: {meta['aggregate_level']}, {int(rows['num_requests'].iloc[0])} requests reported; "
+                        f"{len(workload)} synthesized from its length statistics, {len(done)} completed"))
+        counts = _print_level(level_statistics(rows), done, band)
+        inside, counted = inside + counts[0], counted + counts[1]
+        mean_errors += counts[2]
+        if run.points is not None and not band.has_band:
+            click.echo(wrap(f"  {NO_BAND_POINTS}"))
+        if wide:
+            for note in band.warnings:
+                click.echo(wrap(f"  note: {note}"))
+    if counted:
+        click.echo(wrap(f"{inside} of {counted} reported percentiles inside their 95 % band (p50, p90, p99)"))
+    if mean_errors:
+        click.echo(wrap(f"median |error| of the reported means: {np.median(mean_errors):.1%} over {len(mean_errors)}"))
+
+
+def _print_level(reported: dict, done, band) -> tuple[int, int, list]:
+    """The table of one level: each ``reported`` statistic (:func:`traces.aggregate_workload.level_statistics`)
+    beside the same statistic of the completed requests ``done`` and ``band``'s interval where it
+    has one; returns the statistics inside their band, those with a band, and the |errors| of the means."""
+    import numpy as np
+
+    from ..analysis.metrics import stat_label, statistics
+
+    inside = counted = 0
+    mean_errors = []
+    click.echo(f"  {'metric':6s} {'stat':>5s} {'reported ms':>12s} {'predicted ms [95 % band]':>30s} {'error':>8s}")
+    for metric, (pcts, values_meas) in reported.items():
+        values = done[f"pred_{metric}"].to_numpy(float)
+        predicted = statistics(values[np.isfinite(values)], pcts)
+        for pct, meas, pred in zip(pcts, values_meas, predicted):
+            stat = f"{metric.removesuffix('_s')}_p{pct:g}_s"
+            cell, mark = f"{1e3 * pred:.2f}", ""
+            if stat in band.low and band.has_band:
+                cell = f"{cell} [{1e3 * band.low[stat]:.2f}, {1e3 * band.high[stat]:.2f}]"
+                holds = band.holds(stat, meas)
+                inside, counted, mark = inside + holds, counted + 1, " in" if holds else " OUT"
+            err = (pred - meas) / meas if meas > 0 else np.nan
+            if np.isnan(pct) and np.isfinite(err):
+                mean_errors.append(abs(err))
+            err_text = f"{err:+.1%}" if np.isfinite(err) else "n/a"
+            click.echo(f"  {_LABELS[metric]:6s} {stat_label(pct):>5s} {1e3 * meas:12.2f} {cell:>30s} "
+                       f"{err_text:>8s}{mark}")
+    return inside, counted, mean_errors

@@ -1,0 +1,102 @@
+"""``replay AGG[#K]`` (issue #32 item 2): aggregates replayed level by level, as the fit replays them,
+each reported statistic beside the prediction and its band."""
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibrate.aggregate_runs import aggregate_runs
+from calibrate.aggregate_score import score_aggregates
+from replay.config import ReplayConfig
+from replay.cost.cost_model import RooflineCostModel
+from schemas.calibration import Calibration, FittedParam
+from schemas.cost_params import CostParams
+from schemas.specs import get_gpu, get_model
+from traces.io import read_trace
+
+from helpers import flat, invoke_servecal, write_calibration
+
+SCRAPES = Path(__file__).resolve().parents[1] / "data" / "vllm_metrics_scrapes.txt"
+COST = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("rtx-pro-6000"),
+                         CostParams(eta_compute=0.5, eta_mem=0.8, t_step_s=2e-4))
+
+
+@pytest.fixture
+def scrape(tmp_path):
+    """The tests' five scrapes as two 30 s windows, and a calibration of the cost model COST."""
+    agg, cal = tmp_path / "prod.parquet", tmp_path / "cal.json"
+    assert invoke_servecal("traces", "import", "prometheus", SCRAPES, "--window-s", "30", "-o", agg).exit_code == 0
+    write_calibration(COST, cal)
+    return agg, cal
+
+
+def _rows(output: str) -> dict:
+    """{(level, metric, stat): (reported, predicted)} of the printed tables, ms."""
+    out, level = {}, None
+    for line in output.splitlines():
+        head = re.match(r"\S+#(\d+): ", line)
+        if head:
+            level = int(head.group(1))
+        row = re.match(r"\s+(TTFT|TPOT|E2E)\s+(\S+)\s+([\d.]+)\s+([\d.]+)", line)
+        if row:
+            out[level, row.group(1).lower(), row.group(2)] = (float(row.group(3)), float(row.group(4)))
+    return out
+
+
+def test_each_level_is_scored_as_calibrate_validate_scores_it(scrape):
+    agg, cal = scrape
+    res = invoke_servecal("replay", agg, "--calibration", cal, "--no-band")
+    assert res.exit_code == 0, res.output
+    printed = _rows(res.output)
+    kind, frame, meta = read_trace(agg)
+    runs = aggregate_runs(str(agg), frame, meta, ReplayConfig(), None)
+    table = score_aggregates(runs, COST)  # the fit's own scoring of the same synthesized workloads
+    assert len(table) == len(printed) > 0
+    for r in table.itertuples():
+        level = int(r.run.rpartition("#")[2])
+        reported, predicted = printed[level, r.metric, r.statistic]
+        assert reported == pytest.approx(1e3 * r.meas_s, abs=0.006)
+        assert predicted == pytest.approx(1e3 * r.pred_s, abs=0.006)
+    assert "prod.parquet#1: poisson rate 1.7, 44 requests reported; 44 synthesized" in flat(res.output)
+    means = [abs(e) for e in table.loc[table["statistic"] == "mean", "rel_err"]]
+    assert f"median |error| of the reported means: {np.median(means):.1%} over 6" in flat(res.output)
+
+
+def test_one_level_with_its_band(scrape, tmp_path):
+    agg, plain = scrape
+    res = invoke_servecal("replay", f"{agg}#1", "--calibration", plain)
+    assert res.exit_code == 0 and "no band: the calibration has no band points" in flat(res.output), res.output
+    cal = tmp_path / "banded.json"
+    values = {k: v for k, v in COST.params.items() if v == v}
+    Calibration(COST.model, COST.gpu, 1, {k: FittedParam(v) for k, v in values.items()}, terms=list(COST.terms),
+                band_points=[{"eta_compute": 0.4}, {"eta_compute": 0.6}, {"eta_mem": 0.7}]).write(cal)
+    res = invoke_servecal("replay", f"{agg}#1", "--calibration", cal)
+    assert res.exit_code == 0, res.output
+    assert "#0:" not in res.output and "prod.parquet#1:" in res.output
+    banded = [line for line in res.output.splitlines() if re.search(r"\[[\d.]+, [\d.]+\]", line)]
+    assert len(banded) == 9  # p50, p90, p99 of TTFT, TPOT and E2E
+    assert all(line.rstrip().endswith((" in", " OUT")) for line in banded)
+    inside = sum(line.rstrip().endswith(" in") for line in banded)
+    assert f"{inside} of 9 reported percentiles inside their 95 % band" in flat(res.output)
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["-o", "pred.parquet"], 2, "-o needs a request trace: aggregates are replayed level by level"),
+    (["--sweep", "rate-scale=1,2"], 2, "--sweep needs a request trace"),
+])
+def test_per_request_outputs_are_refused(scrape, tmp_path, args, code, message):
+    agg, cal = scrape
+    res = invoke_servecal("replay", agg, "--calibration", cal, *args)
+    assert res.exit_code == code and message in flat(res.output), res.output
+    assert not (tmp_path / "pred.parquet").exists()
+
+
+def test_a_level_the_file_has_not_and_a_level_of_a_request_trace(scrape, tmp_path):
+    agg, cal = scrape
+    res = invoke_servecal("replay", f"{agg}#7", "--calibration", cal)
+    assert res.exit_code == 1 and "prod.parquet#7: no such level (the file has 0, 1)" in flat(res.output)
+    trace = tmp_path / "run.parquet"
+    assert invoke_servecal("traces", "synth", "--requests", "20", "--rate", "2", "-o", trace).exit_code == 0
+    res = invoke_servecal("replay", f"{trace}#1", "--calibration", cal)
+    assert res.exit_code == 1 and "#K picks a level of aggregates" in flat(res.output), res.output
