@@ -8,10 +8,15 @@ beside the same statistic of the replay's completed requests (numpy's linear per
 :func:`replay.analysis.metrics.statistics`), with the band ``replay`` puts on its p50, p90 and
 p99 (:mod:`replay.analysis.bands`). The reported values are those of another sample of
 requests than the synthesized one, so the band includes the sampling noise of a new run's
-percentiles (:attr:`replay.analysis.band_basis.BandBasis.new_sample`).
+percentiles (:attr:`replay.analysis.band_basis.BandBasis.new_sample`). A percentile read from
+Prometheus histograms is known only to its bucket (``histogram_quantile`` interpolates inside it;
+the import keeps each one's bucket width, ``resolution_s`` in the metadata's ``windows``): its
+band also holds half that width, in quadrature with the band's other parts.
 """
 from __future__ import annotations
 
+import json
+import math
 import re
 import time
 from dataclasses import replace
@@ -77,6 +82,7 @@ def replay_levels(run, level: int | None, wide: bool) -> None:
     if level is not None and level not in levels:
         raise DataError(f"{run.trace}#{level}: no such level (the file has {', '.join(map(str, levels))})")
     basis = replace(run.basis, new_sample=True)  # the reported statistics are of another sample of requests
+    resolutions = [w.get("resolution_s", {}) for w in json.loads(run.meta.get("windows", "[]"))]
     inside = counted = 0
     mean_errors = []
     for k in levels if level is None else [level]:
@@ -95,9 +101,12 @@ def replay_levels(run, level: int | None, wide: bool) -> None:
         done = result[result["pred_status"] == OK]
         click.echo(wrap(f"{name}: {meta['aggregate_level']}, {int(rows['num_requests'].iloc[0])} requests reported; "
                         f"{len(workload)} synthesized from its length statistics, {len(done)} completed"))
-        counts = _print_level(level_statistics(rows), done, band)
+        counts = _print_level(level_statistics(rows), done, band, resolutions[k] if k < len(resolutions) else {})
         inside, counted = inside + counts[0], counted + counts[1]
         mean_errors += counts[2]
+        if band.has_band and k < len(resolutions) and resolutions[k]:
+            click.echo(wrap("  each band also holds half its percentile's histogram bucket (the resolution of the "
+                            "scrapes' histogram_quantile)"))
         if run.points is not None and not band.has_band:
             click.echo(wrap(f"  {NO_BAND_POINTS}"))
         if wide:
@@ -109,10 +118,12 @@ def replay_levels(run, level: int | None, wide: bool) -> None:
         click.echo(wrap(f"median |error| of the reported means: {np.median(mean_errors):.1%} over {len(mean_errors)}"))
 
 
-def _print_level(reported: dict, done, band) -> tuple[int, int, list]:
+def _print_level(reported: dict, done, band, resolution: dict) -> tuple[int, int, list]:
     """The table of one level: each ``reported`` statistic (:func:`traces.aggregate_workload.level_statistics`)
     beside the same statistic of the completed requests ``done`` and ``band``'s interval where it
-    has one; returns the statistics inside their band, those with a band, and the |errors| of the means."""
+    has one, widened by half the statistic's histogram bucket (``resolution``: metric -> ``{"p50":
+    width in seconds or None}``); returns the statistics inside their band, those with a band, and
+    the |errors| of the means."""
     import numpy as np
 
     from ..analysis.metrics import stat_label, statistics
@@ -127,8 +138,10 @@ def _print_level(reported: dict, done, band) -> tuple[int, int, list]:
             stat = f"{metric.removesuffix('_s')}_p{pct:g}_s"
             cell, mark = f"{1e3 * pred:.2f}", ""
             if stat in band.low and band.has_band:
-                cell = f"{cell} [{1e3 * band.low[stat]:.2f}, {1e3 * band.high[stat]:.2f}]"
-                holds = band.holds(stat, meas)
+                low, high = _with_bucket(band.point[stat], band.low[stat], band.high[stat],
+                                         resolution.get(metric, {}).get(stat_label(pct)))
+                cell = f"{cell} [{1e3 * low:.2f}, {1e3 * high:.2f}]"
+                holds = bool(low <= meas <= high)
                 inside, counted, mark = inside + holds, counted + 1, " in" if holds else " OUT"
             err = (pred - meas) / meas if meas > 0 else np.nan
             if np.isnan(pct) and np.isfinite(err):
@@ -137,3 +150,11 @@ def _print_level(reported: dict, done, band) -> tuple[int, int, list]:
             click.echo(f"  {_LABELS[metric]:6s} {stat_label(pct):>5s} {1e3 * meas:12.2f} {cell:>30s} "
                        f"{err_text:>8s}{mark}")
     return inside, counted, mean_errors
+
+
+def _with_bucket(point: float, low: float, high: float, width_s: float | None) -> tuple[float, float]:
+    """A band ``[low, high]`` around ``point`` (seconds) that also holds half a histogram bucket of
+    ``width_s`` seconds (None: not from a histogram), in quadrature with its sides; clipped at 0."""
+    if not width_s:
+        return low, high
+    return max(0.0, point - math.hypot(point - low, width_s / 2)), point + math.hypot(high - point, width_s / 2)

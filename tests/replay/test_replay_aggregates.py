@@ -79,6 +79,16 @@ def test_one_level_with_its_band(scrape, tmp_path):
     assert all(line.rstrip().endswith((" in", " OUT")) for line in banded)
     inside = sum(line.rstrip().endswith(" in") for line in banded)
     assert f"{inside} of 9 reported percentiles inside their 95 % band" in flat(res.output)
+    assert "each band also holds half its percentile's histogram bucket" in flat(res.output)
+
+
+def test_a_histogram_bucket_widens_the_band_in_quadrature():
+    from replay.cli.aggregate_levels import _with_bucket
+
+    # sides 0.2 and 0.3 s around 1 s, a bucket of 0.3 s: half of it, 0.15 s, in quadrature
+    assert _with_bucket(1.0, 0.8, 1.3, 0.3) == pytest.approx((1.0 - 0.25, 1.0 + 0.33541019662))
+    assert _with_bucket(1.0, 0.8, 1.3, None) == (0.8, 1.3)
+    assert _with_bucket(0.1, 0.05, 0.2, 1.0)[0] == 0.0  # clipped at 0
 
 
 @pytest.mark.parametrize("args, code, message", [
