@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from schemas.status import OK
-from schemas.tables import MEASURED_METRICS, STEP_TRACE, VLLM_STATS
+from schemas.tables import AGGREGATE_TARGETS, MEASURED_METRICS, STEP_TRACE, VLLM_STATS
 
 
 def describe_frame(kind: str, df: pd.DataFrame) -> dict:
@@ -15,7 +15,9 @@ def describe_frame(kind: str, df: pd.DataFrame) -> dict:
     (n / (t_last - t_first)), ``interarrival_cv`` (std / mean of the gaps),
     ``index_of_dispersion`` (variance / mean of counts per 1 s window), token percentiles
     and measured latency percentiles (seconds) where present; for step traces, duration and
-    batch percentiles.
+    batch percentiles; for aggregates (``aggregate_targets/1``), ``levels`` and per level ``K`` its
+    load (``level_K``: kind and value, requests) and the mean, p50 and p90 it reports of each
+    latency (seconds) and length (tokens), as ``level_K_<metric>``.
     """
     out: dict = {"kind": kind, "n": int(len(df))}
     q = [50, 90, 99]
@@ -30,6 +32,8 @@ def describe_frame(kind: str, df: pd.DataFrame) -> dict:
                   "generation_throughput_tokens_per_s"):
             out[c] = dict(zip([f"p{x}" for x in q], np.percentile(df[c].to_numpy(float), q)))
         return out
+    if kind == AGGREGATE_TARGETS:
+        return {**out, **_describe_levels(df)}
     t = df["arrival_time_s"].to_numpy(float)
     span = float(t[-1] - t[0]) if len(t) else 0.0
     out["span_s"] = span
@@ -54,12 +58,31 @@ def describe_frame(kind: str, df: pd.DataFrame) -> dict:
     return out
 
 
+def _describe_levels(df: pd.DataFrame) -> dict:
+    """The levels of an ``aggregate_targets/1`` table (:func:`describe_frame`)."""
+    out: dict = {"levels": int(df["level"].nunique())}
+    for k, rows in df.groupby("level", sort=True):
+        first = rows.iloc[0]
+        out[f"level_{k}"] = f"{first['level_kind'].replace('_', ' ')} {first['level_value']:g}, " \
+                            f"{int(first['num_requests'])} requests"
+        for metric, g in rows.groupby("metric", sort=False):
+            column = "value_s" if metric.endswith("_s") else "value_tokens"
+            stats = {("mean" if st == "mean" else f"p{q:g}"): float(v) for st, q, v in
+                     zip(g["statistic"], g["quantile_pct"], g[column]) if st == "mean" or q in (50.0, 90.0)}
+            if stats:
+                out[f"level_{k}_{metric}"] = stats
+    return out
+
+
 def format_description(d: dict) -> str:
     """The description as aligned text (times in ms)."""
     lines = [f"kind: {d['kind']}", f"rows: {d['n']}"]
-    for k in ("span_s", "mean_rate_rps", "interarrival_cv", "index_of_dispersion"):
+    for k in ("span_s", "mean_rate_rps", "interarrival_cv", "index_of_dispersion", "levels"):
         if k in d:
             lines.append(f"{k}: {d[k]:.4g}")
+    for k, v in d.items():
+        if isinstance(v, str) and k.startswith("level_"):
+            lines.append(f"{k}: {v}")
     for k, v in d.items():
         if isinstance(v, dict) and k != "status_counts":
             ms = k.endswith("_s") and not k.endswith("_per_s")

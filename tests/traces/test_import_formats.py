@@ -334,6 +334,22 @@ def test_describe_plot_is_written_atomically(tmp_path):
     assert res.exit_code == 1 and not (tmp_path / "q.png").exists()
 
 
+def test_describe_summarises_aggregates_by_level_and_plots_request_traces_only(tmp_path):
+    # the tests' scrapes: two 30 s windows (test_import_prometheus.py has their numbers)
+    agg = tmp_path / "prod.parquet"
+    assert run_cli("import", "prometheus", DATA / "vllm_metrics_scrapes.txt", "--window-s", "30",
+                   "-o", agg).exit_code == 0
+    res = run_cli("describe", agg)
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert "kind: aggregate_targets/1" in lines and "levels: 2" in lines
+    assert "level_1: poisson rate 1.7, 44 requests" in lines
+    assert "level_1_ttft_s: mean=511.7 ms, p50=483.3 ms, p90=915.0 ms" in lines
+    res = run_cli("describe", agg, "--plot", tmp_path / "p.png")
+    assert res.exit_code == 2 and "--plot draws request traces" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "p.png").exists()
+
+
 def _commands(group, prefix=()):
     for name, cmd in group.commands.items():
         if isinstance(cmd, click.Group):

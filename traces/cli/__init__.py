@@ -12,7 +12,7 @@ import os
 import click
 
 from .support import FoldedGroup, version_option
-from schemas.kinds import REQUEST_TRACE, STEP_TRACE
+from schemas.kinds import REQUEST_TRACE
 
 from ._shared import OUTPUT, file_errors, option_errors
 from .import_files import import_
@@ -75,10 +75,10 @@ def describe(file, plot):
     if plot and os.path.splitext(str(plot))[1].lower() not in (".png", ".pdf", ".svg", ".jpg", ".jpeg"):
         raise click.BadParameter(f"{plot}: expected a .png, .pdf, .svg or .jpg file name", param_hint="--plot")
     kind, frame, meta = read_trace(file)
+    if plot and kind != REQUEST_TRACE:
+        raise click.UsageError(f"--plot draws request traces; {file} is a {kind}")
     click.echo(format_description(describe_frame(kind, frame)))
     if plot:
-        if kind == STEP_TRACE:
-            raise click.UsageError("--plot draws request traces; this file is a step trace")
         plot_trace(frame, plot, title=os.path.basename(str(file)))
         click.echo(f"plot: {plot}")
 
