@@ -43,7 +43,7 @@ from replay.cost.cost_model import RooflineCostModel
 from replay.cost.cost_terms import DEFAULT_TERMS
 from schemas.cost_params import CostParams
 from schemas.kinds import AGGREGATE_TARGETS
-from schemas.specs import default_cost_params, get_gpu, get_model
+from schemas.specs import get_gpu, get_model
 from traces.errors import TraceFormatError
 from traces.importers.inferencemax import import_inferencemax
 from traces.io import read_trace, write_trace
@@ -113,13 +113,11 @@ def engine_config(hw: str) -> ReplayConfig:
 
 def cost_model(hw: str, tp: int, params: CostParams | None = None) -> RooflineCostModel:
     """gpt-oss-120b on ``tp`` GPUs ``hw`` as its launch script runs it (:data:`SCRIPTS`: the KV
-    cache's dtype, the experts' GEMM precision), with ``params`` (default: the GPU's defaults,
-    :func:`schemas.spec_catalog.default_cost_params`: ``eta_link`` at its link's measured prior)."""
+    cache's dtype, the experts' GEMM precision), with ``params`` (default: the declared defaults)."""
     script = SCRIPTS[hw]
     model = replace(get_model(MODEL).with_kv_cache_dtype(script["kv_cache_dtype"]),
                     expert_gemm_precision=script["expert_gemm_precision"])
-    gpu = get_gpu(GPUS[hw])
-    return RooflineCostModel(model, gpu, params or default_cost_params(gpu), tp=tp, terms=DEFAULT_TERMS)
+    return RooflineCostModel(model, get_gpu(GPUS[hw]), params or CostParams(), tp=tp, terms=DEFAULT_TERMS)
 
 
 def main() -> None:

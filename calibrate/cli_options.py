@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, check_value
+from schemas.cost_params import PARAMS, REQUEST_FIT_FREE, CostParams, check_value
 from schemas.engine_settings import of_part
 from schemas.errors import SpecError
-from schemas.specs import default_cost_params, get_gpu, get_model, gpu_from_json, model_from_hf_config
+from schemas.specs import get_gpu, get_model, gpu_from_json, model_from_hf_config
 from schemas.text import wrap, wrap_error
 from replay.cli.engine_settings import engine_sources, fill_engine_options
 from replay.cli.options import HARDWARE_SETTINGS, hardware_options as parallelism_options
@@ -148,15 +148,14 @@ def hardware_options(fn):
 
 
 def cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, pp=1):
-    """The cost model (declared default values; ``eta_link`` at the GPU's link prior,
-    :func:`schemas.spec_catalog.default_cost_params`) of the hardware options."""
+    """The cost model (declared default values) of the hardware options."""
     from replay.cost.cost_model import RooflineCostModel
 
     model_spec = model_from_options(model, model_config)
     if (gpu is None) == (gpu_spec is None):
         raise click.UsageError("give exactly one of --gpu and --gpu-spec")
     gpu_s = get_gpu(gpu) if gpu else gpu_from_json(gpu_spec)
-    return RooflineCostModel(model_spec, gpu_s, default_cost_params(gpu_s), tp, dp=dp, expert_parallel=expert_parallel,
+    return RooflineCostModel(model_spec, gpu_s, CostParams(), tp, dp=dp, expert_parallel=expert_parallel,
                              terms=parse_terms(terms), pp=pp)
 
 

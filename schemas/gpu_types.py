@@ -118,15 +118,9 @@ class Link:
         Infinity Fabric mesh): a small all-reduce then takes the same few steps at any group size
         (vLLM's custom all-reduce; :class:`replay.cost.comm_terms.TensorParallelComm`). False
         (default) for PCIe and networks, where a ring's steps grow with the group.
-    allreduce_efficiency : float
-        Fraction of ``bandwidth_bytes_per_s`` a tensor-parallel all-reduce reaches, a measured
-        prior (catalog ``nvlink4``: NCCL on an H100 DGX at a prefill step's message size); 1.0
-        (default) where none is known. A fit holds ``eta_link`` at it when the data cannot
-        identify ``eta_link`` (:func:`schemas.spec_catalog.default_cost_params`).
     """
 
     name: str
     bandwidth_bytes_per_s: float
     latency_s: float
     fully_connected: bool = False
-    allreduce_efficiency: float = 1.0

@@ -23,7 +23,6 @@ from typing import Any
 from .errors import SpecError, SpecFileError
 from .hf_config import model_from_hf_config, read_json, spec_from_config
 from .spec_checks import check_number
-from .cost_params import CostParams
 from .gpu_types import GpuSpec, Link
 from .spec_types import ModelSpec
 
@@ -292,28 +291,7 @@ def get_link(name: str) -> Link:
     connected = _unwrap(entry.get("fully_connected", False))
     if not isinstance(connected, bool):
         raise SpecError(f"{where}: field 'fully_connected' must be true or false, got {connected!r}")
-    eta = check_number(_unwrap(entry.get("allreduce_efficiency", 1.0)), "allreduce_efficiency", where)
-    if eta > 1:
-        raise SpecError(f"{where}: field 'allreduce_efficiency' must be at most 1, got {eta!r}")
-    return Link(key, bw, lat, connected, eta)
-
-
-def default_cost_params(gpu: GpuSpec) -> CostParams:
-    """The cost parameters' defaults on ``gpu``: :class:`CostParams` with ``eta_link`` at the
-    measured all-reduce efficiency of the GPU's ``tp_link`` preset (:attr:`Link.allreduce_efficiency`:
-    0.3 on ``nvlink4``, from Vidur's NCCL profile of an H100 DGX, ``links.json``; 1.0 where the
-    catalog has none, or the link is not a preset).
-
-    Notes
-    -----
-    What a fit starts from and holds where the data cannot tell a parameter: one TP cannot tell
-    ``eta_link`` from ``eta_compute`` (both cost time per token), so it is held at this prior and
-    the fitted ``eta_compute`` is the rest of the per-token time.
-    """
-    try:
-        return CostParams(eta_link=get_link(gpu.tp_link).allreduce_efficiency)
-    except SpecError:  # a spec file's link that is not a preset
-        return CostParams()
+    return Link(key, bw, lat, connected)
 
 
 def link_presets() -> dict[str, Link]:

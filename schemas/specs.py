@@ -35,7 +35,6 @@ from .hf_config import (
 from .spec_catalog import (
     CATALOG_DIR,
     catalog_key,
-    default_cost_params,
     get_gpu,
     get_link,
     get_model,
@@ -50,7 +49,7 @@ from .spec_types import ModelSpec
 
 __all__ = [
     "CATALOG_DIR", "KV_CACHE_DTYPE_BYTES", "GpuSpec", "Link", "ModelSpec", "catalog_key", "count_params",
-    "default_cost_params", "dtype_bytes", "get_gpu", "get_link", "get_model", "gpu_from_json",
+    "dtype_bytes", "get_gpu", "get_link", "get_model", "gpu_from_json",
     "kv_cache_dtype_bytes", "kv_dtype_bytes", "link_presets", "list_gpus", "list_links",
     "list_models", "model_from_hf_config", "num_routed_experts", "read_json", "spec_from_config",
     "weight_format",

@@ -321,7 +321,7 @@ def test_new_catalog_entries_hand_counted():
 # ----------------------------------------------------------------------------- links
 
 def test_link_presets_from_the_catalog():
-    assert get_link("nvlink4") == Link("nvlink4", 450e9, 2e-6, fully_connected=True, allreduce_efficiency=0.3)
+    assert get_link("nvlink4") == Link("nvlink4", 450e9, 2e-6, fully_connected=True)
     assert get_link("NVLink-3") == Link("nvlink3", 300e9, 2e-6, fully_connected=True)
     assert get_link("100GbE") == Link("100gbe", 12.5e9, 1e-5)
     assert not get_link("pcie5").fully_connected and get_link("xgmi-mi300").fully_connected
