@@ -20,6 +20,13 @@ experts run W4A16: BF16 GEMMs), the KV cache in BF16. B200 (``gptoss_fp4_b200_do
 experts multiply MXFP4 weights by MXFP8 activations: the FP8 tensor-core peak); its all-reduce +
 RMSNorm fusion (``compilation-config``) is not modelled.
 
+The other TPs' TTFT: the prefill's time per extra prompt token falls 1.6x from TP 2 to 4 and 1.4x
+from 4 to 8, the model's 2x. The all-reduce's bandwidth does not explain it: Vidur's NCCL profile
+of an H100 DGX (``vidur_allreduce_h100_dgx.csv``) gives 0.65-0.83 of NVLink 4 per byte plus 19-43 us
+a call, about 2 us a token at TP 8 of the ~4-5 us missing. Holding ``eta_link`` at 0.3 (what a
+~1k-token message reaches with its per-call time) brought the H100 TTFT median to 7.9 % but counted
+that time twice and broke the TP-1 TPOT, so ``eta_link`` stays at 1 (one TP cannot identify it).
+
     python bench/inferencemax.py [--data ../shared/data/real] [--out bench/INFERENCEMAX.md]
 """
 from __future__ import annotations

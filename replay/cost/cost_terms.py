@@ -74,9 +74,12 @@ def _gemm_s_per_token(shape: ReplicaShape, p: CostParams) -> float:
     ``P_exp`` the routed experts' active parameters, ``peak`` and ``peak_exp`` the GPU's dense
     peaks in the model's ``gemm_precision`` and ``expert_gemm_precision`` [FLOP/s] (:class:`DenseCompute`)."""
     m, gpu = shape.model, shape.gpu
-    flops = 2.0 * (m.num_active_params - m.active_expert_params) / gpu.peak_flops_for(m.gemm_precision) \
-        + 2.0 * m.active_expert_params / gpu.peak_flops_for(m.expert_gemm_precision)
-    return flops / (p["eta_compute"] * shape.num_gpus * shape.pp)
+    peak = gpu.peak_flops_for(m.gemm_precision)
+    peak_exp = gpu.peak_flops_for(m.expert_gemm_precision)
+    if peak_exp == peak:  # one peak: the very float of the single-precision formula (replays are bit-stable)
+        return 2.0 * m.num_active_params / (p["eta_compute"] * peak * shape.num_gpus * shape.pp)
+    seconds_per_flop = (m.num_active_params - m.active_expert_params) / peak + m.active_expert_params / peak_exp
+    return 2.0 * seconds_per_flop / (p["eta_compute"] * shape.num_gpus * shape.pp)
 
 
 class CudaGraphPadding(CostTerm):
