@@ -10,11 +10,22 @@ fit replays a level (:mod:`calibrate.aggregate_runs`: lengths uniform in [0.8 L,
 requests) and its reported mean TTFT, TPOT and E2E set beside the replay's
 (:func:`calibrate.aggregate_score.score_aggregates`).
 
-The engine settings are InferenceMAX's gpt-oss launch script for vLLM (``gptoss_fp4_h100.sh``:
-``--max-num-batched-tokens 8192 --max-model-len 10240 --no-enable-prefix-caching
---gpu-memory-utilization 0.9 --max-num-seqs $CONC``, ``VLLM_MXFP4_USE_MARLIN=1``: the MXFP4 experts
-run as W4A16, BF16 GEMMs); the same settings are used for H200 and B200, whose scripts were not
-checked (B200's MoE kernels may multiply in FP8, which the BF16 peak would price slower).
+Each GPU runs with the settings of its own InferenceMAX launch script for gpt-oss on vLLM
+(:data:`SCRIPTS`; every script: ``--max-num-batched-tokens 8192 --no-enable-prefix-caching
+--gpu-memory-utilization 0.9``; H200's and B200's also async scheduling, which the replay does not
+model). H100 (``gptoss_fp4_h100.sh``) and H200
+(``gptoss_fp4_h200_slurm.sh``): ``--max-num-seqs $CONC``, ``VLLM_MXFP4_USE_MARLIN=1`` (the MXFP4
+experts run W4A16: BF16 GEMMs), the KV cache in BF16. B200 (``gptoss_fp4_b200_docker.sh``):
+``--max-num-seqs 512``, ``kv-cache-dtype: fp8`` and ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` (the
+experts multiply MXFP4 weights by MXFP8 activations: the FP8 tensor-core peak); its all-reduce +
+RMSNorm fusion (``compilation-config``) is not modelled.
+
+The other TPs' TTFT: the prefill's time per extra prompt token falls 1.6x from TP 2 to 4 and 1.4x
+from 4 to 8, the model's 2x. The all-reduce's bandwidth does not explain it: Vidur's NCCL profile
+of an H100 DGX (``vidur_allreduce_h100_dgx.csv``) gives 0.65-0.83 of NVLink 4 per byte plus 19-43 us
+a call, about 2 us a token at TP 8 of the ~4-5 us missing. Holding ``eta_link`` at 0.3 (what a
+~1k-token message reaches with its per-call time) brought the H100 TTFT median to 7.9 % but counted
+that time twice and broke the TP-1 TPOT, so ``eta_link`` stays at 1 (one TP cannot identify it).
 
     python bench/inferencemax.py [--data ../shared/data/real] [--out bench/INFERENCEMAX.md]
 """
@@ -23,6 +34,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -46,9 +58,19 @@ from traces.io import read_trace, write_trace
 ROOT = Path(__file__).resolve().parents[1]
 RUN = "inferencemax/inferencemax_run_20218553330_agg_bmk.json"
 MODEL = "gpt-oss-120b"
-#: InferenceMAX's vLLM flags for gpt-oss (max-num-seqs = conc: the closed loop never exceeds 128).
-ENGINE = dict(max_num_seqs=128, max_num_batched_tokens=8192, max_model_len=10240, enable_prefix_caching=False,
+#: InferenceMAX's vLLM flags for gpt-oss common to every GPU's script.
+ENGINE = dict(max_num_batched_tokens=8192, max_model_len=10240, enable_prefix_caching=False,
               gpu_memory_utilization=0.9)
+#: Each GPU's launch script (InferenceMAX/InferenceMAX, ``benchmarks/gptoss_fp4_<gpu>*.sh``): vLLM's
+#: ``--max-num-seqs`` (H100, H200: ``$CONC``, the same as 128 for a closed loop of at most 128
+#: clients), ``--kv-cache-dtype`` and the precision the MoE experts' GEMMs multiply in (Marlin
+#: W4A16 -> ``bf16``; FlashInfer MXFP4 x MXFP8 -> ``fp8``). The same settings on the command
+#: line: ``--max-num-seqs``, and ``kv_cache_dtype`` / ``expert_gemm_precision`` in ``--model-config``.
+SCRIPTS = {
+    "h100": dict(max_num_seqs=128, kv_cache_dtype="auto", expert_gemm_precision="bf16"),  # gptoss_fp4_h100.sh
+    "h200": dict(max_num_seqs=128, kv_cache_dtype="auto", expert_gemm_precision="bf16"),  # gptoss_fp4_h200_slurm.sh
+    "b200": dict(max_num_seqs=512, kv_cache_dtype="fp8", expert_gemm_precision="fp8"),    # gptoss_fp4_b200_docker.sh
+}
 GPUS = {"h100": "h100-80gb", "h200": "h200", "b200": "b200"}
 SHAPES = ((1024, 1024), (1024, 8192), (8192, 1024))
 #: The plan's question of issue #35: the fewest GPUs meeting this mean TPOT at this concurrency.
@@ -91,8 +113,18 @@ def median_band(cal, cm: RooflineCostModel, run) -> dict:
     return out
 
 
+def engine_config(hw: str) -> ReplayConfig:
+    """The replay's engine settings on GPU ``hw``: :data:`ENGINE` and its script's ``max_num_seqs``."""
+    return ReplayConfig(EngineOptions(**ENGINE, max_num_seqs=SCRIPTS[hw]["max_num_seqs"]))
+
+
 def cost_model(hw: str, tp: int, params: CostParams | None = None) -> RooflineCostModel:
-    return RooflineCostModel(get_model(MODEL), get_gpu(GPUS[hw]), params or CostParams(), tp=tp, terms=DEFAULT_TERMS)
+    """gpt-oss-120b on ``tp`` GPUs ``hw`` as its launch script runs it (:data:`SCRIPTS`: the KV
+    cache's dtype, the experts' GEMM precision), with ``params`` (default: the declared defaults)."""
+    script = SCRIPTS[hw]
+    model = replace(get_model(MODEL).with_kv_cache_dtype(script["kv_cache_dtype"]),
+                    expert_gemm_precision=script["expert_gemm_precision"])
+    return RooflineCostModel(model, get_gpu(GPUS[hw]), params or CostParams(), tp=tp, terms=DEFAULT_TERMS)
 
 
 def main() -> None:
@@ -106,18 +138,17 @@ def main() -> None:
     fit_at = (hw, int(tp), (int(isl), int(osl)))
 
     t0 = time.perf_counter()
-    cfg = ReplayConfig(EngineOptions(**ENGINE))
     with tempfile.TemporaryDirectory() as tmp:
         files = point_files(args.data, Path(tmp))
         hw, tp, shape = fit_at
-        fit_on = load_runs([str(files[fit_at][0])], cfg, read_trace)
+        fit_on = load_runs([str(files[fit_at][0])], engine_config(hw), read_trace)
         fit = fit_runs(fit_on, cost_model(hw, tp), jobs=2)[0]
         params = fit.cost_params()
         cal = to_calibration(fit, cost_model(hw, tp, params), "request", {"format": "inferencemax-summary"})
         print(f"fitted on {hw} TP{tp} {shape[0]}/{shape[1]}: {time.perf_counter() - t0:.0f} s", flush=True)
         rows = []
         for (hw, tp, shape), (path, concurrency) in sorted(files.items()):
-            runs = load_runs([str(path)], cfg, read_trace)
+            runs = load_runs([str(path)], engine_config(hw), read_trace)
             cm = cost_model(hw, tp, params)
             table = score_aggregates(runs, cm)
             table = table[table["statistic"] == "mean"]

@@ -2,7 +2,8 @@
 
 Reads the fields of a model's ``config.json`` that the cost model needs, counts the parameters
 from the shapes (:func:`count_params`), and reads the weight and KV-cache dtypes and the GEMMs' precision
-(``torch_dtype``, ``quantization_config``/``quantization``, ``kv_cache_dtype``). Supported
+(``torch_dtype``, ``quantization_config``/``quantization``, ``kv_cache_dtype``, and the engine's
+``expert_gemm_precision`` where given: :class:`~schemas.spec_types.ModelSpec`). Supported
 ``model_type`` values: Llama-style gated decoders (``llama``, ``mistral``, ``qwen2``, ``qwen3``,
 ``yi``), their MoE variants (``mixtral``, ``qwen2_moe``, ``qwen3_moe``, ``deepseek``, ``glm4_moe``),
 DeepSeek's multi-head latent attention (``deepseek_v2``, ``deepseek_v3``), OPT, and the 2025-26
@@ -287,6 +288,7 @@ def spec_from_config(cfg: dict, name: str, where: str = "config", *,
         num_experts=num_experts,
         num_experts_per_token=cfg_int(cfg, "num_experts_per_tok", where) if num_experts else 0,
         **weight_format(cfg, where),        # weight bytes (dense, experts), GEMM precision
+        expert_gemm_precision=cfg.get("expert_gemm_precision"),   # None: the GEMM precision
         kv_dtype_bytes=kv_dtype_bytes(cfg, where, act_bytes),
         intermediate_size=dense_mlp_width(cfg, model_type, where, default=cfg_int(cfg, "ffn_dim", where, default=0)),
         moe_intermediate_size=moe_intermediate_size(cfg, where) if num_experts else 0,

@@ -109,6 +109,12 @@ class ModelSpec:
         (default; also every weight-only quantisation, dequantised to BF16 in the kernel),
         ``"fp8"`` (W8A8 FP8) or ``"fp4"`` (W4A4 NVFP4). The cost model prices the GEMMs at
         :meth:`schemas.gpu_types.GpuSpec.peak_flops_for` of it.
+    expert_gemm_precision : str, optional
+        The precision the routed experts' GEMMs multiply in; default ``gemm_precision``. An
+        engine setting more than a checkpoint's: gpt-oss's MXFP4 experts run W4A16 (``"bf16"``)
+        under Marlin on Hopper, but MXFP4 x MXFP8 (``"fp8"``: the FP8 tensor-core rate) with vLLM's
+        FlashInfer MoE on Blackwell (``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``, InferenceMAX's
+        ``benchmarks/gptoss_fp4_b200_docker.sh``).
 
     Raises
     ------
@@ -147,6 +153,7 @@ class ModelSpec:
     linear_flops_per_token: float = 0.0
     expert_weight_dtype_bytes: float = None  # type: ignore[assignment]  # None: weight_dtype_bytes
     gemm_precision: str = "bf16"
+    expert_gemm_precision: str = None  # type: ignore[assignment]  # None: gemm_precision
 
     def __post_init__(self) -> None:
         where = f"model spec '{self.name}'"
@@ -166,9 +173,12 @@ class ModelSpec:
         for f in ("linear_state_bytes", "linear_flops_per_token"):
             check_number(getattr(self, f), f, where, strict=False)
         check_model_relations(self, where)
-        if self.gemm_precision not in GEMM_PRECISIONS:
-            raise SpecError(f"{where}: field 'gemm_precision' must be one of "
-                            f"{', '.join(GEMM_PRECISIONS)}, got {self.gemm_precision!r}")
+        if self.expert_gemm_precision is None:
+            object.__setattr__(self, "expert_gemm_precision", self.gemm_precision)
+        for f in ("gemm_precision", "expert_gemm_precision"):
+            if getattr(self, f) not in GEMM_PRECISIONS:
+                raise SpecError(f"{where}: field '{f}' must be one of "
+                                f"{', '.join(GEMM_PRECISIONS)}, got {getattr(self, f)!r}")
         # defaults that depend on other fields (frozen: set through object.__setattr__)
         for f in ("weight_dtype_bytes", "kv_dtype_bytes", "expert_weight_dtype_bytes"):
             value = getattr(self, f)
@@ -326,6 +336,13 @@ class ModelSpec:
             raise SpecError(f"model spec '{self.name}': moe_intermediate_size is unknown and "
                             f"every expert is active, so one expert's size cannot be inferred")
         return (self.num_params - self.num_active_params) / skipped
+
+    @property
+    def active_expert_params(self) -> float:
+        """Routed-expert parameters one token multiplies by, ``num_moe_layers *
+        num_experts_per_token * expert_params`` [parameters]; 0 for a dense model (part of
+        ``num_active_params``, priced at ``expert_gemm_precision``)."""
+        return self.num_moe_layers * self.num_experts_per_token * self.expert_params if self.is_moe else 0
 
     @property
     def expert_weight_bytes(self) -> float:

@@ -52,9 +52,11 @@ class DenseCompute(CostTerm):
     ``tp * dp`` GPUs. ``peak`` is the GPU's dense tensor peak in the model's GEMM precision,
     ``gpu.peak_flops_for(model.gemm_precision)``: FP8 for a W8A8 FP8 checkpoint, FP4 for NVFP4,
     BF16 for the rest and where the GPU lacks the precision (vLLM then runs the weights
-    dequantised to BF16: :meth:`schemas.gpu_types.GpuSpec.peak_flops_for`). The whole
-    ``P_active`` is priced at it, though a quantised checkpoint usually keeps its lm_head in
-    BF16 (a few percent of the FLOPs of a large model).
+    dequantised to BF16: :meth:`schemas.gpu_types.GpuSpec.peak_flops_for`). The routed experts'
+    share of ``P_active`` (:attr:`~schemas.spec_types.ModelSpec.active_expert_params`) is priced
+    at the peak of ``model.expert_gemm_precision`` (MXFP4 experts x MXFP8 activations on
+    Blackwell: FP8), the rest at ``gemm_precision``'s, though a quantised checkpoint usually
+    keeps its lm_head in BF16 (a few percent of the FLOPs of a large model).
     """
 
     name = "dense_compute"
@@ -67,11 +69,17 @@ class DenseCompute(CostTerm):
 
 
 def _gemm_s_per_token(shape: ReplicaShape, p: CostParams) -> float:
-    """Seconds of GEMM FLOPs per token, ``2 P_active / (eta_compute peak)`` over the replica's
-    GPUs, one stage's layers (seed section 1); ``peak`` the GPU's in the model's GEMM precision
-    [FLOP/s] (:class:`DenseCompute`)."""
-    peak = shape.gpu.peak_flops_for(shape.model.gemm_precision)
-    return 2.0 * shape.model.num_active_params / (p["eta_compute"] * peak * shape.num_gpus * shape.pp)
+    """Seconds of GEMM FLOPs per token, ``2 (P_active - P_exp) / (eta_compute peak) + 2 P_exp /
+    (eta_compute peak_exp)`` over the replica's GPUs, one stage's layers (seed section 1);
+    ``P_exp`` the routed experts' active parameters, ``peak`` and ``peak_exp`` the GPU's dense
+    peaks in the model's ``gemm_precision`` and ``expert_gemm_precision`` [FLOP/s] (:class:`DenseCompute`)."""
+    m, gpu = shape.model, shape.gpu
+    peak = gpu.peak_flops_for(m.gemm_precision)
+    peak_exp = gpu.peak_flops_for(m.expert_gemm_precision)
+    if peak_exp == peak:  # one peak: the very float of the single-precision formula (replays are bit-stable)
+        return 2.0 * m.num_active_params / (p["eta_compute"] * peak * shape.num_gpus * shape.pp)
+    seconds_per_flop = (m.num_active_params - m.active_expert_params) / peak + m.active_expert_params / peak_exp
+    return 2.0 * seconds_per_flop / (p["eta_compute"] * shape.num_gpus * shape.pp)
 
 
 class CudaGraphPadding(CostTerm):

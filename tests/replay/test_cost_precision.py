@@ -63,3 +63,53 @@ def test_cudagraph_padding_rows_cost_as_a_token_at_the_same_peak():
                            terms=("dense_compute", "cudagraph_padding"))
     per_row_s = 2 * 8_030_261_248 / (0.5 * 9e15)
     assert cm.step_time_s(390, 0, 0, 0, 1) == pytest.approx(400 * per_row_s, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- experts at their own precision
+
+def _gpt_oss_step_s(expert_precision, gpu="b200"):
+    from dataclasses import replace
+
+    from schemas.specs import get_model
+    model = replace(get_model("gpt-oss-120b"), expert_gemm_precision=expert_precision) \
+        if expert_precision else get_model("gpt-oss-120b")
+    return _step_s(model, gpu)
+
+
+def test_the_routed_experts_are_priced_at_the_expert_gemm_precision():
+    """gpt-oss-120b, a 4,096-token prefill on one B200 at eta_compute 0.5 (dense_compute only).
+    5,711,982,912 active parameters, of which the routed experts' 36 layers x 4 experts x
+    3 x 2,880 x 2,880 = 3,583,180,800 and the rest 2,128,802,112. MXFP4 experts x MXFP8
+    activations (InferenceMAX's B200 script, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1): the experts
+    at the FP8 peak 4.5e15, the rest at BF16 2.25e15:
+    4,096 x (2 x 2,128,802,112 / 2.25e15 + 2 x 3,583,180,800 / 4.5e15) / 0.5
+    = 4,096 x (3.784537088e-6 + 3.1850496e-6) s = 28.547427 ms; all at BF16 (the default, Marlin
+    W4A16): 4,096 x 2 x 5,711,982,912 / (0.5 x 2.25e15) = 41.593390 ms."""
+    from schemas.specs import get_model
+    m = get_model("gpt-oss-120b")
+    assert (m.active_expert_params, m.num_active_params - m.active_expert_params) == (3_583_180_800, 2_128_802_112)
+    assert m.expert_gemm_precision == m.gemm_precision == "bf16"
+    assert _gpt_oss_step_s(None) == pytest.approx(0.041_593_390_235_648, rel=1e-12)
+    assert _gpt_oss_step_s("bf16") == pytest.approx(0.041_593_390_235_648, rel=1e-12)
+    assert _gpt_oss_step_s("fp8") == pytest.approx(0.028_547_427_074_048, rel=1e-12)
+    # no FP8 on Ampere: the experts fall back to the BF16 peak, 312e12
+    assert _gpt_oss_step_s("fp8", "a100-80gb") == pytest.approx(4096 * 2 * 5_711_982_912 / (0.5 * 312e12), rel=1e-12)
+
+
+def test_an_unknown_expert_gemm_precision_is_refused():
+    from dataclasses import replace
+
+    from schemas.errors import SpecError
+    with pytest.raises(SpecError, match="field 'expert_gemm_precision' must be one of bf16, fp8, fp4, got 'int4'"):
+        replace(BF16, expert_gemm_precision="int4")
+
+
+def test_a_config_can_set_the_experts_precision():
+    """As ``kv_cache_dtype``, an engine setting given in the model's config (``--model-config``)."""
+    from schemas.specs import spec_from_config
+    mixtral = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+               "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "num_local_experts": 8,
+               "num_experts_per_tok": 2, "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}
+    assert spec_from_config(mixtral, "m").expert_gemm_precision == "bf16"
+    m = spec_from_config(dict(mixtral, expert_gemm_precision="fp8"), "m")
+    assert (m.gemm_precision, m.expert_gemm_precision) == ("bf16", "fp8")
