@@ -1,4 +1,5 @@
-"""Checks of spec values: numbers in range, dataclass fields from a dict, exact byte counts.
+"""Checks of spec values: numbers in range, dataclass fields from a dict, exact byte counts, and a
+model spec's fields with the defaults that depend on others (:func:`validate_model_spec`).
 
 Shared by :mod:`schemas.spec_types`, :mod:`schemas.hf_config`, :mod:`schemas.dtypes` and
 :mod:`schemas.spec_catalog`; every problem is one :class:`~schemas.errors.SpecError` naming
@@ -113,3 +114,53 @@ def check_model_relations(spec: Any, where: str) -> None:
         raise SpecError(f"{where}: multi-head latent attention (kv_lora_rank "
                         f"{spec.kv_lora_rank}) needs qk_nope_head_dim + qk_rope_head_dim > 0 "
                         f"and v_head_dim > 0")
+
+
+def validate_model_spec(spec: Any, gemm_precisions: tuple) -> None:
+    """Check every field of a :class:`schemas.spec_types.ModelSpec` and fill the defaults that depend
+    on other fields (frozen: set through ``object.__setattr__``): the weight, KV and expert dtypes'
+    bytes, the experts' GEMM precision (one of ``gemm_precisions``) and the MoE layer count.
+
+    Raises
+    ------
+    SpecError
+        The first field that breaks its rule, named with the model.
+    """
+    where = f"model spec '{spec.name}'"
+    if not isinstance(spec.name, str) or not spec.name:
+        raise SpecError(f"model spec: field 'name' must be a non-empty string, "
+                        f"got {spec.name!r}")
+    check_number(spec.num_params, "num_params", where)
+    check_number(spec.num_active_params, "num_active_params", where)
+    for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
+              "head_dim", "dtype_bytes", "max_model_len"):
+        check_number(getattr(spec, f), f, where, integer=True)
+    for f in ("num_experts", "num_experts_per_token", "intermediate_size",
+              "moe_intermediate_size", "vocab_size", "kv_lora_rank", "qk_rope_head_dim",
+              "qk_nope_head_dim", "v_head_dim", "num_window_layers", "sliding_window_tokens",
+              "num_linear_layers"):
+        check_number(getattr(spec, f), f, where, integer=True, strict=False)
+    for f in ("linear_state_bytes", "linear_flops_per_token"):
+        check_number(getattr(spec, f), f, where, strict=False)
+    check_model_relations(spec, where)
+    if spec.expert_gemm_precision is None:
+        object.__setattr__(spec, "expert_gemm_precision", spec.gemm_precision)
+    for f in ("gemm_precision", "expert_gemm_precision"):
+        if getattr(spec, f) not in gemm_precisions:
+            raise SpecError(f"{where}: field '{f}' must be one of "
+                            f"{', '.join(gemm_precisions)}, got {getattr(spec, f)!r}")
+    # defaults that depend on other fields (frozen: set through object.__setattr__)
+    for f in ("weight_dtype_bytes", "kv_dtype_bytes", "expert_weight_dtype_bytes"):
+        value = getattr(spec, f)
+        default = spec.weight_dtype_bytes if f == "expert_weight_dtype_bytes" else spec.dtype_bytes
+        value = default if value is None else check_number(value, f, where)
+        object.__setattr__(spec, f, int_if_whole(value))
+    moe_layers = spec.num_moe_layers
+    if moe_layers is None:
+        moe_layers = spec.num_layers if spec.num_experts else 0
+    moe_layers = check_number(moe_layers, "num_moe_layers", where, integer=True, strict=False)
+    if (moe_layers == 0) != (spec.num_experts == 0) or moe_layers > spec.num_layers:
+        raise SpecError(f"{where}: num_moe_layers ({moe_layers}) must be 0 for a dense model "
+                        f"and 1..num_layers ({spec.num_layers}) for MoE")
+    object.__setattr__(spec, "num_moe_layers", moe_layers)
+    check_layer_kinds(spec, where)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 
 from .dtypes import GEMM_PRECISIONS, kv_cache_dtype_bytes
 from .errors import SpecError
-from .spec_checks import build_checked, check_layer_kinds, check_model_relations, check_number, int_if_whole
+from .spec_checks import build_checked, check_number, int_if_whole, validate_model_spec
 
 
 # --------------------------------------------------------------------------- ModelSpec
@@ -156,44 +156,7 @@ class ModelSpec:
     expert_gemm_precision: str = None  # type: ignore[assignment]  # None: gemm_precision
 
     def __post_init__(self) -> None:
-        where = f"model spec '{self.name}'"
-        if not isinstance(self.name, str) or not self.name:
-            raise SpecError(f"model spec: field 'name' must be a non-empty string, "
-                            f"got {self.name!r}")
-        check_number(self.num_params, "num_params", where)
-        check_number(self.num_active_params, "num_active_params", where)
-        for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
-                  "head_dim", "dtype_bytes", "max_model_len"):
-            check_number(getattr(self, f), f, where, integer=True)
-        for f in ("num_experts", "num_experts_per_token", "intermediate_size",
-                  "moe_intermediate_size", "vocab_size", "kv_lora_rank", "qk_rope_head_dim",
-                  "qk_nope_head_dim", "v_head_dim", "num_window_layers", "sliding_window_tokens",
-                  "num_linear_layers"):
-            check_number(getattr(self, f), f, where, integer=True, strict=False)
-        for f in ("linear_state_bytes", "linear_flops_per_token"):
-            check_number(getattr(self, f), f, where, strict=False)
-        check_model_relations(self, where)
-        if self.expert_gemm_precision is None:
-            object.__setattr__(self, "expert_gemm_precision", self.gemm_precision)
-        for f in ("gemm_precision", "expert_gemm_precision"):
-            if getattr(self, f) not in GEMM_PRECISIONS:
-                raise SpecError(f"{where}: field '{f}' must be one of "
-                                f"{', '.join(GEMM_PRECISIONS)}, got {getattr(self, f)!r}")
-        # defaults that depend on other fields (frozen: set through object.__setattr__)
-        for f in ("weight_dtype_bytes", "kv_dtype_bytes", "expert_weight_dtype_bytes"):
-            value = getattr(self, f)
-            default = self.weight_dtype_bytes if f == "expert_weight_dtype_bytes" else self.dtype_bytes
-            value = default if value is None else check_number(value, f, where)
-            object.__setattr__(self, f, int_if_whole(value))
-        moe_layers = self.num_moe_layers
-        if moe_layers is None:
-            moe_layers = self.num_layers if self.num_experts else 0
-        moe_layers = check_number(moe_layers, "num_moe_layers", where, integer=True, strict=False)
-        if (moe_layers == 0) != (self.num_experts == 0) or moe_layers > self.num_layers:
-            raise SpecError(f"{where}: num_moe_layers ({moe_layers}) must be 0 for a dense model "
-                            f"and 1..num_layers ({self.num_layers}) for MoE")
-        object.__setattr__(self, "num_moe_layers", moe_layers)
-        check_layer_kinds(self, where)
+        validate_model_spec(self, GEMM_PRECISIONS)
 
     # ----------------------------------------------------------------------- KV cache
 
