@@ -103,7 +103,8 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
 
     TRACE may be aggregates (a benchmark's summary, Prometheus scrapes; FILE or FILE#K for one
     level): each level is replayed on a workload synthesized from its length statistics, as
-    calibrate fit replays it, and every statistic it reports is set beside the prediction.
+    calibrate fit replays it, and every statistic it reports is set beside the prediction
+    (--report: the same per level, with a figure).
 
     \b
     Example:
@@ -134,11 +135,11 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
     run = _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, kwargs, band,
                        parse_measured_with(measured_with))
     if run.kind == AGGREGATE_TARGETS:
-        refuse_per_request_options({**dict(outputs), "--token-times": token_times, "--report": report,
-                                    "--sweep": sweep, "--compare-schedulers": compare_schedulers})
+        refuse_per_request_options({**dict(outputs), "--token-times": token_times, "--sweep": sweep,
+                                    "--compare-schedulers": compare_schedulers})
         kwargs["seed"] = seed
         with taken_settings_checked():
-            replay_levels(run, level, wide)
+            replay_levels(run, level, wide, report)
         return
     if level is not None:
         raise DataError(f"{trace}#{level}: #K picks a level of aggregates ({AGGREGATE_TARGETS}); {trace} is a "

@@ -33,8 +33,11 @@ from .engine_settings import replay_config
 #: Latencies a level reports, with their labels.
 _LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
 #: The options whose outputs are those of one request trace's replay.
-_PER_REQUEST = ("-o", "--steps-out", "--chrome-trace", "--token-times", "--report", "--measured-timeseries",
-                "--tolerance", "--sweep", "--compare-schedulers")
+_PER_REQUEST = ("-o", "--steps-out", "--chrome-trace", "--token-times", "--measured-timeseries", "--tolerance",
+                "--sweep", "--compare-schedulers")
+#: What a level's band holds beyond the parameters and the model error, said in the report.
+_BAND_NOTE = ("The reported statistics are of another sample of requests than the synthesized one: each band holds "
+              "that sampling noise, and a percentile read from Prometheus histograms also half its bucket.")
 
 
 def split_level(trace: str) -> tuple[str, int | None]:
@@ -55,10 +58,11 @@ def refuse_per_request_options(given: dict) -> None:
                                "are replayed level by level, one table each")
 
 
-def replay_levels(run, level: int | None, wide: bool) -> None:
+def replay_levels(run, level: int | None, wide: bool, report: str | None = None) -> None:
     """Replay every level of the aggregates ``run.frame`` (or level ``level``) and print, per level,
     each reported statistic, the prediction, its band, the error and whether it is inside; then the
-    count inside and the median |error| of the means.
+    count inside and the median |error| of the means; with ``report``, write them there
+    (:func:`replay.report.predictions.write_levels_report`).
 
     ``run`` is :class:`replay.cli.one_replay.ReplayInputs` of an ``aggregate_targets/1`` table; its
     ``settings`` are the engine options, a level at a ``concurrency`` replayed as that closed loop.
@@ -83,8 +87,7 @@ def replay_levels(run, level: int | None, wide: bool) -> None:
         raise DataError(f"{run.trace}#{level}: no such level (the file has {', '.join(map(str, levels))})")
     basis = replace(run.basis, new_sample=True)  # the reported statistics are of another sample of requests
     resolutions = [w.get("resolution_s", {}) for w in json.loads(run.meta.get("windows", "[]"))]
-    inside = counted = 0
-    mean_errors = []
+    table = []
     for k in levels if level is None else [level]:
         rows = frame[frame["level"] == k]
         name = f"{run.trace}#{k}"
@@ -101,9 +104,8 @@ def replay_levels(run, level: int | None, wide: bool) -> None:
         done = result[result["pred_status"] == OK]
         click.echo(wrap(f"{name}: {meta['aggregate_level']}, {int(rows['num_requests'].iloc[0])} requests reported; "
                         f"{len(workload)} synthesized from its length statistics, {len(done)} completed"))
-        counts = _print_level(level_statistics(rows), done, band, resolutions[k] if k < len(resolutions) else {})
-        inside, counted = inside + counts[0], counted + counts[1]
-        mean_errors += counts[2]
+        printed = _print_level(level_statistics(rows), done, band, resolutions[k] if k < len(resolutions) else {})
+        table += [{"level": k, "load": meta["aggregate_level"], **r} for r in printed]
         if band.has_band and k < len(resolutions) and resolutions[k]:
             click.echo(wrap("  each band also holds half its percentile's histogram bucket (the resolution of the "
                             "scrapes' histogram_quantile)"))
@@ -112,44 +114,65 @@ def replay_levels(run, level: int | None, wide: bool) -> None:
         if wide:
             for note in band.warnings:
                 click.echo(wrap(f"  note: {note}"))
-    if counted:
-        click.echo(wrap(f"{inside} of {counted} reported percentiles inside their 95 % band (p50, p90, p99)"))
+    banded = [r for r in table if r["inside"] is not None]
+    if banded:
+        click.echo(wrap(f"{sum(r['inside'] for r in banded)} of {len(banded)} reported percentiles inside their "
+                        "95 % band (p50, p90, p99)"))
+    mean_errors = [abs(r["predicted_s"] / r["reported_s"] - 1) for r in table
+                   if r["statistic"] == "mean" and r["reported_s"] > 0 and math.isfinite(r["predicted_s"])]
     if mean_errors:
         click.echo(wrap(f"median |error| of the reported means: {np.median(mean_errors):.1%} over {len(mean_errors)}"))
+    if report:
+        _write_report(run, table, report)
 
 
-def _print_level(reported: dict, done, band, resolution: dict) -> tuple[int, int, list]:
+def _print_level(reported: dict, done, band, resolution: dict) -> list[dict]:
     """The table of one level: each ``reported`` statistic (:func:`traces.aggregate_workload.level_statistics`)
     beside the same statistic of the completed requests ``done`` and ``band``'s interval where it
     has one, widened by half the statistic's histogram bucket (``resolution``: metric -> ``{"p50":
-    width in seconds or None}``); returns the statistics inside their band, those with a band, and
-    the |errors| of the means."""
+    width in seconds or None}``). Returns a dict per statistic: ``metric``, ``statistic``,
+    ``reported_s``, ``predicted_s``, ``low_s``, ``high_s`` (NaN without a band) and ``inside``
+    (None without a band)."""
     import numpy as np
 
     from ..analysis.metrics import stat_label, statistics
 
-    inside = counted = 0
-    mean_errors = []
+    out = []
     click.echo(f"  {'metric':6s} {'stat':>5s} {'reported ms':>12s} {'predicted ms [95 % band]':>30s} {'error':>8s}")
     for metric, (pcts, values_meas) in reported.items():
         values = done[f"pred_{metric}"].to_numpy(float)
         predicted = statistics(values[np.isfinite(values)], pcts)
         for pct, meas, pred in zip(pcts, values_meas, predicted):
             stat = f"{metric.removesuffix('_s')}_p{pct:g}_s"
+            row = {"metric": _LABELS[metric], "statistic": stat_label(pct), "reported_s": float(meas),
+                   "predicted_s": float(pred), "low_s": math.nan, "high_s": math.nan, "inside": None}
             cell, mark = f"{1e3 * pred:.2f}", ""
             if stat in band.low and band.has_band:
                 low, high = _with_bucket(band.point[stat], band.low[stat], band.high[stat],
                                          resolution.get(metric, {}).get(stat_label(pct)))
                 cell = f"{cell} [{1e3 * low:.2f}, {1e3 * high:.2f}]"
-                holds = bool(low <= meas <= high)
-                inside, counted, mark = inside + holds, counted + 1, " in" if holds else " OUT"
+                row.update(low_s=low, high_s=high, inside=bool(low <= meas <= high))
+                mark = " in" if row["inside"] else " OUT"
             err = (pred - meas) / meas if meas > 0 else np.nan
-            if np.isnan(pct) and np.isfinite(err):
-                mean_errors.append(abs(err))
             err_text = f"{err:+.1%}" if np.isfinite(err) else "n/a"
             click.echo(f"  {_LABELS[metric]:6s} {stat_label(pct):>5s} {1e3 * meas:12.2f} {cell:>30s} "
                        f"{err_text:>8s}{mark}")
-    return inside, counted, mean_errors
+            out.append(row)
+    return out
+
+
+def _write_report(run, rows: list[dict], report: str) -> None:
+    """Write the levels' ``rows`` to ``report`` (:func:`replay.report.predictions.write_levels_report`)."""
+    import pandas as pd
+
+    from ..report import report_context
+    from ..report.predictions import write_levels_report
+    from .options import command_line
+
+    context = report_context(run.trace, run.calibration_path, run.cost_model, command=command_line())
+    written = write_levels_report(report, pd.DataFrame(rows), context, (str(run.calibration_path), run.cal),
+                                  run.trace, _BAND_NOTE)
+    click.echo(wrap("wrote " + ", ".join(map(str, written))))
 
 
 def _with_bucket(point: float, low: float, high: float, width_s: float | None) -> tuple[float, float]:

@@ -259,3 +259,29 @@ def front_figure(points: list[dict], limit: float, unit: str, key: str, answer: 
     ax.set_title(f"Pareto front: throughput per GPU vs {key}")
     ax.legend(loc="best", fontsize="small")
     return fig
+
+
+def levels_figure(rows: pd.DataFrame):
+    """Aggregates replayed level by level (``replay AGG --report``): per latency (TTFT, TPOT, E2E),
+    its reported p50 and p90 (markers) and the predicted ones (lines) with their 95 % band filled,
+    against the level; ``rows`` has ``level``, ``metric``, ``statistic``, ``reported_s``,
+    ``predicted_s``, ``low_s`` and ``high_s`` (NaN without a band). None without such rows."""
+    shown = rows[rows["statistic"].isin(("p50", "p90"))]
+    if shown.empty:
+        return None
+    metrics = list(dict.fromkeys(shown["metric"]))
+    fig, axes = _panels(len(metrics))
+    for ax, metric in zip(axes, metrics):
+        for stat, part in shown[shown["metric"] == metric].groupby("statistic", sort=True):
+            x = part["level"].to_numpy(float)
+            line, = ax.plot(x, part["predicted_s"].to_numpy(float) * 1e3, marker=".", label=f"{stat} predicted")
+            ax.fill_between(x, part["low_s"].to_numpy(float) * 1e3, part["high_s"].to_numpy(float) * 1e3,
+                            color=line.get_color(), alpha=0.2, lw=0)
+            ax.plot(x, part["reported_s"].to_numpy(float) * 1e3, ls="none", marker="o", mfc="none",
+                    color=line.get_color(), label=f"{stat} reported")
+        ax.set_xticks(sorted(set(shown["level"].astype(int))))
+        ax.set_xlabel("level (window)")
+        ax.set_ylabel(f"{metric} (ms)")
+        ax.set_title(f"{metric}: band is the 95 % one")
+        ax.legend(loc="upper left", fontsize="small")
+    return fig

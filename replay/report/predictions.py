@@ -1,5 +1,6 @@
 """Reports of the modes that print one table of predictions instead of a comparison:
-``replay --sweep``, ``replay --compare-schedulers`` and ``servecal plan``.
+``replay --sweep``, ``replay --compare-schedulers``, ``servecal plan`` and ``replay AGG`` (aggregates
+replayed level by level).
 
 Each opens as the replay report does (:func:`.provenance.provenance_blocks`: the command line
 and what was run, the calibration's parameters with their 95 % intervals and whether each is
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .figures import front_figure, png, scheduler_figure, sweep_figure
+from .figures import front_figure, levels_figure, png, scheduler_figure, sweep_figure
 from .provenance import provenance_blocks
 
 
@@ -131,3 +132,41 @@ def write_plan_report(path: str | os.PathLike, res, slo, prices, context, calibr
         fig = ("Pareto front", f"throughput per GPU against {key}, the band as error bars", "front.png",
                front_figure([point(ev) for ev in res.front], slo.latency_s[key] * scale, unit, key, answer))
     return _write(path, "servecal plan report", context, [(str(p), c) for p, c in calibrations], trace, body, fig)
+
+
+def write_levels_report(path: str | os.PathLike, rows: pd.DataFrame, context, calibration, trace=None,
+                        note: str = "") -> list[Path]:
+    """The report of ``replay AGG --report``: a row per level and reported statistic (reported,
+    predicted with its 95 % band where it has one, error, inside), and per latency its reported
+    and predicted p50/p90 with the band against the level (:func:`.figures.levels_figure`).
+
+    Parameters
+    ----------
+    rows : pandas.DataFrame
+        ``level``, ``load`` (words), ``metric``, ``statistic``, ``reported_s``, ``predicted_s``,
+        ``low_s``, ``high_s`` (seconds; NaN without a band), ``inside`` (bool, or None without a band).
+    calibration : (label, schemas.calibration.Calibration)
+    note : str
+        What the band holds (new-run sampling, the histograms' buckets).
+
+    Returns
+    -------
+    list of pathlib.Path
+        The report, then the PNG written (none for HTML).
+    """
+    def cell(r) -> str:
+        point = f"{1e3 * r.predicted_s:.2f}"
+        return point if math.isnan(r.low_s) else f"{point} [{1e3 * r.low_s:.2f}, {1e3 * r.high_s:.2f}]"
+
+    head = ["level", "load", "metric", "stat", "reported ms", "predicted ms [95 % band]", "error", "inside"]
+    table = [[str(r.level), r.load, r.metric, r.statistic, f"{1e3 * r.reported_s:.2f}", cell(r),
+              f"{(r.predicted_s - r.reported_s) / r.reported_s:+.1%}" if r.reported_s > 0 else "n/a",
+              "" if r.inside is None else ("yes" if r.inside else "no")] for r in rows.itertuples()]
+    banded = rows[rows["inside"].notna()]
+    summary = (f"{int(banded['inside'].sum())} of {len(banded)} reported percentiles inside their 95 % band"
+               if len(banded) else "no band")
+    body = [("h2", f"Levels: {rows['level'].nunique()}"), ("table", head, table),
+            ("p", " ".join(t for t in (f"{summary}.", note) if t))]
+    fig = ("Reported and predicted per level", "TTFT, TPOT and E2E p50/p90 per level, reported and predicted "
+           "with the 95 % band", "levels.png", levels_figure(rows)) if len(rows) else None
+    return _write(path, "servecal aggregates report", context, [calibration], trace, body, fig)

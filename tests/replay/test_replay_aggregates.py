@@ -110,3 +110,28 @@ def test_a_level_the_file_has_not_and_a_level_of_a_request_trace(scrape, tmp_pat
     assert invoke_servecal("traces", "synth", "--requests", "20", "--rate", "2", "-o", trace).exit_code == 0
     res = invoke_servecal("replay", f"{trace}#1", "--calibration", cal)
     assert res.exit_code == 1 and "#K picks a level of aggregates" in flat(res.output), res.output
+
+
+@pytest.mark.parametrize("suffix", [".md", ".html"])
+def test_the_report_has_a_row_per_statistic_and_the_levels_figure(scrape, tmp_path, suffix):
+    agg, _ = scrape
+    cal = tmp_path / "banded.json"
+    values = {k: v for k, v in COST.params.items() if v == v}
+    Calibration(COST.model, COST.gpu, 1, {k: FittedParam(v) for k, v in values.items()}, terms=list(COST.terms),
+                band_points=[{"eta_compute": 0.4}, {"eta_compute": 0.6}]).write(cal)
+    report = tmp_path / f"levels{suffix}"
+    res = invoke_servecal("replay", agg, "--calibration", cal, "--report", report)
+    assert res.exit_code == 0, res.output
+    text = report.read_text()
+    printed = _rows(res.output)
+    # every printed statistic is a row of the report, with the same reported and predicted values
+    for (level, metric, stat), (reported, predicted) in printed.items():
+        load = "poisson rate 1.16667" if level == 0 else "poisson rate 1.7"
+        row = f"{level} | {load} | {metric.upper()} | {stat} | {reported:.2f} | {predicted:.2f}"
+        assert row in text or row.replace(" | ", "</td><td>") in text, row
+    inside = re.search(r"(\d+) of (\d+) reported percentiles inside", res.output)
+    assert f"{inside.group(1)} of {inside.group(2)} reported percentiles inside their 95 % band" in text
+    if suffix == ".md":
+        assert (tmp_path / "levels_files" / "levels.png").read_bytes()[:4] == b"\x89PNG"
+    else:
+        assert "data:image/png;base64," in text and not (tmp_path / "levels_files").exists()
