@@ -131,18 +131,28 @@ def shared_prefix_tokens(meta: dict, path) -> int:
     return int(text)
 
 
-def busiest_level(frame: pd.DataFrame, path) -> int:
+def busiest_level(frame: pd.DataFrame, path, level: int | None = None) -> int:
     """The level of an ``aggregate_targets/1`` table with the highest arrival rate (requests/s),
-    among its open-loop levels (:data:`OPEN_LOOP`): a production scrape's busiest window.
+    among its open-loop levels (:data:`OPEN_LOOP`): a production scrape's busiest window; or
+    ``level`` when given, checked to be one of those.
 
     Raises
     ------
     TraceError
         A table with no open-loop level (every level a closed loop of clients, whose arrival
-        rate is the server's, not the traffic's).
+        rate is the server's, not the traffic's), or a ``level`` it does not have or that is
+        a closed loop.
     """
     levels = frame.drop_duplicates("level")
     open_loop = levels[levels["level_kind"].isin(OPEN_LOOP)]
+    if level is not None:
+        if level not in set(levels["level"]):
+            raise TraceError(f"{path}#{level}: no such level (the file has "
+                             f"{', '.join(map(str, sorted(levels['level'])))})")
+        if level not in set(open_loop["level"]):
+            raise TraceError(wrap_error(f"{path}#{level}: a closed loop of clients; its arrival rate is the "
+                                        "server's, not the traffic's: choose a level at an arrival rate"))
+        return level
     if open_loop.empty:
         kinds = ", ".join(sorted(levels["level_kind"].unique()))
         raise TraceError(wrap_error(f"{path}: no level at an arrival rate (levels: {kinds}); the rate of a closed "

@@ -12,6 +12,7 @@ from traces.cli.support import DataError, FoldedCommand, user_errors, version_op
 
 from ..errors import ConfigError, ReplayError
 from ..text import wrap
+from .aggregate_levels import split_level
 from .options import output_options, report_folders, setting_option, show_progress
 
 _errors = user_errors(data_errors=(ReplayError,), usage_errors=(ConfigError, SpecError), output_folders=report_folders)
@@ -88,7 +89,8 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, pp, dp, repli
     every SLO, and the search stops once --top do. Prints the best candidates, the Pareto
     front, and which parameters to measure when the band changes the answer. TRACE is a
     request trace, or aggregates (Prometheus scrapes, a benchmark's summary): then their
-    busiest open-loop level's workload, synthesized as calibrate fit replays it.
+    busiest open-loop level's workload (FILE#K: level K's), synthesized as calibrate fit
+    replays it.
 
     \b
     Example:
@@ -122,9 +124,13 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, pp, dp, repli
                   "--tp-prefill": tp_prefill, "--tp-decode": tp_decode})
     prices = parse_prices(price, axes.gpus)
     axes.candidates()  # too many fails before the trace is read
+    trace, level = split_level(trace)
     kind, frame, meta = read_trace(trace)
     if kind == AGGREGATE_TARGETS:
-        frame, meta = _busiest_window(trace, frame, meta)
+        frame, meta = _busiest_window(trace, frame, meta, level)
+    elif level is not None:
+        raise DataError(f"{trace}#{level}: #K picks a level of aggregates ({AGGREGATE_TARGETS}); {trace} is a "
+                        f"request trace, planned whole")
     elif kind != REQUEST_TRACE:
         raise DataError(f"{trace}: is a {kind}; plan needs a request trace ({REQUEST_TRACE}) or aggregates "
                         f"({AGGREGATE_TARGETS})")
@@ -146,10 +152,10 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, pp, dp, repli
 
 
 
-def _busiest_window(trace, frame, meta: dict) -> tuple:
+def _busiest_window(trace, frame, meta: dict, level: int | None = None) -> tuple:
     """The workload a plan replays from aggregates (``aggregate_targets/1``: a benchmark's levels, a
-    production scrape's windows): its busiest open-loop level, synthesized from its length
-    statistics as ``calibrate fit`` replays it (:func:`traces.aggregate_workload.level_trace`);
+    production scrape's windows): its busiest open-loop level (or ``level``, ``FILE#K``), synthesized
+    from its length statistics as ``calibrate fit`` replays it (:func:`traces.aggregate_workload.level_trace`);
     the request trace and its metadata. Says on stderr which level it took.
 
     Raises
@@ -161,16 +167,18 @@ def _busiest_window(trace, frame, meta: dict) -> tuple:
     from traces.errors import TraceError
 
     try:
-        k = busiest_level(frame, trace)
+        k = busiest_level(frame, trace, level)
         rows = frame[frame["level"] == k]
         workload = level_trace(rows, f"{trace}#{k}", SEED + k, shared_prefix_tokens(meta, trace))
     except TraceError as exc:
         raise DataError(str(exc)) from None
     rate = float(rows["level_value"].iloc[0])
-    click.echo(wrap(f"{trace}: aggregates of {frame['level'].nunique()} level(s); the plan replays the busiest, "
+    which = "the busiest, " if level is None else ""
+    click.echo(wrap(f"{trace}: aggregates of {frame['level'].nunique()} level(s); the plan replays {which}"
                     f"#{k} at {rate:.3g} req/s: {len(workload)} requests synthesized from its length statistics "
                     "(as calibrate fit replays it; --rate and --rate-scale scale its arrivals)"), err=True)
     return workload, level_metadata(rows, meta, workload)
+
 
 def _schedulers(scheduler: str | None, eng: dict) -> list[str]:
     """The schedulers of ``--scheduler`` (default: the calibration's ``eng``, else chunked), each known."""

@@ -67,3 +67,20 @@ def test_plan_of_closed_loop_levels_only_is_one_error(tmp_path):
     assert res.exit_code == 1, res.output
     assert res.output.count("Error:") == 1, res.output
     assert "conc.parquet: no level at an arrival rate (levels: concurrency)" in flat(res.output), res.output
+
+
+def test_plan_of_one_chosen_window_and_of_a_level_it_has_not(tmp_path):
+    agg = tmp_path / "prod.parquet"
+    assert invoke_servecal("traces", "import", "prometheus", SCRAPES, "--window-s", "30", "-o", agg).exit_code == 0
+    frame = pd.read_parquet(agg)
+    expected = level_trace(frame[frame["level"] == 0], "x", seed=0)
+    cal = _calibration(tmp_path)
+    res = invoke_servecal("plan", f"{agg}#0", "--calibration", cal, "--slo", "ttft_p90=2s", "--confidence", "point")
+    assert res.exit_code == 0, res.output
+    assert f"the plan replays #0 at 1.17 req/s: {len(expected)} requests" in flat(res.output), res.output
+    res = invoke_servecal("plan", f"{agg}#5", "--calibration", cal, "--slo", "ttft_p90=2s")
+    assert res.exit_code == 1 and "prod.parquet#5: no such level (the file has 0, 1)" in flat(res.output)
+    conc = tmp_path / "conc.parquet"
+    write_trace(_levels(("poisson_rate", 2.0), ("concurrency", 8)), AGGREGATE_TARGETS, conc)
+    res = invoke_servecal("plan", f"{conc}#1", "--calibration", cal, "--slo", "ttft_p90=2s")
+    assert res.exit_code == 1 and "conc.parquet#1: a closed loop of clients" in flat(res.output), res.output
