@@ -170,7 +170,8 @@ def resolve_deployment(cost_model: RooflineCostModel, cfg: ReplayConfig, metadat
     decode = None
     if pools is not None and decode_model is not None:
         pp_decode = getattr(decode_model, "pp", 1)
-        decode = _pool(eng, decode_model, pools.decode_replicas, 1,
+        # a decode instance of DP ranks has their blocks together, as its limits are theirs (the prefill's config)
+        decode = _pool(eng, decode_model, pools.decode_replicas, getattr(decode_model, "dp", 1),
                        f"--pp-decode {pp_decode}: each virtual engine needs at least one KV block")
     pipelined = pp > 1 or (decode is not None and decode.pp > 1)
     sched_cfg, engine_cfg = _engine_configs(prefill, cfg, metadata, pipelined)

@@ -68,12 +68,13 @@ def test_the_plan_sizes_a_candidates_kv_as_replay_does(pp, dp):
     assert {r.kv.num_gpu_blocks for r in engine.replicas} == {expected}
 
 
-def test_a_disaggregated_dp_candidates_decode_pool_holds_a_ranks_blocks_as_replay_does():
+def test_a_disaggregated_dp_candidates_decode_pool_holds_its_ranks_blocks_as_replay_does():
     cal = calibration()
     cals = Calibrations([("c", cal)])
     p = prepare(Candidate("h100-80gb", 2, 1, 64, 512, "disagg", 1, 2, 1, dp=2), cals,
                 base_options(cals, parse_slo([SLO])), {}, 4000)
-    assert p.kv_blocks == (by_hand_blocks(2, 1) * 2, by_hand_blocks(1, 1))  # not x DP on decode
+    # each pool's instance holds its DP ranks' blocks together, as its limits are theirs and its GPUs counted
+    assert p.kv_blocks == (by_hand_blocks(2, 1) * 2, by_hand_blocks(1, 1) * 2)
     dep = resolve_deployment(cost_model_from_calibration(cal, tp=2, dp=2),
                              ReplayConfig.from_options(**LIMITS, scheduler="disagg", prefill_replicas=1,
                                                        decode_replicas=2, tp_prefill=2, tp_decode=1))
