@@ -9,6 +9,7 @@ import pandas as pd
 from replay.analysis.compare import compare
 from replay.config import ReplayConfig, RecordOptions
 from replay.simulate import replay_frame
+from schemas.kinds import a_kind
 from schemas.tables import AGGREGATE_TARGETS, REQUEST_TRACE
 from schemas.text import wrap_error
 
@@ -74,7 +75,7 @@ def load_runs(specs, cfg: ReplayConfig, read_trace, keep=frozenset()) -> list[Ru
         path, k, span = parse_run_spec(spec)
         kind, frame, meta = read_trace(path)
         if kind not in (REQUEST_TRACE, AGGREGATE_TARGETS):
-            raise FitError(f"{path}: is a {kind}; only request logs and aggregates can be fitted together "
+            raise FitError(f"{path}: is {a_kind(kind)}; only request logs and aggregates can be fitted together "
                            "or validated on")
         run_cfg = _with_engine_metadata(cfg, meta, path, keep)
         if kind == AGGREGATE_TARGETS:

@@ -225,7 +225,7 @@ def run(trace, calibration, config: ReplayConfig | None = None, *, model: str | 
     cache is not read from the log (give ``num_gpu_blocks``).
     """
     from schemas.calibration import Calibration
-    from schemas.kinds import REQUEST_TRACE
+    from schemas.kinds import REQUEST_TRACE, a_kind
     from schemas.specs import get_model
     from traces.io import read_trace, validated_frame
 
@@ -243,7 +243,7 @@ def run(trace, calibration, config: ReplayConfig | None = None, *, model: str | 
     else:
         kind, frame, meta = read_trace(trace)
         if kind != REQUEST_TRACE:
-            raise ReplayError(f"{trace}: is a {kind}; a replay needs a request trace ({REQUEST_TRACE})")
+            raise ReplayError(f"{trace}: is {a_kind(kind)}; a replay needs a request trace ({REQUEST_TRACE})")
     return replay_frame(frame, cost_model, cfg, meta)[0]
 
 

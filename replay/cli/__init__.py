@@ -11,7 +11,7 @@ import click
 
 from schemas.calibration import Calibration
 from traces.cli.support import DataError, FoldedCommand, user_errors, version_option
-from schemas.kinds import AGGREGATE_TARGETS, REQUEST_TRACE
+from schemas.kinds import AGGREGATE_TARGETS, REQUEST_TRACE, a_kind
 from schemas.errors import SpecError
 from schemas.specs import get_model
 
@@ -131,12 +131,13 @@ def main(trace, calibration_path, model, tp, dp, pp, expert_parallel, output, st
         raise click.UsageError("Missing option '--calibration' (make one: calibrate fit TRACE --model M --gpu G "
                                "-o cal.json)")
     kwargs.update(tp=tp, dp=dp, pp=pp)
+    load_typed = {"--concurrency": kwargs.get("concurrency"), "--think-time-s": kwargs.get("think_time_s")}
     trace, level = split_level(trace)
     run = _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, kwargs, band,
                        parse_measured_with(measured_with))
     if run.kind == AGGREGATE_TARGETS:
         refuse_per_request_options({**dict(outputs), "--token-times": token_times, "--sweep": sweep,
-                                    "--compare-schedulers": compare_schedulers})
+                                    "--compare-schedulers": compare_schedulers, **load_typed})
         kwargs["seed"] = seed
         with taken_settings_checked():
             replay_levels(run, level, wide, report)
@@ -228,7 +229,7 @@ def _read_inputs(trace, calibration_path, model, expert_parallel, vllm_log, sett
                    err=True)
     kind, frame, meta = read_trace(trace)
     if kind not in (REQUEST_TRACE, AGGREGATE_TARGETS):
-        raise DataError(f"{trace}: is a {kind}; replay needs a request trace ({REQUEST_TRACE}) or aggregates "
+        raise DataError(f"{trace}: is {a_kind(kind)}; replay needs a request trace ({REQUEST_TRACE}) or aggregates "
                         f"({AGGREGATE_TARGETS})")
     differences = whatif_differences(cal, calibration_path, model_spec, cost_model, settings["scheduler"], meta,
                                      trace, sources)

@@ -32,9 +32,9 @@ from .engine_settings import replay_config
 
 #: Latencies a level reports, with their labels.
 _LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
-#: The options whose outputs are those of one request trace's replay.
+#: The options whose outputs are those of one request trace's replay, and the load options a level sets itself.
 _PER_REQUEST = ("-o", "--steps-out", "--chrome-trace", "--token-times", "--measured-timeseries", "--tolerance",
-                "--sweep", "--compare-schedulers")
+                "--sweep", "--compare-schedulers", "--concurrency", "--think-time-s")
 #: What a level's band holds beyond the parameters and the model error, said in the report.
 _BAND_NOTE = ("The reported statistics are of another sample of requests than the synthesized one: each band holds "
               "that sampling noise, and a percentile read from Prometheus histograms also half its bucket.")
@@ -42,9 +42,17 @@ _BAND_NOTE = ("The reported statistics are of another sample of requests than th
 
 def split_level(trace: str) -> tuple[str, int | None]:
     """``FILE#K`` -> ``(FILE, K)`` when ``FILE#K`` is not itself a file and ``FILE`` is; else
-    ``(trace, None)``."""
-    m = re.fullmatch(r"(.+)#(\d+)", trace)
+    ``(trace, None)``.
+
+    Raises
+    ------
+    DataError
+        ``FILE#X`` of an existing ``FILE`` with ``X`` not a level number.
+    """
+    m = re.fullmatch(r"(.+)#([^#/]*)", trace)
     if m and not Path(trace).exists() and Path(m.group(1)).exists():
+        if not (m.group(2).isascii() and m.group(2).isdigit()):
+            raise DataError(f"{trace}: expected FILE[#K] with K a level number (0, 1, ...)")
         return m.group(1), int(m.group(2))
     return trace, None
 
@@ -55,7 +63,7 @@ def refuse_per_request_options(given: dict) -> None:
     clash = [opt for opt in _PER_REQUEST if given.get(opt)]
     if clash:
         raise click.UsageError(f"{', '.join(clash)} need{'s' if len(clash) == 1 else ''} a request trace: aggregates "
-                               "are replayed level by level, one table each")
+                               "are replayed level by level at each level's own load, one table each")
 
 
 def replay_levels(run, level: int | None, wide: bool, report: str | None = None) -> None:
@@ -72,7 +80,6 @@ def replay_levels(run, level: int | None, wide: bool, report: str | None = None)
     DataError
         ``level`` not in the file, or a level whose workload cannot be synthesized.
     """
-    import numpy as np
 
     from schemas.status import OK
     from traces.aggregate_workload import SEED, level_metadata, level_statistics, level_trace, shared_prefix_tokens
@@ -87,7 +94,10 @@ def replay_levels(run, level: int | None, wide: bool, report: str | None = None)
         raise DataError(f"{run.trace}#{level}: no such level (the file has {', '.join(map(str, levels))})")
     basis = replace(run.basis, new_sample=True)  # the reported statistics are of another sample of requests
     resolutions = [w.get("resolution_s", {}) for w in json.loads(run.meta.get("windows", "[]"))]
-    table = []
+    table, warned = [], set()
+    _print_deployment(run, len(levels) if level is None else 1)
+    if run.differences:
+        click.echo(wrap("a what-if, not a validation: " + "; ".join(run.differences)))
     for k in levels if level is None else [level]:
         rows = frame[frame["level"] == k]
         name = f"{run.trace}#{k}"
@@ -104,26 +114,36 @@ def replay_levels(run, level: int | None, wide: bool, report: str | None = None)
         done = result[result["pred_status"] == OK]
         click.echo(wrap(f"{name}: {meta['aggregate_level']}, {int(rows['num_requests'].iloc[0])} requests reported; "
                         f"{len(workload)} synthesized from its length statistics, {len(done)} completed"))
-        printed = _print_level(level_statistics(rows), done, band, resolutions[k] if k < len(resolutions) else {})
+        reported = level_statistics(rows)
+        if not reported:
+            click.echo(wrap(f"  {name} reports no TTFT, TPOT or E2E statistic: nothing to compare"))
+            continue
+        printed = _print_level(reported, done, band, resolutions[k] if k < len(resolutions) else {})
         table += [{"level": k, "load": meta["aggregate_level"], **r} for r in printed]
         if band.has_band and k < len(resolutions) and resolutions[k]:
             click.echo(wrap("  each band also holds half its percentile's histogram bucket (the resolution of the "
                             "scrapes' histogram_quantile)"))
         if run.points is not None and not band.has_band:
             click.echo(wrap(f"  {NO_BAND_POINTS}"))
-        if wide:
-            for note in band.warnings:
-                click.echo(wrap(f"  note: {note}"))
-    banded = [r for r in table if r["inside"] is not None]
-    if banded:
-        click.echo(wrap(f"{sum(r['inside'] for r in banded)} of {len(banded)} reported percentiles inside their "
-                        "95 % band (p50, p90, p99)"))
-    mean_errors = [abs(r["predicted_s"] / r["reported_s"] - 1) for r in table
-                   if r["statistic"] == "mean" and r["reported_s"] > 0 and math.isfinite(r["predicted_s"])]
-    if mean_errors:
-        click.echo(wrap(f"median |error| of the reported means: {np.median(mean_errors):.1%} over {len(mean_errors)}"))
+        for note in band.notes if wide else [w for w in band.warnings if w not in warned]:
+            click.echo(wrap(f"  note: {note}"))
+        warned.update(band.warnings)
+    _print_summary(table)
     if report:
         _write_report(run, table, report)
+
+
+def _print_deployment(run, num_levels: int) -> None:
+    """What each level is replayed on, in one line, as ``replay`` says it of a request trace."""
+    from ..core.disagg_pools import describe_config
+    from .runners import hardware
+
+    cfg = replay_config({**run.settings, "concurrency": None})
+    eng, sched = cfg.engine, cfg.scheduling
+    where = (f"scheduler disagg: {describe_config(run.cost_model, cfg.disagg)}" if cfg.disagg is not None else
+             f"{hardware(run.cost_model, sched.replicas)}, scheduler {sched.scheduler}")
+    click.echo(wrap(f"replaying {num_levels} level(s) of {run.trace}: model {run.cost_model.model.name}, {where}, "
+                    f"max_num_seqs={eng.max_num_seqs}, max_num_batched_tokens={eng.max_num_batched_tokens}"))
 
 
 def _print_level(reported: dict, done, band, resolution: dict) -> list[dict]:
@@ -138,7 +158,8 @@ def _print_level(reported: dict, done, band, resolution: dict) -> list[dict]:
     from ..analysis.metrics import stat_label, statistics
 
     out = []
-    click.echo(f"  {'metric':6s} {'stat':>5s} {'reported ms':>12s} {'predicted ms [95 % band]':>30s} {'error':>8s}")
+    predicted_head = "predicted ms [95 % band]" if band.has_band else "predicted ms"
+    click.echo(f"  {'metric':6s} {'stat':>5s} {'reported ms':>12s} {predicted_head:>30s} {'error':>8s}")
     for metric, (pcts, values_meas) in reported.items():
         values = done[f"pred_{metric}"].to_numpy(float)
         predicted = statistics(values[np.isfinite(values)], pcts)
@@ -161,6 +182,23 @@ def _print_level(reported: dict, done, band, resolution: dict) -> list[dict]:
     return out
 
 
+def _print_summary(table: list[dict]) -> None:
+    """The count of reported percentiles inside their band (and of bands reaching 0), and the median
+    |error| of the reported means, over every level's rows (:func:`_print_level`)."""
+    import numpy as np
+
+    banded = [r for r in table if r["inside"] is not None]
+    if banded:
+        floor = sum(r["low_s"] == 0.0 for r in banded)
+        click.echo(wrap(f"{sum(r['inside'] for r in banded)} of {len(banded)} reported percentiles inside their "
+                        "95 % band (p50, p90, p99)" + (f"; {floor} of those bands reach 0 and bound nothing below"
+                                                       if floor else "")))
+    mean_errors = [abs(r["predicted_s"] / r["reported_s"] - 1) for r in table
+                   if r["statistic"] == "mean" and r["reported_s"] > 0 and math.isfinite(r["predicted_s"])]
+    if mean_errors:
+        click.echo(wrap(f"median |error| of the reported means: {np.median(mean_errors):.1%} over {len(mean_errors)}"))
+
+
 def _write_report(run, rows: list[dict], report: str) -> None:
     """Write the levels' ``rows`` to ``report`` (:func:`replay.report.predictions.write_levels_report`)."""
     import pandas as pd
@@ -170,8 +208,9 @@ def _write_report(run, rows: list[dict], report: str) -> None:
     from .options import command_line
 
     context = report_context(run.trace, run.calibration_path, run.cost_model, command=command_line())
-    written = write_levels_report(report, pd.DataFrame(rows), context, (str(run.calibration_path), run.cal),
-                                  run.trace, _BAND_NOTE)
+    columns = ["level", "load", "metric", "statistic", "reported_s", "predicted_s", "low_s", "high_s", "inside"]
+    written = write_levels_report(report, pd.DataFrame(rows, columns=columns), context,
+                                  (str(run.calibration_path), run.cal), run.trace, _BAND_NOTE)
     click.echo(wrap("wrote " + ", ".join(map(str, written))))
 
 

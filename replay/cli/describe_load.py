@@ -5,7 +5,7 @@ import click
 
 from schemas.calibration import Calibration
 from traces.cli.support import DataError, user_errors
-from schemas.kinds import REQUEST_TRACE
+from schemas.kinds import REQUEST_TRACE, a_kind
 from schemas.specs import get_model
 from schemas.status import OK
 
@@ -32,6 +32,12 @@ def with_load(describe: click.Command) -> click.Command:
 
     @_errors
     def callback(calibration_path=None, model=None, **kwargs):
+        if calibration_path:  # a file it cannot load refused before any output
+            from traces.io import read_trace
+
+            kind = read_trace(kwargs["file"])[0]
+            if kind != REQUEST_TRACE:
+                raise DataError(f"{kwargs['file']}: is {a_kind(kind)}; --calibration needs a request trace")
         describe.callback(**kwargs)
         if calibration_path:
             click.echo(describe_load(kwargs["file"], calibration_path, model))
@@ -60,7 +66,7 @@ def describe_load(trace: str, calibration_path: str, model: str | None) -> str:
     cost_model = calibrated_cost_model(calibration_path, cal, get_model(model) if model else None)
     kind, frame, _ = read_trace(trace)
     if kind != REQUEST_TRACE:
-        raise DataError(f"{trace}: is a {kind}; --calibration needs a request trace")
+        raise DataError(f"{trace}: is {a_kind(kind)}; --calibration needs a request trace")
     if "status" in frame:
         frame = frame[frame["status"].isna() | (frame["status"] == OK)]
     load = offered_load(frame["arrival_time_s"], frame["num_prompt_tokens"], frame["num_output_tokens"], cost_model)

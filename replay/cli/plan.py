@@ -98,7 +98,7 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, pp, dp, repli
              --gpu h100-80gb,a100-80gb --tp 1,2,4 --replicas 1:8 --price h100-80gb=2.5,a100-80gb=1.8
     """
     from schemas.calibration import Calibration
-    from schemas.kinds import AGGREGATE_TARGETS, REQUEST_TRACE
+    from schemas.kinds import AGGREGATE_TARGETS, REQUEST_TRACE, a_kind
     from traces.io import read_trace
 
     from ..plan import Calibrations, parse_slo, plan_deployments
@@ -127,12 +127,14 @@ def plan(trace, calibration_path, rate, rate_scale, slo, gpus, tp, pp, dp, repli
     trace, level = split_level(trace)
     kind, frame, meta = read_trace(trace)
     if kind == AGGREGATE_TARGETS:
-        frame, meta = _busiest_window(trace, frame, meta, level)
+        frame, meta, level_rate = _busiest_window(trace, frame, meta, level)
+        if rate is None:  # the level's stated rate, not its few synthesized arrivals' own
+            rate, rate_scale = level_rate * (rate_scale or 1.0), None
     elif level is not None:
         raise DataError(f"{trace}#{level}: #K picks a level of aggregates ({AGGREGATE_TARGETS}); {trace} is a "
                         f"request trace, planned whole")
     elif kind != REQUEST_TRACE:
-        raise DataError(f"{trace}: is a {kind}; plan needs a request trace ({REQUEST_TRACE}) or aggregates "
+        raise DataError(f"{trace}: is {a_kind(kind)}; plan needs a request trace ({REQUEST_TRACE}) or aggregates "
                         f"({AGGREGATE_TARGETS})")
     result = plan_deployments(frame, meta, cals, axes, slos, rate, rate_scale, prices, confidence, top_k, probes,
                               jobs, ray_address, {"router": router, "gpu_memory_utilization": gpu_memory_utilization},
@@ -156,7 +158,8 @@ def _busiest_window(trace, frame, meta: dict, level: int | None = None) -> tuple
     """The workload a plan replays from aggregates (``aggregate_targets/1``: a benchmark's levels, a
     production scrape's windows): its busiest open-loop level (or ``level``, ``FILE#K``), synthesized
     from its length statistics as ``calibrate fit`` replays it (:func:`traces.aggregate_workload.level_trace`);
-    the request trace and its metadata. Says on stderr which level it took.
+    the request trace, its metadata and the level's arrival rate (requests/s). Says on stderr which
+    level it took.
 
     Raises
     ------
@@ -176,8 +179,8 @@ def _busiest_window(trace, frame, meta: dict, level: int | None = None) -> tuple
     which = "the busiest, " if level is None else ""
     click.echo(wrap(f"{trace}: aggregates of {frame['level'].nunique()} level(s); the plan replays {which}"
                     f"#{k} at {rate:.3g} req/s: {len(workload)} requests synthesized from its length statistics "
-                    "(as calibrate fit replays it; --rate and --rate-scale scale its arrivals)"), err=True)
-    return workload, level_metadata(rows, meta, workload)
+                    "(as calibrate fit replays it; --rate-scale scales that rate, --rate replaces it)"), err=True)
+    return workload, level_metadata(rows, meta, workload), rate
 
 
 def _schedulers(scheduler: str | None, eng: dict) -> list[str]:

@@ -139,7 +139,8 @@ class Axes:
         Raises
         ------
         ConfigError
-            More than :data:`MAX_CANDIDATES`.
+            More than :data:`MAX_CANDIDATES`, or a ``disagg`` grid whose every layout exceeds its GPU
+            budget (none).
         """
         out = []
         layouts = list(itertools.product(self.pp, self.dp))
@@ -157,6 +158,11 @@ class Axes:
                 c = Candidate(g, tpp, 1, s, b, "disagg", p, d, tpd, dp, pp)
                 if pools_given or c.num_gpus <= max(self.replicas) * max(self.tp) * pp * dp:
                     out.append(c)
+        if "disagg" in self.schedulers and not any(c.disagg for c in out):  # each pool needs an instance
+            budget = max(self.replicas) * max(self.tp)
+            raise ConfigError(f"no disaggregated candidate fits the colocated GPU budget ({budget} GPUs x PP x DP: "
+                              "the most replicas x TP): a prefill and a decode instance need more; give --replicas "
+                              "a range (1:4), or --prefill-replicas and --decode-replicas")
         if len(out) > MAX_CANDIDATES:
             raise ConfigError(f"the grid has {len(out)} candidates, more than {MAX_CANDIDATES}: give fewer values "
                               "(--gpu, --tp, --pp, --dp, --replicas, --max-num-seqs, ...)")

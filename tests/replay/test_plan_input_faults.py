@@ -42,6 +42,10 @@ def one_error(res) -> str:
     (["--tp", ""], "--tp '': no value; expected integers or ranges"),
     (["--replicas", " "], "--replicas ' ': no value"),
     (["--scheduler", "disagg", "--prefill-replicas", ""], "--prefill-replicas '': no value"),
+    # one replica of TP 1 at most: no prefill + decode layout fits that budget (was "0 candidates ... no
+    # candidate meets", exit 3); mixed with a colocated scheduler, disagg was dropped silently
+    (["--scheduler", "disagg", "--replicas", "1"], "no disaggregated candidate fits the colocated GPU budget (1"),
+    (["--scheduler", "chunked,disagg", "--replicas", "1"], "no disaggregated candidate fits"),
 ])
 def test_an_axis_or_price_without_a_value_is_a_usage_error_not_an_empty_grid(files, tmp_path, args, needle):
     out = tmp_path / "plan.csv"

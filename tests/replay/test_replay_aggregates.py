@@ -13,7 +13,7 @@ from replay.cost.cost_model import RooflineCostModel
 from schemas.calibration import Calibration, FittedParam
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
-from traces.io import read_trace
+from traces.io import read_trace, write_trace
 
 from helpers import flat, invoke_servecal, write_calibration
 
@@ -94,6 +94,9 @@ def test_a_histogram_bucket_widens_the_band_in_quadrature():
 @pytest.mark.parametrize("args, code, message", [
     (["-o", "pred.parquet"], 2, "-o needs a request trace: aggregates are replayed level by level"),
     (["--sweep", "rate-scale=1,2"], 2, "--sweep needs a request trace"),
+    # a level sets its own load (was: --concurrency ignored, and with --think-time-s a contradictory error)
+    (["--concurrency", "4"], 2, "--concurrency needs a request trace"),
+    (["--concurrency", "1", "--think-time-s", "30"], 2, "--concurrency, --think-time-s need a request trace"),
 ])
 def test_per_request_outputs_are_refused(scrape, tmp_path, args, code, message):
     agg, cal = scrape
@@ -135,3 +138,36 @@ def test_the_report_has_a_row_per_statistic_and_the_levels_figure(scrape, tmp_pa
         assert (tmp_path / "levels_files" / "levels.png").read_bytes()[:4] == b"\x89PNG"
     else:
         assert "data:image/png;base64," in text and not (tmp_path / "levels_files").exists()
+
+
+@pytest.mark.parametrize("suffix", ["#abc", "#-1", "#", "#1.0"])
+def test_a_level_that_is_not_a_number_is_one_error_naming_the_form(scrape, suffix):
+    agg, cal = scrape
+    res = invoke_servecal("replay", f"{agg}{suffix}", "--calibration", cal)
+    assert res.exit_code == 1 and f"prod.parquet{suffix}: expected FILE[#K] with K a level number" in flat(res.output)
+
+
+def test_a_level_without_latency_statistics_says_so_and_its_report_is_written(scrape, tmp_path):
+    agg, cal = scrape
+    kind, frame, meta = read_trace(agg)
+    bare = tmp_path / "bare.parquet"
+    write_trace(frame[frame["metric"].str.startswith("num_")], kind, bare, metadata=meta)
+    res = invoke_servecal("replay", bare, "--calibration", cal, "--report", tmp_path / "bare.md")
+    assert res.exit_code == 0, res.output
+    assert "bare.parquet#0 reports no TTFT, TPOT or E2E statistic: nothing to compare" in flat(res.output)
+    assert (tmp_path / "bare.md").exists()
+
+
+def test_the_deployment_each_level_replays_on_is_said(scrape):
+    agg, cal = scrape
+    res = invoke_servecal("replay", agg, "--calibration", cal, "--tp", "2", "--no-band")
+    assert res.exit_code == 0, res.output
+    assert "replaying 2 level(s) of" in flat(res.output) and "TP=2" in flat(res.output), res.output
+    assert "predicted ms [95 % band]" not in res.output  # --no-band: no band column
+
+
+def test_describe_with_a_calibration_refuses_aggregates_before_any_output(scrape):
+    agg, cal = scrape
+    res = invoke_servecal("traces", "describe", agg, "--calibration", cal)
+    assert res.exit_code == 1 and res.output.startswith("Error:"), res.output
+    assert "prod.parquet: is an aggregate_targets/1; --calibration needs a request trace" in flat(res.output)

@@ -12,7 +12,7 @@ import os
 import click
 
 from .support import FoldedGroup, version_option
-from schemas.kinds import REQUEST_TRACE
+from schemas.kinds import REQUEST_TRACE, a_kind
 
 from ._shared import OUTPUT, file_errors, option_errors
 from .import_files import import_
@@ -76,7 +76,7 @@ def describe(file, plot):
         raise click.BadParameter(f"{plot}: expected a .png, .pdf, .svg or .jpg file name", param_hint="--plot")
     kind, frame, meta = read_trace(file)
     if plot and kind != REQUEST_TRACE:
-        raise click.UsageError(f"--plot draws request traces; {file} is a {kind}")
+        raise click.UsageError(f"--plot draws request traces; {file} is {a_kind(kind)}")
     click.echo(format_description(describe_frame(kind, frame)))
     if plot:
         plot_trace(frame, plot, title=os.path.basename(str(file)))
