@@ -17,7 +17,7 @@ from replay.errors import ConfigError, ReplayError
 
 from .cli_options import (calibration_sources, cost_model_of, engine_options, hardware_options, held_and_free,
                           parse_names, warn_metadata_mismatch)
-from .errors import CalibrationError, RunSpecError
+from .errors import CalibrationError, FitError, RunSpecError
 
 # numpy, pandas, the engine and the fits are imported in the commands: --help stays fast
 
@@ -237,6 +237,10 @@ def validate(fit_on, score_on, model, model_config, gpu, gpu_spec, tp, dp, exper
         cm = cost_model_of(model, model_config, gpu, gpu_spec, tp, dp, expert_parallel, terms, pp)
         cfg = replay_config(replay_kwargs)
     train, test = load_runs(fit_on, cfg, read_trace, keep=set_here), load_runs(score_on, cfg, read_trace, keep=set_here)
+    unmeasured = [r.name for r in test if not any(r.measures(m) for m in ("ttft_s", "tpot_s", "e2e_s"))]
+    if unmeasured:  # was skipped silently: the table had no row of it
+        raise FitError(f"{', '.join(unmeasured)}: no measured ttft_s, tpot_s or e2e_s; --score-on needs measured "
+                       "latencies to score")
     fixed, free_names, variants, held_why, cm = held_and_free(fix, fix_from, free, variants, cm)
     seen = [r for r in test if any(share_requests(r, f) for f in train)]
     if seen:  # scored as what it is: in sample

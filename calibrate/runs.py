@@ -66,7 +66,7 @@ def load_runs(specs, cfg: ReplayConfig, read_trace, keep=frozenset()) -> list[Ru
     ------
     FitError
         A file that is not a request log or an aggregate, a benchmark or level not in the
-        file, an empty window, a window on an aggregate.
+        file, an empty window, a window on an aggregate, a run named more than once.
     """
     from .aggregate_runs import aggregate_runs
 
@@ -101,6 +101,23 @@ def load_runs(specs, cfg: ReplayConfig, read_trace, keep=frozenset()) -> list[Ru
                     raise FitError(f"{spec}: no request arrives in the window [{span[0]:g}, {span[1]:g}) s")
                 name = f"{name}@{_seconds(span[0])}:{_seconds(span[1])}"
             runs.append(Run(name, part, run_cfg, meta, None, scored))
+    return named_once(runs)
+
+
+def named_once(runs: list[Run]) -> list[Run]:
+    """``runs``, each named once (a run given twice, or as ``FILE`` and ``FILE#K``, would be fitted
+    twice over, its errors weighted double).
+
+    Raises
+    ------
+    FitError
+        A run name that repeats.
+    """
+    names = [r.name for r in runs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise FitError(f"{', '.join(twice)}: named more than once (as FILE and FILE#K, or twice); each run counts "
+                       "once: give it once")
     return runs
 
 

@@ -189,7 +189,7 @@ def _runs(traces, config, keep) -> list:
     from traces.io import read_trace, validated_frame
 
     from .run_errors import Run
-    from .runs import load_runs
+    from .runs import load_runs, named_once
 
     cfg = config if config is not None else ReplayConfig()
     runs = []
@@ -198,7 +198,7 @@ def _runs(traces, config, keep) -> list:
             runs.append(Run(f"traces[{i}]", validated_frame(trace, REQUEST_TRACE, f"traces[{i}]"), cfg, {}))
         else:
             runs += load_runs([str(trace)], cfg, read_trace, keep=keep)
-    return runs
+    return named_once(runs)
 
 
 def _kv_blocks_read(runs: list, cost_model) -> tuple[list, list[str]]:

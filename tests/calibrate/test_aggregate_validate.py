@@ -81,6 +81,25 @@ def test_validate_scores_each_level_of_an_aggregate(tmp_path):
         ttft["pred_s"] / ttft["meas_s"] - 1)
 
 
+def test_validate_refuses_a_scored_run_without_measured_latencies_before_fitting(tmp_path):
+    agg, synth = _points(tmp_path), tmp_path / "synth.parquet"
+    assert invoke_servecal("traces", "synth", "--requests", "20", "--rate", "2", "-o", synth).exit_code == 0
+    res = invoke_servecal("calibrate", "validate", "--fit-on", f"{agg}#0", "--score-on", synth,
+                          "--model", "llama-3.1-8b", "--gpu", "h100-80gb")
+    # was: exit 0, the run left out of every table without a word
+    assert res.exit_code == 1 and "fitting" not in res.output, res.output
+    assert "synth.parquet: no measured ttft_s, tpot_s or e2e_s; --score-on needs measured latencies" in flat(res.output)
+
+
+@pytest.mark.parametrize("twice", [("#0", "#0"), ("#0", "")])
+def test_a_run_named_twice_is_refused_not_weighted_double(tmp_path, twice):
+    agg = _points(tmp_path)
+    out = tmp_path / "cal.json"
+    res = invoke_servecal("calibrate", "fit", *(f"{agg}{k}" for k in twice), "--model", "llama-3.1-8b",
+                          "--gpu", "h100-80gb", "-o", out)
+    assert res.exit_code == 1 and "named more than once" in flat(res.output) and not out.exists(), res.output
+
+
 def test_validate_on_the_deepseek_r1_h200_grid(real_data_dir, tmp_path):
     """InferenceMAX's DeepSeek-R1 (fp8, SGLang, TP 8) on H200: fitted on the highest 1k/1k
     concurrency, scored on 8k/1k at 64 clients; a roofline predicts it within a factor of 2."""
