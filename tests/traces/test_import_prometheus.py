@@ -153,3 +153,18 @@ def test_unknown_metrics_are_listed_not_read(tmp_path):
                                                "# HELP vllm:num_requests_waiting"))
     _, meta = import_prometheus([src], window_s=300)
     assert meta["metrics_not_read"] == "vllm:spec_decode_num_drafts_total"
+
+
+def test_a_window_where_nothing_finished_is_left_out_with_a_warning(tmp_path):
+    # the tests' five scrapes, then two more at +90 s and +120 s that repeat the last one: nothing finishes there
+    text = SCRAPES.read_text()
+    last = text[text.rindex("# scrape at"):]
+    t_last = int(last.split()[3])
+    idle = tmp_path / "idle.txt"
+    idle.write_text(text + "".join(last.replace(f"# scrape at {t_last}", f"# scrape at {t_last + d}", 1)
+                                   for d in (30, 60)))
+    out = tmp_path / "idle.parquet"
+    res = invoke_servecal("traces", "import", "prometheus", idle, "--window-s", "30", "-o", out)
+    assert res.exit_code == 0, res.output
+    assert "2 level(s) (0-30 s, 30-60 s)" in flat(res.output)
+    assert "window(s) with no finished request left out: 60-90 s, 90-120 s" in flat(res.output), res.output

@@ -327,7 +327,8 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
         sglang), ``window_s``, ``levels`` (each level's window, seconds after the first scrape,
         and group), ``windows`` (JSON list, one object per level: module docstring),
         ``counter_resets`` (count; the series and scrapes listed in ``counter_reset_series``),
-        ``metrics_not_read``, ``by_label``.
+        ``metrics_not_read``, ``by_label``, ``windows_left_out`` (the windows in which no request
+        finished, seconds after the first scrape: no level).
 
     Raises
     ------
@@ -348,7 +349,7 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
     groups = _groups(scrapes, engine, by_label)
     resets: list[str] = []
     increases = _increases(scrapes, resets)
-    levels, reports, names = [], [], []
+    levels, reports, names, idle = [], [], [], []
     t0 = scrapes[0].time_s
     for group in groups:
         for a, b in _windows(scrapes, window_s):
@@ -363,12 +364,14 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
             finished = [sum(v for key, v in increases[k].items() if key[0] == count
                             and _group_of(key[1], by_label, scrapes[k + 1].where) == group) for k in range(a, b)]
             found = _level(engine, inc, scrapes[a:b + 1], finished, gauges, where)
+            span = f"{scrapes[a].time_s - t0:g}-{scrapes[b].time_s - t0:g} s" + (f" {by_label}={group}" if by_label
+                                                                                 else "")
             if found is None:
+                idle.append(span)
                 continue
             levels.append(found[0])
             reports.append({**found[1], **({by_label: group} if by_label else {})})
-            names.append(f"{scrapes[a].time_s - t0:g}-{scrapes[b].time_s - t0:g} s"
-                         + (f" {by_label}={group}" if by_label else ""))
+            names.append(span)
     if not levels:
         raise TraceFormatError(", ".join(map(str, paths)), "no window with a finished request",
                                column=f"{engine}:e2e_request_latency_seconds_count",
@@ -376,7 +379,8 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
     frame, meta = levels_frame(levels, "prometheus", paths)
     meta.update(engine=engine, window_s=f"{window_s:g}", levels=", ".join(names),
                 windows=json.dumps(reports, separators=(",", ":")), counter_resets=str(len(resets)),
-                metrics_not_read=", ".join(_not_read(scrapes)), by_label=by_label or "")
+                metrics_not_read=", ".join(_not_read(scrapes)), by_label=by_label or "",
+                windows_left_out=", ".join(idle))
     if resets:
         meta["counter_reset_series"] = "; ".join(resets[:20]) + (f"; ... ({len(resets)})" if len(resets) > 20 else "")
     return frame, meta
