@@ -75,7 +75,7 @@ def figures_folder(path: str | os.PathLike) -> Path | None:
 #: those of the sweep, scheduler-comparison and plan reports, :mod:`.predictions`): the CLI
 #: refuses, before any work, one of these names that exists there as other than a regular file.
 FIGURE_NAMES = ("scatter.png", "cdf.png", "timeseries.png", "steps.png", "disagg_waits.png", "sweep.png",
-                "schedulers.png", "front.png")
+                "schedulers.png", "front.png", "levels.png")
 
 
 def _figures_name(path: Path) -> str:
