@@ -51,6 +51,20 @@ def calibration(band_points=(), **params) -> Calibration:
                        band_points=[dict(p) for p in band_points])
 
 
+def plan_files(tmp_path, num_requests: int) -> tuple:
+    """The first ``num_requests`` of TRACE and :func:`calibration`, written in ``tmp_path``: ``(trace, cal)``."""
+    trace, cal = tmp_path / "t.parquet", tmp_path / "cal.json"
+    write_trace(TRACE.head(num_requests), REQUEST_TRACE, trace)
+    calibration().write(cal)
+    return trace, cal
+
+
+def plan_cli(trace, cal, *args):
+    """``servecal plan TRACE --calibration CAL`` in one process, no probes, then ``args``."""
+    return CliRunner().invoke(servecal, ["plan", str(trace), "--calibration", str(cal), "--jobs", "1", "--probes", "0",
+                                         *map(str, args)])
+
+
 def ttft_p90(replicas: int, **params) -> float:
     cm = RooflineCostModel(MODEL, GPU, CostParams(**{**VALUES, **params}))
     cfg = ReplayConfig.from_options(max_num_seqs=64, max_num_batched_tokens=512, replicas=replicas,

@@ -10,21 +10,16 @@ from replay.errors import ConfigError
 from replay.plan.grid import parse_gpus, parse_int_list, parse_prices
 from replay.text import WIDTH, render_table
 from schemas.tables import REQUEST_TRACE
-from test_plan import TRACE, calibration
+from test_plan import TRACE, calibration, plan_cli, plan_files
 from traces.io import write_trace
 
 
 @pytest.fixture
 def files(tmp_path):
-    trace, cal = tmp_path / "t.parquet", tmp_path / "cal.json"
-    write_trace(TRACE.head(20), REQUEST_TRACE, trace)
-    calibration().write(cal)
-    return trace, cal
+    return plan_files(tmp_path, 20)
 
 
-def plan(trace, cal, *args):
-    return CliRunner().invoke(servecal, ["plan", str(trace), "--calibration", str(cal), "--jobs", "1", "--probes", "0",
-                                         *map(str, args)])
+plan = plan_cli
 
 
 def one_error(res) -> str:

@@ -5,9 +5,7 @@ import math
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
-from calibrate.umbrella import main as servecal
 from replay.config import ReplayConfig
 from replay.core.deployment import resolve_deployment
 from replay.cost.cost_model import cost_model_from_calibration
@@ -15,9 +13,7 @@ from replay.plan import Axes, Calibrations, base_options, parse_slo
 from replay.plan.grid import Candidate, prepare
 from replay.simulate import replay_frame
 from replay.text import WIDTH
-from schemas.tables import REQUEST_TRACE
-from test_plan import GPU, MODEL, SLO, TRACE, calibration
-from traces.io import write_trace
+from test_plan import GPU, MODEL, SLO, TRACE, calibration, plan_cli, plan_files
 
 #: The engine settings of the calibration (test_plan.ENGINE) a replay of a candidate takes.
 LIMITS = dict(max_num_seqs=64, max_num_batched_tokens=512, block_size=16, gpu_memory_utilization=0.9)
@@ -91,15 +87,11 @@ def test_pp_with_dp_is_skipped_with_the_engines_reason():
 
 @pytest.fixture
 def files(tmp_path):
-    trace, cal = tmp_path / "t.parquet", tmp_path / "cal.json"
-    write_trace(TRACE.head(40), REQUEST_TRACE, trace)
-    calibration().write(cal)
-    return trace, cal
+    return plan_files(tmp_path, 40)
 
 
 def plan(trace, cal, *args):
-    return CliRunner().invoke(servecal, ["plan", str(trace), "--calibration", str(cal), "--jobs", "1", "--probes", "0",
-                                         "--slo", "ttft_p90=5s", *map(str, args)])
+    return plan_cli(trace, cal, "--slo", "ttft_p90=5s", *args)
 
 
 def test_cli_lists_pp_and_dp_candidates_with_their_gpus(files, tmp_path):
