@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from traces.aggregate_workload import (SEED, identical_lengths, level_metadata, level_statistics, level_trace,
-                                       shared_prefix_tokens)
+from traces.aggregate_workload import SEED, identical_lengths, level_statistics, level_workload, shared_prefix_tokens
 from traces.errors import TraceError
 
 from .errors import FitError
@@ -62,10 +61,9 @@ def aggregate_runs(path: str, frame: pd.DataFrame, meta: dict, cfg, level: int |
         kind, value = rows["level_kind"].iloc[0], rows["level_value"].iloc[0]
         run_cfg = cfg.with_options(concurrency=int(value) if kind == "concurrency" else None)
         try:
-            trace = level_trace(rows, name, SEED + int(k), shared_prefix_tokens(meta, path))
+            _, trace, meta_k = level_workload(frame, k, meta, path)
         except TraceError as exc:
             raise FitError(str(exc)) from None
-        meta_k = level_metadata(rows, meta, trace)
         runs.append(Run(name, trace, run_cfg, meta_k, None, None, targets, level_targets(rows, (0.0, 100.0))))
     return runs
 

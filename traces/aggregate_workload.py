@@ -192,3 +192,19 @@ def level_metadata(level: pd.DataFrame, meta: dict, trace: pd.DataFrame) -> dict
     if kind == "concurrency" and identical_lengths(trace) and e2e is not None and np.isnan(e2e[0]).any():
         out["closed_loop_start_spread_s"] = f"{e2e[1][np.isnan(e2e[0])][0]:.9g}"
     return out
+
+
+def level_workload(frame: pd.DataFrame, level: int, meta: dict, path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """Level ``level`` of an ``aggregate_targets/1`` table read from ``path`` (its ``meta``) as the
+    fit, ``replay`` and ``servecal plan`` replay it: ``(rows, trace, metadata)``, the level's rows,
+    its synthesized request trace (:func:`level_trace`, seed ``SEED + level``, the file's shared
+    prefix) and the metadata it is replayed with (:func:`level_metadata`).
+
+    Raises
+    ------
+    TraceError
+        A bad ``shared_prefix_tokens``, or a length with neither a mean nor percentiles.
+    """
+    rows = frame[frame["level"] == level]
+    trace = level_trace(rows, f"{path}#{level}", SEED + int(level), shared_prefix_tokens(meta, path))
+    return rows, trace, level_metadata(rows, meta, trace)

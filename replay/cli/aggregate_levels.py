@@ -82,7 +82,7 @@ def replay_levels(run, level: int | None, wide: bool, report: str | None = None)
     """
 
     from schemas.status import OK
-    from traces.aggregate_workload import SEED, level_metadata, level_statistics, level_trace, shared_prefix_tokens
+    from traces.aggregate_workload import level_statistics, level_workload
     from traces.errors import TraceError
 
     from ..analysis.band_tables import NO_BAND_POINTS
@@ -99,13 +99,11 @@ def replay_levels(run, level: int | None, wide: bool, report: str | None = None)
     if run.differences:
         click.echo(wrap("a what-if, not a validation: " + "; ".join(run.differences)))
     for k in levels if level is None else [level]:
-        rows = frame[frame["level"] == k]
         name = f"{run.trace}#{k}"
         try:
-            workload = level_trace(rows, name, SEED + k, shared_prefix_tokens(run.meta, run.trace))
+            rows, workload, meta = level_workload(frame, k, run.meta, run.trace)
         except TraceError as exc:
             raise DataError(str(exc)) from None
-        meta = level_metadata(rows, run.meta, workload)
         kind, value = rows["level_kind"].iloc[0], float(rows["level_value"].iloc[0])
         cfg = replay_config({**run.settings, "concurrency": int(value) if kind == "concurrency" else None})
         t0 = time.perf_counter()
@@ -135,16 +133,10 @@ def replay_levels(run, level: int | None, wide: bool, report: str | None = None)
 
 def _print_deployment(run, num_levels: int) -> None:
     """What each level is replayed on, in one line, as ``replay`` says it of a request trace."""
-    from ..core.disagg_pools import describe_config
-    from .runners import hardware
+    from .runners import deployment_words
 
     cfg = replay_config({**run.settings, "concurrency": None})
-    eng, sched = cfg.engine, cfg.scheduling
-    where = (f"scheduler disagg: {describe_config(run.cost_model, cfg.disagg)}" if cfg.disagg is not None else
-             f"{hardware(run.cost_model, sched.replicas)}, scheduler {sched.scheduler}")
-    click.echo(wrap(f"replaying {num_levels} level(s) of {run.trace}: model {run.cost_model.model.name}, {where}, "
-                    f"max_num_seqs={eng.max_num_seqs}, max_num_batched_tokens={eng.max_num_batched_tokens}"))
-
+    click.echo(wrap(f"replaying {num_levels} level(s) of {run.trace}: {deployment_words(run.cost_model, cfg)}"))
 
 def _print_level(reported: dict, done, band, resolution: dict) -> list[dict]:
     """The table of one level: each ``reported`` statistic (:func:`traces.aggregate_workload.level_statistics`)

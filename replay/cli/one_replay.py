@@ -20,7 +20,7 @@ from ..config import ReplayConfig
 from ..text import wrap
 from .engine_settings import taken_settings_checked
 from .options import command_line
-from .runners import hardware
+from .runners import deployment_words
 
 
 @dataclass
@@ -54,7 +54,6 @@ def replay_and_summarise(run: ReplayInputs, cfg: ReplayConfig):
     and the wall time of the replay, seconds.
     """
     from ..core.disagg import DisaggEngine
-    from ..core.disagg_pools import describe_config
     from ..schedulers import get_scheduler_factory
     from ..simulate import replay_frame
 
@@ -62,16 +61,13 @@ def replay_and_summarise(run: ReplayInputs, cfg: ReplayConfig):
     if cfg.disagg is None:
         get_scheduler_factory(sched.scheduler)  # a bad --scheduler fails before anything is printed
     cost_model = run.cost_model
-    where = (f"scheduler disagg: {describe_config(cost_model, cfg.disagg)}" if cfg.disagg is not None else
-             f"{hardware(cost_model, sched.replicas)}, scheduler {sched.scheduler}")
     loop = "" if closed.concurrency is None else \
         f", closed loop: {closed.concurrency} clients, think time {closed.think_time_s:g} s"
     if eng.long_prefill_token_threshold:
         loop += f", long_prefill_token_threshold={eng.long_prefill_token_threshold}"
     if eng.num_speculative_tokens:
         loop += f", speculative decoding: K={eng.num_speculative_tokens}, acceptance {eng.spec_acceptance_rate:g}"
-    click.echo(wrap(f"replaying {len(run.frame)} requests: model {cost_model.model.name}, {where}, "
-                    f"max_num_seqs={eng.max_num_seqs}, max_num_batched_tokens={eng.max_num_batched_tokens}{loop}"))
+    click.echo(wrap(f"replaying {len(run.frame)} requests: {deployment_words(cost_model, cfg)}{loop}"))
     with taken_settings_checked():
         started = time.perf_counter()
         result, engine = replay_frame(run.frame, cost_model, cfg, run.meta)

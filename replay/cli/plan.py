@@ -166,13 +166,12 @@ def _busiest_window(trace, frame, meta: dict, level: int | None = None) -> tuple
     DataError
         No level at an arrival rate, or lengths with no statistic.
     """
-    from traces.aggregate_workload import SEED, busiest_level, level_metadata, level_trace, shared_prefix_tokens
+    from traces.aggregate_workload import busiest_level, level_workload
     from traces.errors import TraceError
 
     try:
         k = busiest_level(frame, trace, level)
-        rows = frame[frame["level"] == k]
-        workload = level_trace(rows, f"{trace}#{k}", SEED + k, shared_prefix_tokens(meta, trace))
+        rows, workload, level_meta = level_workload(frame, k, meta, trace)
     except TraceError as exc:
         raise DataError(str(exc)) from None
     rate = float(rows["level_value"].iloc[0])
@@ -180,7 +179,7 @@ def _busiest_window(trace, frame, meta: dict, level: int | None = None) -> tuple
     click.echo(wrap(f"{trace}: aggregates of {frame['level'].nunique()} level(s); the plan replays {which}"
                     f"#{k} at {rate:.3g} req/s: {len(workload)} requests synthesized from its length statistics "
                     "(as calibrate fit replays it; --rate-scale scales that rate, --rate replaces it)"), err=True)
-    return workload, level_metadata(rows, meta, workload), rate
+    return workload, level_meta, rate
 
 
 def _schedulers(scheduler: str | None, eng: dict) -> list[str]:

@@ -110,6 +110,19 @@ def hardware(cost_model, replicas: int) -> str:
     return f"{replicas} replicas of {one}, {num_gpus(cost_model, replicas)} GPUs"
 
 
+def deployment_words(cost_model, cfg) -> str:
+    """What a replay runs on, as its header says it: ``"model llama-3.1-8b, 1 x h100-80gb (TP=1),
+    scheduler chunked, max_num_seqs=256, max_num_batched_tokens=8192"`` (``disagg``: its pools,
+    :func:`replay.core.disagg_pools.describe_config`)."""
+    from ..core.disagg_pools import describe_config
+
+    eng, sched = cfg.engine, cfg.scheduling
+    where = (f"scheduler disagg: {describe_config(cost_model, cfg.disagg)}" if cfg.disagg is not None else
+             f"{hardware(cost_model, sched.replicas)}, scheduler {sched.scheduler}")
+    return (f"model {cost_model.model.name}, {where}, max_num_seqs={eng.max_num_seqs}, "
+            f"max_num_batched_tokens={eng.max_num_batched_tokens}")
+
+
 def num_gpus(cost_model, replicas: int, disagg=None) -> int:
     """GPUs a run uses: ``replicas`` x TP x DP x PP colocated, or the prefill and decode pools'
     (:func:`replay.core.disagg_pools.pool_gpus`) of ``disagg`` (:class:`~replay.config.DisaggOptions`)."""
