@@ -162,7 +162,7 @@ def write_levels_report(path: str | os.PathLike, rows: pd.DataFrame, context, ca
     table = [[str(r.level), r.load, r.metric, r.statistic, f"{1e3 * r.reported_s:.2f}", cell(r),
               f"{(r.predicted_s - r.reported_s) / r.reported_s:+.1%}" if r.reported_s > 0 else "n/a",
               "" if r.inside is None else ("yes" if r.inside else "no")] for r in rows.itertuples()]
-    banded = rows[rows["inside"].notna()] if len(rows) else rows
+    banded = rows[rows["inside"].notna()]
     summary = (f"{int(banded['inside'].sum())} of {len(banded)} reported percentiles inside their 95 % band"
                if len(banded) else "no band")
     body = [("h2", f"Levels: {rows['level'].nunique()}"), ("table", head, table),
