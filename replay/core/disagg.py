@@ -124,7 +124,9 @@ class DisaggEngine(Engine):
 
        With ``pull`` the decode loop migrates what it accepted one request at a time and awaits
        each (DistServe's ``_migrate_blocks``: a blocking call to every worker), so ``t_s`` is the
-       acceptance or the end of that instance's previous migration, whichever is later, and the
+       acceptance or the end of that instance's previous migration, whichever is later (for a
+       pipelined instance also the end of the micro-batches its stages hold: each stage's worker runs
+       the migration after them, :class:`~replay.core.pipeline.PipelineDisaggEngine`), and the
        instance starts no step (a pipelined one admits no micro-batch into its first stage) before
        its last migration ends; ``pred_handoff_wait_s`` runs from ``t_p`` to ``t_s``. With
        ``prealloc`` and ``push`` the transfers run beside the decode steps and ``t_s`` is ``t_p``.
@@ -324,7 +326,7 @@ class DisaggEngine(Engine):
 
     def _start_transfer(self, req: Request, src: int, dst: int, now: float) -> None:
         i = dst - self.num_prefill_replicas
-        start = now if self.kv_handoff != "pull" else max(now, self._migrated_until_s[i])
+        start = now if self.kv_handoff != "pull" else self._migration_start_s(i, now)
         end = start + kv_transfer_time_s(req.num_prompt_tokens, self.model, self.link)
         if self.kv_handoff == "pull":  # the decode loop waits for each migration in turn (Notes)
             self._handoff_wait[req.index] += start - now  # the loop's earlier migrations
@@ -336,6 +338,11 @@ class DisaggEngine(Engine):
         self._num_in_flight += 1
         req.status = TRANSFERRING
         self.call_at(end, partial(self._end_transfer, req, src, dst))
+
+    def _migration_start_s(self, i: int, now: float) -> float:
+        """When decode entry ``i``'s (0-based in the pool) loop can start a migration accepted at ``now``:
+        after its previous migration (seconds)."""
+        return max(now, self._migrated_until_s[i])
 
     def _hold_loop(self, rid: int, until_s: float) -> None:
         """Keep decode replica ``rid`` (its instance) from starting a step before ``until_s`` (seconds)."""

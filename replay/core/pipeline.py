@@ -240,6 +240,14 @@ class PipelineDisaggEngine(PipelineMixin, DisaggEngine):
         g = self.group_of[p + i]
         return [j - p for j in range(p, len(self.replicas)) if self.group_of[j] == g]
 
+    def _migration_start_s(self, i: int, now: float) -> float:
+        """A pipelined decode instance migrates only once every stage has passed the micro-batches it
+        holds: DistServe's ``_migrate_blocks`` is a call to every stage's worker (a Ray actor, running
+        its calls in order, so after the ``step`` calls queued before it) and the loop awaits them all,
+        so the pipeline drains before each migration (LLMServe/DistServe ``engine.py``/``worker.py``)."""
+        free = self._stage_free[self.group_of[self.num_prefill_replicas + i]]
+        return max(super()._migration_start_s(i, now), max(free))
+
     def _hold_loop(self, rid: int, until_s: float) -> None:
         """The instance's driver loop is busy until ``until_s``: no micro-batch enters its stage 1 before."""
         free = self._stage_free[self.group_of[rid]]

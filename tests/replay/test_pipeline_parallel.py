@@ -137,6 +137,29 @@ def test_disagg_with_two_decode_stages_hand_worked():
     assert eng.process_names() == ["prefill 0", "decode 1"]
 
 
+def test_a_pipelined_decode_instance_migrates_once_its_stages_have_drained():
+    # As the test above, A and B now 4 tokens each, and C (prompt 20, 2 tokens) arrives at 38 ms:
+    # its prefill [38, 50] (10 + 2 ms) emits token 1 at 50, while A is in stage 2 [48.11, 53.21] and
+    # B in stage 1 [47.1, 52.2]. The decode loop accepts C between its steps, when A's micro-batch
+    # leaves at 53.21; DistServe's migration is a call to every stage's worker, each running it after
+    # the step it holds, so it starts when stage 2 has passed B [53.21, 58.31]: 58.31 -> 61.31
+    # (20 x 0.1 + 1 ms), not at 53.21 (what the loop alone would allow: 53.21 -> 56.21).
+    # 61.31  VE0: A and C (routed to VE 0: tie at one request each, lowest id), 2 tokens: t = 5.2,
+    #        x = 1.02: stage 1 [61.31, 66.51], stage 2 [67.53, 72.73] -> A token 3, C token 2
+    link = Link("test", LLAMA.kv_bytes_per_token * 1e4, 1e-3)
+    reqs = _requests([("A", 0.0, 100, 4), ("B", 0.0, 50, 4), ("C", 38 * MS, 20, 2)])
+    eng = PipelineDisaggEngine(LinearStepCost(10 * MS, 0.1 * MS), StageCost(base_s=5 * MS),
+                               SchedulerConfig(2, 2048), EngineConfig(10**6, 16, None, True, True, exact_steps=True),
+                               decode_num_gpu_blocks=10**6, model=LLAMA, link=link, pp_decode=2)
+    eng.run(reqs)
+    c = eng.transfers[2]
+    assert (c.start_time_s, c.end_time_s) == pytest.approx((58.31 * MS, 61.31 * MS), rel=1e-12)
+    assert eng.result_columns(3)["pred_handoff_wait_s"][2] == pytest.approx(8.31 * MS, rel=1e-12)
+    a, _, c_times = (r.token_times_s for r in reqs)
+    assert a[:3] == pytest.approx([25 * MS, 53.21 * MS, 72.73 * MS], rel=1e-12)
+    assert c_times == pytest.approx([50 * MS, 72.73 * MS], rel=1e-12)
+
+
 def test_a_pipelined_decode_instance_accepts_under_one_share_over_its_virtual_engines():
     """DistServe's pipelined decode instance has one scheduler over its pp batch queues: the 5 % share of
     accepted, unbatched prompts is the instance's (both virtual engines' blocks), not each one's."""
