@@ -19,22 +19,38 @@ def _section() -> str:
     return text[text.index(HEADING):]
 
 
-def test_the_long_run_recipe_prints_the_page_s_tables(real_data_dir, tmp_path, monkeypatch):
-    section = _section()
-    commands = [c.strip() for c in re.search(r"```bash\n(.*?)```", section, re.S).group(1)
-                .replace("\\\n", " ").splitlines() if c.strip()]
-    tables = re.findall(r"```text\n(.*?)```", section, re.S)
-    assert len(commands) == 7 and len(tables) == 2
-    assert "(img/distserve_long_waits.png)" in section and (PAGE.parent / "img" / "distserve_long_waits.png").exists()
-    monkeypatch.chdir(tmp_path)
+def _blocks(section: str) -> tuple[list[list[str]], list[str]]:
+    """The section's bash blocks (each a list of commands, continuation lines joined) and text blocks."""
+    commands = [[c.strip() for c in block.replace("\\\n", " ").splitlines() if c.strip()]
+                for block in re.findall(r"```bash\n(.*?)```", section, re.S)]
+    return commands, re.findall(r"```text\n(.*?)```", section, re.S)
+
+
+def _run(commands: list[str], real_data_dir) -> list[str]:
     outputs = []
     for cmd in commands:
         res = CliRunner().invoke(servecal, shlex.split(cmd.replace("$D", str(real_data_dir))))
         assert res.exit_code == 0, (cmd, res.output)
         outputs.append(res.output)
-    for table, output in zip(tables, outputs[-2:]):  # each replay's MEASURED vs PREDICTED, row by row
+    return outputs
+
+
+def _tables_in(tables: list[str], outputs: list[str]) -> None:
+    for table, output in zip(tables, outputs):  # each replay's MEASURED vs PREDICTED, row by row
         for line in table.strip().splitlines():
             assert line in output.splitlines(), (line, output)
+
+
+def test_the_long_run_recipe_prints_the_page_s_tables(real_data_dir, tmp_path, monkeypatch):
+    section = _section()
+    (commands, pp2_commands), tables = _blocks(section)
+    assert len(commands) == 7 and len(pp2_commands) == 2 and len(tables) == 3
+    assert "(img/distserve_long_waits.png)" in section and (PAGE.parent / "img" / "distserve_long_waits.png").exists()
+    monkeypatch.chdir(tmp_path)
+    outputs = _run(commands, real_data_dir)
+    _tables_in(tables[:2], outputs[-2:])
     assert "inside their 95 % band: 6 of 6 measured p50/p90 statistics" in outputs[-1]
     assert "graded poor" in outputs[-1]
     assert (tmp_path / "long_files" / "disagg_waits.png").exists()
+    # the pipelined decode instance's run, replayed from the same decode calibration (its drain)
+    _tables_in(tables[2:], _run(pp2_commands, real_data_dir)[-1:])

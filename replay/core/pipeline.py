@@ -26,6 +26,14 @@ bubble of the transfers: each virtual engine waits for its own batch, ``pp t + (
 A step-trace row of a pipelined replica is a micro-batch's pass through stage 1 (its start and
 ``t``), so the rows of a replica never overlap.
 
+Host time: each stage pays the per-step and per-sequence host time of the micro-batch it runs
+(``t_step_s``, ``t_seq_s``: the cost model's stage time holds them whole), as each stage's worker
+runs its own forward pass and launches; the per-layer terms are divided by ``pp``. Charged once per
+micro-batch on one serial driver instead, DistServe's decode (terms fitted on its 7.5 req/s PP 1
+run) would make PP 2 0.63x PP 1's TPOT at 4.5 req/s, where its measured runs give 0.80 (42.7 ms
+at 4 req/s against 53.1 ms; per stage: 0.80), and its 12 req/s PP 2 run's TTFT p90 -98 % instead
+of -16 % (docs/disaggregation.md).
+
 Every pipelined replay takes the exact path (``EngineConfig.exact_steps``: every step through
 the event heap, every request explicit): the implicit decoders and the closed-form decode runs
 assume a step ends ``duration`` after it starts, which a busy stage breaks. ``--exact-steps``
