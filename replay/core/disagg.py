@@ -20,7 +20,7 @@ import numpy as np
 from schemas.specs import ModelSpec
 from schemas.status import OK, REJECTED, TRANSFERRING, WAITING, because
 
-from ..cost.cost_model import Link, StepCostModel, kv_transfer_time_s
+from ..cost.cost_model import Link, StepCostModel, kv_transfer_time_function
 from .engine import Engine
 from .engine_config import EngineConfig
 from ..errors import ConfigError
@@ -164,6 +164,7 @@ class DisaggEngine(Engine):
                          router=lambda req, replicas: prefill_router(req, replicas[:p]))
         self.num_prefill_replicas, self.num_decode_replicas = p, d
         self.model, self.link, self.first_token_from = model, link, first_token_from
+        self._transfer_time_s = kv_transfer_time_function(model, link)  # the link's seconds for L prompt tokens
         self.prefill_cost_model, self.decode_cost_model = prefill_cost_model, decode_cost_model
         self.cost_models = [prefill_cost_model] * p + [decode_cost_model] * d
         self.prefill_schedulers = [PrefillScheduler(first_token_from) for _ in range(p)]
@@ -289,16 +290,20 @@ class DisaggEngine(Engine):
         the share is over the whole instance (:meth:`_instance_of`), the room in ``i``'s own cache."""
         p = self.num_prefill_replicas
         same = self._instance_of(i)
-        held = sum(self._accepted_blocks[j] for j in same)
-        blocks = sum(self.replicas[p + j].kv.num_gpu_blocks for j in same)
-        return held < PULL_WAITING_SHARE * blocks and self._room(i, req) and self._between_steps(same)
+        if not self._between_steps(same):
+            return False
+        held = blocks = 0
+        for j in same:
+            held += self._accepted_blocks[j]
+            blocks += self.replicas[p + j].kv.num_gpu_blocks
+        return held < PULL_WAITING_SHARE * blocks and self._room(i, req)
 
     def _between_steps(self, entries: list[int]) -> bool:
         """Whether the decode instance of pool ``entries`` (0-based) is between steps: idle, or the step that
         ends now is its own. DistServe's decode loop accepts (and migrates) only there, after a step's
         output and before it schedules the next (``post_process``, Notes)."""
         p = self.num_prefill_replicas
-        return any(p + j == self._step_ended for j in entries) or all(self._batches[p + j] is None for j in entries)
+        return self._step_ended - p in entries or all(self._batches[p + j] is None for j in entries)
 
     def _instance_of(self, i: int) -> list[int]:
         """The decode pool's entries (0-based) that share one scheduler with entry ``i``: itself."""
@@ -307,6 +312,8 @@ class DisaggEngine(Engine):
     def _pull(self, now: float) -> None:
         """Start the transfers of the finished prompts, in order, that a decode instance accepts now
         (the least-loaded one of those that accept); stop at the first no instance accepts."""
+        if self._step_ended < 0 and None not in self._batches[self.num_prefill_replicas:]:
+            return  # every decode instance is in a step: none accepts (_between_steps)
         while self._unaccepted:
             taken = self._take_head(self._unaccepted, self._accepts, now)
             if taken is None:
@@ -325,7 +332,7 @@ class DisaggEngine(Engine):
     def _start_transfer(self, req: Request, src: int, dst: int, now: float) -> None:
         i = dst - self.num_prefill_replicas
         start = now if self.kv_handoff != "pull" else max(now, self._migrated_until_s[i])
-        end = start + kv_transfer_time_s(req.num_prompt_tokens, self.model, self.link)
+        end = start + self._transfer_time_s(req.num_prompt_tokens)
         if self.kv_handoff == "pull":  # the decode loop waits for each migration in turn (Notes)
             self._handoff_wait[req.index] += start - now  # the loop's earlier migrations
             for j in self._instance_of(i):
