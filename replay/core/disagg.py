@@ -38,7 +38,7 @@ KV_HANDOFFS = ("pull", "prealloc", "push")
 PULL_WAITING_SHARE = 0.05
 
 
-@dataclass
+@dataclass(slots=True)
 class Transfer:
     """The KV transfer of one request and its hand-over to a decode instance.
 
@@ -236,7 +236,7 @@ class DisaggEngine(Engine):
         open_ = [i for i in range(self.num_decode_replicas) if admits(i, req)]
         if not open_:
             return None
-        i = min(open_, key=self._decode_load)
+        i = open_[0] if len(open_) == 1 else min(open_, key=self._decode_load)
         entry = queue.popleft()
         self._accepted_blocks[i] += self.replicas[self.num_prefill_replicas + i].kv.blocks_for(req.num_prompt_tokens)
         self._handoff_wait[req.index] = now - since
@@ -251,8 +251,11 @@ class DisaggEngine(Engine):
         p = self.num_prefill_replicas
         if rid < p:
             sched = self.prefill_schedulers[rid]
+            if not sched.handed_over:
+                return
             moving = [r for r in sched.handed_over if r.status != OK]  # OK: a one-token request ended here
-            unused = [r for r in sched.handed_over if r.status == OK and r.index in self._reserved_at]
+            unused = [r for r in sched.handed_over if r.status == OK and r.index in self._reserved_at] \
+                if self._reserved_at else []
             for req in unused:  # prealloc: a one-token request ended here, its reservation unused
                 i = self._reserved_at.pop(req.index)
                 self._accepted_blocks[i] -= self.replicas[p + i].kv.blocks_for(req.num_prompt_tokens)
@@ -284,6 +287,16 @@ class DisaggEngine(Engine):
         self._pull(now)
         self._step_ended = -1
         self._reserve(now)
+
+    def _quiet_step_end(self, rid: int) -> bool:
+        """Whether :meth:`_after_step` at the end of replica ``rid``'s step would change nothing now: a prefill
+        instance's step hands no prompt over; on a decode instance no finished prompt or arrival waits for
+        one (``_pull``, ``_reserve``) and the step admitted no transferred request (or holds no explicit one)."""
+        p = self.num_prefill_replicas
+        if rid < p:
+            return not self.prefill_schedulers[rid].handed_over
+        return (not self._unaccepted and not self._prealloc
+                and not (self._unadmitted[rid - p] and self._batches[rid].requests))  # type: ignore[union-attr]
 
     def _accepts(self, i: int, req: Request) -> bool:
         """Whether decode instance ``i`` (0-based in the pool) accepts ``req`` now (DistServe's rule, Notes);

@@ -208,7 +208,7 @@ class Engine:
         if progress is not None:
             self._arrive_next = counting_calls(self._arrive_next, progress, every=1024)  # type: ignore[method-assign]
             self._finish = counting_items(self._finish, progress, arg=1)  # type: ignore[method-assign]  # requests done
-        end_step, start_step, arrive_next = self._end_step, self._start_step, self._arrive_next
+        close_step, start_step, arrive_next = self._close_step, self._start_step, self._arrive_next
         try:
             while self._next_list_arrival_s < math.inf or heap:
                 if not heap or self._next_list_arrival_s <= heap[0][0]:
@@ -216,13 +216,11 @@ class Engine:
                     continue
                 now, kind, _, rid = heappop(heap)
                 if kind == STEP_END:
-                    end_step(rid, now)
-                    if self.on_step_end is not None:
-                        self.on_step_end(rid, now)
-                elif kind == CALL or kind == LATE_CALL:
-                    rid(now)  # the payload of a call_at event is its callback
-                    continue
-                start_step(rid, now)
+                    start_step(rid, now, close_step(rid, now))
+                elif kind == WAKE:
+                    start_step(rid, now)
+                else:
+                    rid(now)  # the payload of a call_at (CALL, LATE_CALL) event is its callback
         finally:
             if progress is not None:
                 progress.close()
@@ -244,13 +242,14 @@ class Engine:
         self._rr = (self._rr + 1) % len(self.replicas)
         return (self._rr - 1) % len(self.replicas)
 
-    def _start_step(self, rid: int, now: float) -> None:
-        """Start replica ``rid``'s next step at ``now`` (seconds), or idle it.
+    def _start_step(self, rid: int, now: float, batch: Batch | None = None) -> None:
+        """Start replica ``rid``'s next step at ``now`` (seconds), or idle it; ``batch`` is that step when
+        it is already scheduled (the implicit decoders alone again, :meth:`_close_step`).
 
         The event loop's work up to the step's end is done here while nothing else is due
         first: the arrivals before the end (or at it: they come first) arrive, then, when the
         end is before everything in the heap (ties excluded), the step is ended
-        (:attr:`on_step_end` called) and the next one started, without the trip through the
+        (:meth:`_close_step`) and the next one started, without the trip through the
         heap. The event loop would do the same, in the same order. ``--exact-steps`` always
         takes the trip.
         """
@@ -258,9 +257,7 @@ class Engine:
         lazy = state.lazy
         heap, step_time_s = self._heap, self.cost_models[rid].step_time_s
         inline, record = not self.config.exact_steps, self.config.record_steps
-        hook = self.on_step_end
         spec = self.spec_tokens
-        batch = None  # the step to start (None: to be scheduled)
         while True:
             swap_s = 0.0
             if batch is None and self.loop_busy_until_s[rid] > now:  # the host loop is busy
@@ -306,12 +303,7 @@ class Engine:
                 while self._next_list_arrival_s <= end and (not heap or self._next_list_arrival_s <= heap[0][0]):
                     self._arrive_next()  # what the event loop would do next
             if inline and (not heap or end < heap[0][0]) and end < self._next_list_arrival_s:
-                if not (lazy is not None and hook is None and not batch.requests and not state.waiting
-                        and lazy.count == len(state.running) and lazy.repeat(state.kv, batch, end)):
-                    self._end_step(rid, end)
-                    if hook is not None:
-                        hook(rid, end)
-                    batch = None
+                batch = self._close_step(rid, end)
                 now = end
                 continue
             self._push(end, STEP_END, rid)
@@ -374,6 +366,28 @@ class Engine:
         if self.on_request_done is not None:
             for req in done:
                 self.on_request_done(req, now)
+
+    def _close_step(self, rid: int, end: float) -> Batch | None:
+        """End replica ``rid``'s step at ``end`` (seconds). When its implicit decoders, alone in it and all of
+        ``running``, can decode again in place (nothing waits, no member finishes, the blocks they cross into
+        are free: :meth:`LazyDecodes.repeat`) and :attr:`on_step_end` would change nothing
+        (:meth:`_quiet_step_end`), the same batch is the next step: returned. Else the step's tokens are
+        emitted (:meth:`_end_step`), the hook called, and None returned (the next step is to be scheduled)."""
+        state, batch = self.replicas[rid], self._batches[rid]
+        lazy, hook = state.lazy, self.on_step_end
+        if (lazy is not None and not batch.requests and not state.waiting  # type: ignore[union-attr]
+                and lazy.count == len(state.running) and (hook is None or self._quiet_step_end(rid))
+                and lazy.repeat(state.kv, batch, end)):
+            return batch
+        self._end_step(rid, end)
+        if hook is not None:
+            hook(rid, end)
+        return None
+
+    def _quiet_step_end(self, rid: int) -> bool:
+        """Whether :attr:`on_step_end` at the end of replica ``rid``'s step would change nothing now (False
+        here: a subclass that sets the hook may know better)."""
+        return False
 
     def _end_step(self, rid: int, now: float) -> None:
         state = self.replicas[rid]
