@@ -159,9 +159,10 @@ class DisaggEngine(Engine):
         if kv_handoff not in KV_HANDOFFS:
             raise ConfigError(f"--kv-handoff must be one of {', '.join(KV_HANDOFFS)}, not {kv_handoff!r}")
         p, d = prefill_replicas, decode_replicas
-        prefill_router = router or RoundRobinRouter()
+        prefill_router, prefill_states = router or RoundRobinRouter(), []
         super().__init__(prefill_cost_model, DecodeScheduler, scheduler_config, engine_config, p + d,
-                         router=lambda req, replicas: prefill_router(req, replicas[:p]))
+                         router=lambda req, replicas: prefill_router(req, prefill_states))
+        prefill_states[:] = self.replicas[:p]  # the router's choice: among the prefill instances
         self.num_prefill_replicas, self.num_decode_replicas = p, d
         self.model, self.link, self.first_token_from = model, link, first_token_from
         self._transfer_time_s = kv_transfer_time_function(model, link)  # the link's seconds for L prompt tokens
@@ -284,9 +285,11 @@ class DisaggEngine(Engine):
                     self._unadmitted[rid - p] -= 1
                     if self.kv_handoff != "push":
                         self._accepted_blocks[rid - p] -= self.replicas[rid].kv.blocks_for(req.num_prompt_tokens)
-        self._pull(now)
+        if self._unaccepted:
+            self._pull(now)
         self._step_ended = -1
-        self._reserve(now)
+        if self._prealloc:
+            self._reserve(now)
 
     def _quiet_step_end(self, rid: int) -> bool:
         """Whether :meth:`_after_step` at the end of replica ``rid``'s step would change nothing now: a prefill

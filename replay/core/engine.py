@@ -372,14 +372,29 @@ class Engine:
         ``running``, can decode again in place (nothing waits, no member finishes, the blocks they cross into
         are free: :meth:`LazyDecodes.repeat`) and :attr:`on_step_end` would change nothing
         (:meth:`_quiet_step_end`), the same batch is the next step: returned. Else the step's tokens are
-        emitted (:meth:`_end_step`), the hook called, and None returned (the next step is to be scheduled)."""
+        emitted (:mod:`replay.core.step_end`), the finished requests leave ``running``, the next decoders
+        join the implicit ones, the hook is called, and None returned (the next step is to be scheduled)."""
         state, batch = self.replicas[rid], self._batches[rid]
+        assert batch is not None  # a step end is pending only for a started step (set by _start_step)
         lazy, hook = state.lazy, self.on_step_end
-        if (lazy is not None and not batch.requests and not state.waiting  # type: ignore[union-attr]
-                and lazy.count == len(state.running) and (hook is None or self._quiet_step_end(rid))
-                and lazy.repeat(state.kv, batch, end)):
-            return batch
-        self._end_step(rid, end)
+        if lazy is not None:
+            if (not batch.requests and not state.waiting and lazy.count == len(state.running)
+                    and (hook is None or self._quiet_step_end(rid)) and lazy.repeat(state.kv, batch, end)):
+                return batch
+            done = lazy.end_step(state, batch, end)  # implicit decoders that emitted their last token, freed
+        else:
+            done = []
+        kv = state.kv
+        if batch.run_end_times_s is not None:  # a closed-form run of identical steps
+            end_run(batch, kv, end, done)
+        elif batch.requests and self.spec_tokens:
+            end_spec_step(batch, kv, end, done, partial(self.accept_drafts, rid), self.spec_counts)
+        elif batch.requests:
+            end_step(batch, kv, end, done)
+        if done:
+            self._finish(state, done, end)
+        if lazy is not None and lazy.count < len(state.running):
+            lazy.admit_decoders(state)
         if hook is not None:
             hook(rid, end)
         return None
@@ -388,25 +403,6 @@ class Engine:
         """Whether :attr:`on_step_end` at the end of replica ``rid``'s step would change nothing now (False
         here: a subclass that sets the hook may know better)."""
         return False
-
-    def _end_step(self, rid: int, now: float) -> None:
-        state = self.replicas[rid]
-        batch = self._batches[rid]
-        assert batch is not None  # a step end is pending only for a started step (set by _start_step)
-        kv = state.kv
-        lazy = state.lazy
-        # requests that emit their last token in this step (implicit decoders come back freed)
-        done = lazy.end_step(state, batch, now) if lazy is not None else []
-        if batch.run_end_times_s is not None:  # a closed-form run of identical steps
-            end_run(batch, kv, now, done)
-        elif batch.requests and self.spec_tokens:
-            end_spec_step(batch, kv, now, done, partial(self.accept_drafts, rid), self.spec_counts)
-        elif batch.requests:
-            end_step(batch, kv, now, done)
-        if done:
-            self._finish(state, done, now)
-        if lazy is not None and lazy.count < len(state.running):
-            lazy.admit_decoders(state)
 
     def sample_accepted_drafts(self, rid: int, drafts: list) -> list:
         """Accepted draft tokens of the decodes of one step of replica ``rid``
