@@ -26,6 +26,7 @@ from .engine_config import EngineConfig
 from ..errors import ConfigError
 from .kv_cache import make_kv_cache
 from .request import Request
+from .result_columns import transfer_columns
 from .routing import RoundRobinRouter, replica_load
 from ..schedulers.base import SchedulerConfig
 from ..schedulers.disagg import FIRST_TOKEN_FROM, DecodeScheduler, PrefillScheduler
@@ -159,7 +160,7 @@ class DisaggEngine(Engine):
         if kv_handoff not in KV_HANDOFFS:
             raise ConfigError(f"--kv-handoff must be one of {', '.join(KV_HANDOFFS)}, not {kv_handoff!r}")
         p, d = prefill_replicas, decode_replicas
-        prefill_router, prefill_states = router or RoundRobinRouter(), []
+        prefill_router, prefill_states = router or RoundRobinRouter(), []  # type: ignore[var-annotated]
         super().__init__(prefill_cost_model, DecodeScheduler, scheduler_config, engine_config, p + d,
                          router=lambda req, replicas: prefill_router(req, prefill_states))
         prefill_states[:] = self.replicas[:p]  # the router's choice: among the prefill instances
@@ -249,33 +250,45 @@ class DisaggEngine(Engine):
         return kv.blocks_for(req.num_prompt_tokens) <= kv.num_free_blocks - self._accepted_blocks[i]
 
     def _after_step(self, rid: int, now: float) -> None:
+        """The step-end hook (:attr:`Engine.on_step_end`): :meth:`_hand_over` or :meth:`_after_decode_step`."""
+        if rid < self.num_prefill_replicas:
+            self._hand_over(rid, now)
+        else:
+            self._after_decode_step(rid, now)
+
+    def _hand_over(self, rid: int, now: float) -> None:
+        """Prefill instance ``rid``'s step ended at ``now``: the prompts it finished leave it (their KV moves, is
+        queued to be pulled, or a reservation of a one-token request that ended here is released)."""
         p = self.num_prefill_replicas
-        if rid < p:
-            sched = self.prefill_schedulers[rid]
-            if not sched.handed_over:
-                return
-            moving = [r for r in sched.handed_over if r.status != OK]  # OK: a one-token request ended here
-            unused = [r for r in sched.handed_over if r.status == OK and r.index in self._reserved_at] \
-                if self._reserved_at else []
-            for req in unused:  # prealloc: a one-token request ended here, its reservation unused
-                i = self._reserved_at.pop(req.index)
-                self._accepted_blocks[i] -= self.replicas[p + i].kv.blocks_for(req.num_prompt_tokens)
-            if unused:
-                self._reserve(now)
-            sched.handed_over = []
-            if moving:
-                state = self.replicas[rid]
-                for req in moving:
-                    state.remove_running(req)
-                for req in moving:
-                    if self.kv_handoff == "push":
-                        self._start_transfer(req, rid, self._route_decode(), now)
-                    elif self.kv_handoff == "prealloc":
-                        self._start_transfer(req, rid, p + self._reserved_at.pop(req.index), now)
-                    else:
-                        self._unaccepted.append((req, rid, now))
-                self._pull(now)
+        sched = self.prefill_schedulers[rid]
+        if not sched.handed_over:
             return
+        moving = [r for r in sched.handed_over if r.status != OK]  # OK: a one-token request ended here
+        unused = [r for r in sched.handed_over if r.status == OK and r.index in self._reserved_at] \
+            if self._reserved_at else []
+        for req in unused:  # prealloc: a one-token request ended here, its reservation unused
+            i = self._reserved_at.pop(req.index)
+            self._accepted_blocks[i] -= self.replicas[p + i].kv.blocks_for(req.num_prompt_tokens)
+        if unused:
+            self._reserve(now)
+        sched.handed_over = []
+        if moving:
+            state = self.replicas[rid]
+            for req in moving:
+                state.remove_running(req)
+            for req in moving:
+                if self.kv_handoff == "push":
+                    self._start_transfer(req, rid, self._route_decode(), now)
+                elif self.kv_handoff == "prealloc":
+                    self._start_transfer(req, rid, p + self._reserved_at.pop(req.index), now)
+                else:
+                    self._unaccepted.append((req, rid, now))
+            self._pull(now)
+
+    def _after_decode_step(self, rid: int, now: float) -> None:
+        """Decode instance ``rid``'s step ended at ``now``: the transferred requests it admitted are noted (their
+        accepted blocks released), then, between its steps, it accepts finished prompts and reservations."""
+        p = self.num_prefill_replicas
         self._step_ended = rid
         if self._unadmitted[rid - p]:
             for req in self._batches[rid].requests:  # type: ignore[union-attr]  # set: the step that just ended
@@ -378,25 +391,6 @@ class DisaggEngine(Engine):
 
     # -- results ---------------------------------------------------------------------------------
     def result_columns(self, num_rows: int) -> dict[str, np.ndarray]:
-        """Per-request disaggregation columns of the replay result, by trace row.
-
-        Returns
-        -------
-        dict
-            ``pred_decode_replica_id`` (int64, -1 when the KV never moved),
-            ``pred_kv_transfer_s`` (float64, seconds, NaN when it never moved),
-            ``pred_decode_queue_wait_s`` (float64, transfer end to decode admission, seconds) and
-            ``pred_handoff_wait_s`` (float64, seconds: with ``pull`` the prompt's end to the start of
-            its migration: a decode instance's acceptance, then its earlier migrations; with
-            ``prealloc`` the arrival to the decode reservation, a part of the queue wait; 0 with
-            ``push``; NaN when the KV never moved).
-        """
-        dec = np.full(num_rows, -1, np.int64)
-        xfer, dq, hw = np.full(num_rows, np.nan), np.full(num_rows, np.nan), np.full(num_rows, np.nan)
-        for i, t in self.transfers.items():
-            dec[i] = t.decode_replica_id
-            xfer[i] = t.end_time_s - t.start_time_s
-            dq[i] = t.decode_admitted_time_s - t.end_time_s
-            hw[i] = self._handoff_wait.get(i, 0.0)
-        return {"pred_decode_replica_id": dec, "pred_kv_transfer_s": xfer, "pred_decode_queue_wait_s": dq,
-                "pred_handoff_wait_s": hw}
+        """Per-request disaggregation columns of the replay result, by trace row
+        (:func:`~replay.core.result_columns.transfer_columns` of :attr:`transfers`)."""
+        return transfer_columns(self.transfers, self._handoff_wait, num_rows)

@@ -41,7 +41,7 @@ from .kv_cache import make_kv_cache
 from ..progress import bar as progress_bar
 from ..progress import counting_calls, counting_items
 from .request import Request
-from ..schedulers.base import Batch, ReplicaState, Scheduler, SchedulerConfig, capability
+from ..schedulers.base import Batch, ReplicaState, Scheduler, SchedulerConfig
 from ..schedulers.implicit_decoders import lazy_decodes_for
 from .spec_decode import check_cost_models, end_spec_step, sample_accepted_drafts
 from .step_end import allocate_run, end_run, end_step, run_step_rows
@@ -315,22 +315,15 @@ class Engine:
         self._push(self.loop_busy_until_s[rid], WAKE, rid)
 
     def _start_run(self, rid: int, state: ReplicaState, batch: Batch, now: float) -> bool:
-        """Advance ``k > 1`` steps of ``batch`` at once, a closed-form run (:mod:`replay.core.decode_runs`)
-        of decodes (``batch`` decodes every running request) or of prompt chunks (``batch`` is one
-        chunk of the only running request, nothing waits), as the policy's capability flag and
-        :class:`~replay.core.decode_runs.DecodeRuns` allow; False (nothing done) when they do not."""
-        runs, policy = self._decode_runs[rid], self.schedulers[rid]
+        """Advance ``k > 1`` steps of ``batch`` at once, a closed-form run of decodes or of prompt chunks, as
+        the policy's capability flags and :meth:`~replay.core.decode_runs.DecodeRuns.plan_batch` allow;
+        False (nothing done) when they do not."""
+        runs = self._decode_runs[rid]
         assert runs is not None  # the caller checked
-        if not batch.num_prefill_seqs and capability(policy, "decode_runs"):  # the policy's word, read every step
-            run, varying = runs.plan(batch, state.kv, now, self._next_arrival_time_s), "decode_context_tokens"
-        elif (len(batch.requests) == batch.num_prefill_seqs == 1 and not state.waiting
-                and capability(policy, "prefill_runs")):
-            run, varying = runs.plan_prefill(batch, state.kv, now, self._next_arrival_time_s), "prefill_context_tokens"
-        else:
-            return False
+        run = runs.plan_batch(self.schedulers[rid], batch, state, now, self._next_arrival_time_s)
         if run is None:
             return False
-        ends, durations, ctx = run
+        ends, durations, ctx, varying = run
         if not ends[-1] < math.inf:
             not_finite_step(rid, now, float(ends[-1] - now))
         k = len(ends)
@@ -369,14 +362,13 @@ class Engine:
 
     def _close_step(self, rid: int, end: float) -> Batch | None:
         """End replica ``rid``'s step at ``end`` (seconds). When its implicit decoders, alone in it and all of
-        ``running``, can decode again in place (nothing waits, no member finishes, the blocks they cross into
-        are free: :meth:`LazyDecodes.repeat`) and :attr:`on_step_end` would change nothing
-        (:meth:`_quiet_step_end`), the same batch is the next step: returned. Else the step's tokens are
-        emitted (:mod:`replay.core.step_end`), the finished requests leave ``running``, the next decoders
-        join the implicit ones, the hook is called, and None returned (the next step is to be scheduled)."""
-        state, batch = self.replicas[rid], self._batches[rid]
+        ``running``, can decode again in place (:meth:`LazyDecodes.repeat`) and :attr:`on_step_end` would change
+        nothing (:meth:`_quiet_step_end`), the same batch is the next step: returned. Else the tokens are emitted
+        (:mod:`replay.core.step_end`), the finished requests leave ``running``, the next decoders join the implicit
+        ones, the hook is called, and None returned (the next step is to be scheduled)."""
+        state, batch, hook = self.replicas[rid], self._batches[rid], self.on_step_end
         assert batch is not None  # a step end is pending only for a started step (set by _start_step)
-        lazy, hook = state.lazy, self.on_step_end
+        lazy = state.lazy
         if lazy is not None:
             if (not batch.requests and not state.waiting and lazy.count == len(state.running)
                     and (hook is None or self._quiet_step_end(rid)) and lazy.repeat(state.kv, batch, end)):
@@ -384,13 +376,12 @@ class Engine:
             done = lazy.end_step(state, batch, end)  # implicit decoders that emitted their last token, freed
         else:
             done = []
-        kv = state.kv
         if batch.run_end_times_s is not None:  # a closed-form run of identical steps
-            end_run(batch, kv, end, done)
+            end_run(batch, state.kv, end, done)
         elif batch.requests and self.spec_tokens:
-            end_spec_step(batch, kv, end, done, partial(self.accept_drafts, rid), self.spec_counts)
+            end_spec_step(batch, state.kv, end, done, partial(self.accept_drafts, rid), self.spec_counts)
         elif batch.requests:
-            end_step(batch, kv, end, done)
+            end_step(batch, state.kv, end, done)
         if done:
             self._finish(state, done, end)
         if lazy is not None and lazy.count < len(state.running):
@@ -400,8 +391,7 @@ class Engine:
         return None
 
     def _quiet_step_end(self, rid: int) -> bool:
-        """Whether :attr:`on_step_end` at the end of replica ``rid``'s step would change nothing now (False
-        here: a subclass that sets the hook may know better)."""
+        """Whether :attr:`on_step_end` at replica ``rid``'s step end would change nothing now (a subclass knows)."""
         return False
 
     def sample_accepted_drafts(self, rid: int, drafts: list) -> list:
