@@ -206,9 +206,12 @@ class DisaggEngine(Engine):
 
     # -- hooks ----------------------------------------------------------------------------------
     def _decode_inputs_pending(self) -> bool:
-        """Whether a request could reach a decode instance before the next trace arrival."""
+        """Whether a request could reach a decode instance before the next trace arrival, or (``prealloc``) an
+        admission there is not noted yet: its reserved blocks, which an arrival's reservation reads, are
+        released at the end of the step that admitted it (:meth:`_after_decode_step`), not of a run."""
         return (self._num_in_flight > 0 or bool(self._unaccepted) or bool(self._prealloc)
-                or any(self._busy[:self.num_prefill_replicas]))
+                or any(self._busy[:self.num_prefill_replicas])
+                or (self.kv_handoff == "prealloc" and any(self._unadmitted)))
 
     def arrive(self, req: Request, now: float) -> None:
         """An arrival; with ``prealloc`` it first waits for a decode instance's reservation (:meth:`_reserve`)."""
