@@ -74,7 +74,8 @@ def test_the_decode_pool_repeats_in_place_and_gives_the_step_by_step_replay(kv_h
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 60), gap_s=st.sampled_from([0.0, 0.005, 0.05, 0.3]),
        kv_handoff=st.sampled_from(["pull", "prealloc", "push"]),
-       first_token_from=st.sampled_from(["prefill", "decode"]), prefill_replicas=st.sampled_from([1, 2]), decode_replicas=st.sampled_from([1, 2]),
+       first_token_from=st.sampled_from(["prefill", "decode"]), prefill_replicas=st.sampled_from([1, 2]),
+       decode_replicas=st.sampled_from([1, 2]),
        blocks=st.sampled_from([200, 2000, 100000]), budget=st.sampled_from([256, 2048]),
        max_num_seqs=st.sampled_from([2, 16, 256]))
 def test_disagg_fast_path_equals_step_by_step(seed, n, gap_s, kv_handoff, first_token_from, prefill_replicas,
