@@ -160,10 +160,8 @@ class DisaggEngine(Engine):
         if kv_handoff not in KV_HANDOFFS:
             raise ConfigError(f"--kv-handoff must be one of {', '.join(KV_HANDOFFS)}, not {kv_handoff!r}")
         p, d = prefill_replicas, decode_replicas
-        prefill_router, prefill_states = router or RoundRobinRouter(), []  # type: ignore[var-annotated]
-        super().__init__(prefill_cost_model, DecodeScheduler, scheduler_config, engine_config, p + d,
-                         router=lambda req, replicas: prefill_router(req, prefill_states))
-        prefill_states[:] = self.replicas[:p]  # the router's choice: among the prefill instances
+        super().__init__(prefill_cost_model, DecodeScheduler, scheduler_config, engine_config, p + d)
+        self._prefill_router, self._prefill_states = router or RoundRobinRouter(), self.replicas[:p]
         self.num_prefill_replicas, self.num_decode_replicas = p, d
         self.model, self.link, self.first_token_from = model, link, first_token_from
         self._transfer_time_s = kv_transfer_time_function(model, link)  # the link's seconds for L prompt tokens
@@ -207,11 +205,14 @@ class DisaggEngine(Engine):
     # -- hooks ----------------------------------------------------------------------------------
     def _decode_inputs_pending(self) -> bool:
         """Whether a request could reach a decode instance before the next trace arrival, or (``prealloc``) an
-        admission there is not noted yet: its reserved blocks, which an arrival's reservation reads, are
-        released at the end of the step that admitted it (:meth:`_after_decode_step`), not of a run."""
+        admission there is noted only at its step's end, not a run's (an arrival's reservation reads its blocks)."""
         return (self._num_in_flight > 0 or bool(self._unaccepted) or bool(self._prealloc)
                 or any(self._busy[:self.num_prefill_replicas])
                 or (self.kv_handoff == "prealloc" and any(self._unadmitted)))
+
+    def _route(self, req: Request) -> int:
+        """An arrival's prefill instance: the router's choice among the P prefill instances."""
+        return self._prefill_router(req, self._prefill_states)
 
     def arrive(self, req: Request, now: float) -> None:
         """An arrival; with ``prealloc`` it first waits for a decode instance's reservation (:meth:`_reserve`)."""
