@@ -50,7 +50,7 @@ AREAS = [("engine core", "/replay/core/"), ("schedulers", "/replay/schedulers/")
 WRAPPERS = ("bench/profile.py", "/click/", "traces/cli/support.py", "profile.py:")
 #: Functions whose cumulative share is printed on one line: (file ends with, function).
 KEY = [("replay/simulate.py", "replay_frame"), ("core/engine.py", "run"), ("core/engine.py", "_start_step"),
-       ("core/engine.py", "_end_step"), ("cost/step_time.py", "step_time_s"), ("core/kv_cache.py", "allocate"),
+       ("core/engine.py", "_close_step"), ("cost/step_time.py", "step_time_s"), ("core/kv_cache.py", "allocate"),
        ("core/kv_cache.py", "prompt_block_keys"), ("~", "<built-in method _heapq.heappush>"),
        ("~", "<built-in method _heapq.heappop>"), ("analysis/bands.py", "predict_with_band"),
        ("plan/search.py", "max_rates")]

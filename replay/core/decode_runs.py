@@ -19,6 +19,8 @@ import numpy as np
 
 from schemas.status import RUNNING
 
+from ..schedulers.base import capability
+
 #: Shortest run of decode steps worth advancing in closed form (shorter ones go step by step).
 MIN_RUN = 8
 
@@ -43,6 +45,27 @@ class DecodeRuns:
     def __init__(self, cost_model):
         self.cost_model = cost_model
         self.blocker = None
+
+    def plan_batch(self, policy, batch, state, now: float, next_arrival_time_s) -> tuple | None:
+        """The closed-form run ``batch``, starting at ``now`` (seconds) on a replica of ``state`` whose
+        scheduler is ``policy``, can take, or None: of decodes when ``batch`` has no prompt and the policy
+        declares ``decode_runs`` (:meth:`plan`; the policy's word, read every step), of prompt chunks when it
+        is one chunk of a lone request, nothing waits and it declares ``prefill_runs`` (:meth:`plan_prefill`).
+
+        Returns
+        -------
+        ends, durations, contexts, varying
+            The plan's arrays and the step feature that varies along the run
+            (``"decode_context_tokens"`` or ``"prefill_context_tokens"``).
+        """
+        if not batch.num_prefill_seqs and capability(policy, "decode_runs"):
+            run, varying = self.plan(batch, state.kv, now, next_arrival_time_s), "decode_context_tokens"
+        elif (len(batch.requests) == batch.num_prefill_seqs == 1 and not state.waiting
+                and capability(policy, "prefill_runs")):
+            run, varying = self.plan_prefill(batch, state.kv, now, next_arrival_time_s), "prefill_context_tokens"
+        else:
+            return None
+        return None if run is None else (*run, varying)
 
     def plan(self, batch, kv, now: float, next_arrival_time_s) -> tuple | None:
         """The run the decode-only ``batch`` starting at ``now`` (seconds) can take, or None.

@@ -20,12 +20,13 @@ import numpy as np
 from schemas.specs import ModelSpec
 from schemas.status import OK, REJECTED, TRANSFERRING, WAITING, because
 
-from ..cost.cost_model import Link, StepCostModel, kv_transfer_time_s
+from ..cost.cost_model import Link, StepCostModel, kv_transfer_time_function
 from .engine import Engine
 from .engine_config import EngineConfig
 from ..errors import ConfigError
 from .kv_cache import make_kv_cache
 from .request import Request
+from .result_columns import transfer_columns
 from .routing import RoundRobinRouter, replica_load
 from ..schedulers.base import SchedulerConfig
 from ..schedulers.disagg import FIRST_TOKEN_FROM, DecodeScheduler, PrefillScheduler
@@ -38,7 +39,7 @@ KV_HANDOFFS = ("pull", "prealloc", "push")
 PULL_WAITING_SHARE = 0.05
 
 
-@dataclass
+@dataclass(slots=True)
 class Transfer:
     """The KV transfer of one request and its hand-over to a decode instance.
 
@@ -124,14 +125,11 @@ class DisaggEngine(Engine):
 
        With ``pull`` the decode loop migrates what it accepted one request at a time and awaits
        each (DistServe's ``_migrate_blocks``: a blocking call to every worker), so ``t_s`` is the
-       acceptance or the end of that instance's previous migration, whichever is later (for a
-       pipelined instance also the end of the micro-batches its stages hold: each stage's worker runs
-       the migration after them, :class:`~replay.core.pipeline.PipelineDisaggEngine`), and the
-       instance starts no step (a pipelined one admits no micro-batch into its first stage) before
-       its last migration ends; ``pred_handoff_wait_s`` runs from ``t_p`` to ``t_s``. With
-       ``prealloc`` and ``push`` the transfers run beside the decode steps and ``t_s`` is ``t_p``.
-       The KV stays in (and is freed from) the prefill instance's cache only at ``t_x``;
-       transfers do not share bandwidth (each gets the whole link).
+       acceptance or the end of the instance's previous migration and its stages' micro-batches
+       (:meth:`_migration_start_s`), and it starts no step (a pipelined one admits no micro-batch into its
+       first stage) before its last migration ends; ``pred_handoff_wait_s`` runs from ``t_p`` to ``t_s``.
+       With ``prealloc`` and ``push`` the transfers run beside the decode steps and ``t_s`` is ``t_p``.
+       The KV stays in the prefill instance's cache until ``t_x``; each transfer gets the whole link.
     5. decode queue: from ``t_x`` the request waits in the decode instance's queue
        (``pred_decode_queue_wait_s``) until that instance admits it, when its KV blocks
        (prompt + next token) are free and fewer than ``max_num_seqs`` run; the received KV
@@ -161,11 +159,11 @@ class DisaggEngine(Engine):
         if kv_handoff not in KV_HANDOFFS:
             raise ConfigError(f"--kv-handoff must be one of {', '.join(KV_HANDOFFS)}, not {kv_handoff!r}")
         p, d = prefill_replicas, decode_replicas
-        prefill_router = router or RoundRobinRouter()
-        super().__init__(prefill_cost_model, DecodeScheduler, scheduler_config, engine_config, p + d,
-                         router=lambda req, replicas: prefill_router(req, replicas[:p]))
+        super().__init__(prefill_cost_model, DecodeScheduler, scheduler_config, engine_config, p + d)
+        self._prefill_router, self._prefill_states = router or RoundRobinRouter(), self.replicas[:p]
         self.num_prefill_replicas, self.num_decode_replicas = p, d
         self.model, self.link, self.first_token_from = model, link, first_token_from
+        self._transfer_time_s = kv_transfer_time_function(model, link)  # the link's seconds for L prompt tokens
         self.prefill_cost_model, self.decode_cost_model = prefill_cost_model, decode_cost_model
         self.cost_models = [prefill_cost_model] * p + [decode_cost_model] * d
         self.prefill_schedulers = [PrefillScheduler(first_token_from) for _ in range(p)]
@@ -187,12 +185,9 @@ class DisaggEngine(Engine):
         self.on_step_end = self._after_step
 
     def rejection_reason(self, req: Request) -> str | None:
-        """Why ``req`` can never run (``None`` if it can).
-
-        Beyond ``max_model_len`` (as :meth:`Engine.rejection_reason`), the prompt's KV must fit
-        a prefill instance's cache and the request's peak KV (prompt + output - 1 tokens) a
-        decode instance's.
-        """
+        """Why ``req`` can never run (``None`` if it can): beyond ``max_model_len`` (as
+        :meth:`Engine.rejection_reason`), its prompt's KV over a prefill instance's cache, or its peak KV
+        (prompt + output - 1 tokens) over a decode instance's."""
         total = req.num_prompt_tokens + req.num_output_tokens
         if self.config.max_model_len is not None and total > self.config.max_model_len:
             return because(REJECTED, "exceeds max_model_len")
@@ -205,9 +200,15 @@ class DisaggEngine(Engine):
 
     # -- hooks ----------------------------------------------------------------------------------
     def _decode_inputs_pending(self) -> bool:
-        """Whether a request could reach a decode instance before the next trace arrival."""
+        """Whether a request could reach a decode instance before the next trace arrival, or (``prealloc``) an
+        admission there is noted only at its step's end, not a run's (an arrival's reservation reads its blocks)."""
         return (self._num_in_flight > 0 or bool(self._unaccepted) or bool(self._prealloc)
-                or any(self._busy[:self.num_prefill_replicas]))
+                or any(self._busy[:self.num_prefill_replicas])
+                or (self.kv_handoff == "prealloc" and any(self._unadmitted)))
+
+    def _route(self, req: Request) -> int:
+        """An arrival's prefill instance: the router's choice among the P prefill instances."""
+        return self._prefill_router(req, self._prefill_states)
 
     def arrive(self, req: Request, now: float) -> None:
         """An arrival; with ``prealloc`` it first waits for a decode instance's reservation (:meth:`_reserve`)."""
@@ -237,7 +238,7 @@ class DisaggEngine(Engine):
         open_ = [i for i in range(self.num_decode_replicas) if admits(i, req)]
         if not open_:
             return None
-        i = min(open_, key=self._decode_load)
+        i = open_[0] if len(open_) == 1 else min(open_, key=self._decode_load)
         entry = queue.popleft()
         self._accepted_blocks[i] += self.replicas[self.num_prefill_replicas + i].kv.blocks_for(req.num_prompt_tokens)
         self._handoff_wait[req.index] = now - since
@@ -249,30 +250,45 @@ class DisaggEngine(Engine):
         return kv.blocks_for(req.num_prompt_tokens) <= kv.num_free_blocks - self._accepted_blocks[i]
 
     def _after_step(self, rid: int, now: float) -> None:
+        """The step-end hook (:attr:`Engine.on_step_end`): :meth:`_hand_over` or :meth:`_after_decode_step`."""
+        if rid < self.num_prefill_replicas:
+            self._hand_over(rid, now)
+        else:
+            self._after_decode_step(rid, now)
+
+    def _hand_over(self, rid: int, now: float) -> None:
+        """Prefill instance ``rid``'s step ended at ``now``: the prompts it finished leave it (their KV moves, is
+        queued to be pulled, or a reservation of a one-token request that ended here is released)."""
         p = self.num_prefill_replicas
-        if rid < p:
-            sched = self.prefill_schedulers[rid]
-            moving = [r for r in sched.handed_over if r.status != OK]  # OK: a one-token request ended here
-            unused = [r for r in sched.handed_over if r.status == OK and r.index in self._reserved_at]
-            for req in unused:  # prealloc: a one-token request ended here, its reservation unused
-                i = self._reserved_at.pop(req.index)
-                self._accepted_blocks[i] -= self.replicas[p + i].kv.blocks_for(req.num_prompt_tokens)
-            if unused:
-                self._reserve(now)
-            sched.handed_over = []
-            if moving:
-                state = self.replicas[rid]
-                for req in moving:
-                    state.remove_running(req)
-                for req in moving:
-                    if self.kv_handoff == "push":
-                        self._start_transfer(req, rid, self._route_decode(), now)
-                    elif self.kv_handoff == "prealloc":
-                        self._start_transfer(req, rid, p + self._reserved_at.pop(req.index), now)
-                    else:
-                        self._unaccepted.append((req, rid, now))
-                self._pull(now)
+        sched = self.prefill_schedulers[rid]
+        if not sched.handed_over:
             return
+        moving = [r for r in sched.handed_over if r.status != OK]  # OK: a one-token request ended here
+        unused = [r for r in sched.handed_over if r.status == OK and r.index in self._reserved_at] \
+            if self._reserved_at else []
+        for req in unused:  # prealloc: a one-token request ended here, its reservation unused
+            i = self._reserved_at.pop(req.index)
+            self._accepted_blocks[i] -= self.replicas[p + i].kv.blocks_for(req.num_prompt_tokens)
+        if unused:
+            self._reserve(now)
+        sched.handed_over = []
+        if moving:
+            state = self.replicas[rid]
+            for req in moving:
+                state.remove_running(req)
+            for req in moving:
+                if self.kv_handoff == "push":
+                    self._start_transfer(req, rid, self._route_decode(), now)
+                elif self.kv_handoff == "prealloc":
+                    self._start_transfer(req, rid, p + self._reserved_at.pop(req.index), now)
+                else:
+                    self._unaccepted.append((req, rid, now))
+            self._pull(now)
+
+    def _after_decode_step(self, rid: int, now: float) -> None:
+        """Decode instance ``rid``'s step ended at ``now``: the transferred requests it admitted are noted (their
+        accepted blocks released), then, between its steps, it accepts finished prompts and reservations."""
+        p = self.num_prefill_replicas
         self._step_ended = rid
         if self._unadmitted[rid - p]:
             for req in self._batches[rid].requests:  # type: ignore[union-attr]  # set: the step that just ended
@@ -282,25 +298,41 @@ class DisaggEngine(Engine):
                     self._unadmitted[rid - p] -= 1
                     if self.kv_handoff != "push":
                         self._accepted_blocks[rid - p] -= self.replicas[rid].kv.blocks_for(req.num_prompt_tokens)
-        self._pull(now)
+        if self._unaccepted:
+            self._pull(now)
         self._step_ended = -1
-        self._reserve(now)
+        if self._prealloc:
+            self._reserve(now)
+
+    def _quiet_step_end(self, rid: int) -> bool:
+        """Whether :meth:`_after_step` at the end of replica ``rid``'s step would change nothing now: a prefill
+        instance's step hands no prompt over; on a decode instance no finished prompt or arrival waits for
+        one (``_pull``, ``_reserve``) and the step admitted no transferred request (or holds no explicit one)."""
+        p = self.num_prefill_replicas
+        if rid < p:
+            return not self.prefill_schedulers[rid].handed_over
+        return (not self._unaccepted and not self._prealloc
+                and not (self._unadmitted[rid - p] and self._batches[rid].requests))  # type: ignore[union-attr]
 
     def _accepts(self, i: int, req: Request) -> bool:
         """Whether decode instance ``i`` (0-based in the pool) accepts ``req`` now (DistServe's rule, Notes);
         the share is over the whole instance (:meth:`_instance_of`), the room in ``i``'s own cache."""
         p = self.num_prefill_replicas
         same = self._instance_of(i)
-        held = sum(self._accepted_blocks[j] for j in same)
-        blocks = sum(self.replicas[p + j].kv.num_gpu_blocks for j in same)
-        return held < PULL_WAITING_SHARE * blocks and self._room(i, req) and self._between_steps(same)
+        if not self._between_steps(same):
+            return False
+        held = blocks = 0
+        for j in same:
+            held += self._accepted_blocks[j]
+            blocks += self.replicas[p + j].kv.num_gpu_blocks
+        return held < PULL_WAITING_SHARE * blocks and self._room(i, req)
 
     def _between_steps(self, entries: list[int]) -> bool:
         """Whether the decode instance of pool ``entries`` (0-based) is between steps: idle, or the step that
         ends now is its own. DistServe's decode loop accepts (and migrates) only there, after a step's
         output and before it schedules the next (``post_process``, Notes)."""
         p = self.num_prefill_replicas
-        return any(p + j == self._step_ended for j in entries) or all(self._batches[p + j] is None for j in entries)
+        return self._step_ended - p in entries or all(self._batches[p + j] is None for j in entries)
 
     def _instance_of(self, i: int) -> list[int]:
         """The decode pool's entries (0-based) that share one scheduler with entry ``i``: itself."""
@@ -309,6 +341,8 @@ class DisaggEngine(Engine):
     def _pull(self, now: float) -> None:
         """Start the transfers of the finished prompts, in order, that a decode instance accepts now
         (the least-loaded one of those that accept); stop at the first no instance accepts."""
+        if self._step_ended < 0 and None not in self._batches[self.num_prefill_replicas:]:
+            return  # every decode instance is in a step: none accepts (_between_steps)
         while self._unaccepted:
             taken = self._take_head(self._unaccepted, self._accepts, now)
             if taken is None:
@@ -327,7 +361,7 @@ class DisaggEngine(Engine):
     def _start_transfer(self, req: Request, src: int, dst: int, now: float) -> None:
         i = dst - self.num_prefill_replicas
         start = now if self.kv_handoff != "pull" else self._migration_start_s(i, now)
-        end = start + kv_transfer_time_s(req.num_prompt_tokens, self.model, self.link)
+        end = start + self._transfer_time_s(req.num_prompt_tokens)
         if self.kv_handoff == "pull":  # the decode loop waits for each migration in turn (Notes)
             self._handoff_wait[req.index] += start - now  # the loop's earlier migrations
             for j in self._instance_of(i):
@@ -340,8 +374,7 @@ class DisaggEngine(Engine):
         self.call_at(end, partial(self._end_transfer, req, src, dst))
 
     def _migration_start_s(self, i: int, now: float) -> float:
-        """When decode entry ``i``'s (0-based in the pool) loop can start a migration accepted at ``now``:
-        after its previous migration (seconds)."""
+        """When decode entry ``i``'s loop starts a migration accepted at ``now``: after its previous one, s."""
         return max(now, self._migrated_until_s[i])
 
     def _hold_loop(self, rid: int, until_s: float) -> None:
@@ -362,25 +395,6 @@ class DisaggEngine(Engine):
 
     # -- results ---------------------------------------------------------------------------------
     def result_columns(self, num_rows: int) -> dict[str, np.ndarray]:
-        """Per-request disaggregation columns of the replay result, by trace row.
-
-        Returns
-        -------
-        dict
-            ``pred_decode_replica_id`` (int64, -1 when the KV never moved),
-            ``pred_kv_transfer_s`` (float64, seconds, NaN when it never moved),
-            ``pred_decode_queue_wait_s`` (float64, transfer end to decode admission, seconds) and
-            ``pred_handoff_wait_s`` (float64, seconds: with ``pull`` the prompt's end to the start of
-            its migration: a decode instance's acceptance, then its earlier migrations; with
-            ``prealloc`` the arrival to the decode reservation, a part of the queue wait; 0 with
-            ``push``; NaN when the KV never moved).
-        """
-        dec = np.full(num_rows, -1, np.int64)
-        xfer, dq, hw = np.full(num_rows, np.nan), np.full(num_rows, np.nan), np.full(num_rows, np.nan)
-        for i, t in self.transfers.items():
-            dec[i] = t.decode_replica_id
-            xfer[i] = t.end_time_s - t.start_time_s
-            dq[i] = t.decode_admitted_time_s - t.end_time_s
-            hw[i] = self._handoff_wait.get(i, 0.0)
-        return {"pred_decode_replica_id": dec, "pred_kv_transfer_s": xfer, "pred_decode_queue_wait_s": dq,
-                "pred_handoff_wait_s": hw}
+        """Per-request disaggregation columns of the replay result, by trace row
+        (:func:`~replay.core.result_columns.transfer_columns` of :attr:`transfers`)."""
+        return transfer_columns(self.transfers, self._handoff_wait, num_rows)

@@ -41,7 +41,7 @@ from .kv_cache import make_kv_cache
 from ..progress import bar as progress_bar
 from ..progress import counting_calls, counting_items
 from .request import Request
-from ..schedulers.base import Batch, ReplicaState, Scheduler, SchedulerConfig, capability
+from ..schedulers.base import Batch, ReplicaState, Scheduler, SchedulerConfig
 from ..schedulers.implicit_decoders import lazy_decodes_for
 from .spec_decode import check_cost_models, end_spec_step, sample_accepted_drafts
 from .step_end import allocate_run, end_run, end_step, run_step_rows
@@ -208,7 +208,7 @@ class Engine:
         if progress is not None:
             self._arrive_next = counting_calls(self._arrive_next, progress, every=1024)  # type: ignore[method-assign]
             self._finish = counting_items(self._finish, progress, arg=1)  # type: ignore[method-assign]  # requests done
-        end_step, start_step, arrive_next = self._end_step, self._start_step, self._arrive_next
+        close_step, start_step, arrive_next = self._close_step, self._start_step, self._arrive_next
         try:
             while self._next_list_arrival_s < math.inf or heap:
                 if not heap or self._next_list_arrival_s <= heap[0][0]:
@@ -216,13 +216,11 @@ class Engine:
                     continue
                 now, kind, _, rid = heappop(heap)
                 if kind == STEP_END:
-                    end_step(rid, now)
-                    if self.on_step_end is not None:
-                        self.on_step_end(rid, now)
-                elif kind == CALL or kind == LATE_CALL:
-                    rid(now)  # the payload of a call_at event is its callback
-                    continue
-                start_step(rid, now)
+                    start_step(rid, now, close_step(rid, now))
+                elif kind == WAKE:
+                    start_step(rid, now)
+                else:
+                    rid(now)  # the payload of a call_at (CALL, LATE_CALL) event is its callback
         finally:
             if progress is not None:
                 progress.close()
@@ -244,13 +242,14 @@ class Engine:
         self._rr = (self._rr + 1) % len(self.replicas)
         return (self._rr - 1) % len(self.replicas)
 
-    def _start_step(self, rid: int, now: float) -> None:
-        """Start replica ``rid``'s next step at ``now`` (seconds), or idle it.
+    def _start_step(self, rid: int, now: float, batch: Batch | None = None) -> None:
+        """Start replica ``rid``'s next step at ``now`` (seconds), or idle it; ``batch`` is that step when
+        it is already scheduled (the implicit decoders alone again, :meth:`_close_step`).
 
         The event loop's work up to the step's end is done here while nothing else is due
         first: the arrivals before the end (or at it: they come first) arrive, then, when the
         end is before everything in the heap (ties excluded), the step is ended
-        (:attr:`on_step_end` called) and the next one started, without the trip through the
+        (:meth:`_close_step`) and the next one started, without the trip through the
         heap. The event loop would do the same, in the same order. ``--exact-steps`` always
         takes the trip.
         """
@@ -258,9 +257,7 @@ class Engine:
         lazy = state.lazy
         heap, step_time_s = self._heap, self.cost_models[rid].step_time_s
         inline, record = not self.config.exact_steps, self.config.record_steps
-        hook = self.on_step_end
         spec = self.spec_tokens
-        batch = None  # the step to start (None: to be scheduled)
         while True:
             swap_s = 0.0
             if batch is None and self.loop_busy_until_s[rid] > now:  # the host loop is busy
@@ -306,12 +303,7 @@ class Engine:
                 while self._next_list_arrival_s <= end and (not heap or self._next_list_arrival_s <= heap[0][0]):
                     self._arrive_next()  # what the event loop would do next
             if inline and (not heap or end < heap[0][0]) and end < self._next_list_arrival_s:
-                if not (lazy is not None and hook is None and not batch.requests and not state.waiting
-                        and lazy.count == len(state.running) and lazy.repeat(state.kv, batch, end)):
-                    self._end_step(rid, end)
-                    if hook is not None:
-                        hook(rid, end)
-                    batch = None
+                batch = self._close_step(rid, end)
                 now = end
                 continue
             self._push(end, STEP_END, rid)
@@ -323,22 +315,15 @@ class Engine:
         self._push(self.loop_busy_until_s[rid], WAKE, rid)
 
     def _start_run(self, rid: int, state: ReplicaState, batch: Batch, now: float) -> bool:
-        """Advance ``k > 1`` steps of ``batch`` at once, a closed-form run (:mod:`replay.core.decode_runs`)
-        of decodes (``batch`` decodes every running request) or of prompt chunks (``batch`` is one
-        chunk of the only running request, nothing waits), as the policy's capability flag and
-        :class:`~replay.core.decode_runs.DecodeRuns` allow; False (nothing done) when they do not."""
-        runs, policy = self._decode_runs[rid], self.schedulers[rid]
+        """Advance ``k > 1`` steps of ``batch`` at once, a closed-form run of decodes or of prompt chunks, as
+        the policy's capability flags and :meth:`~replay.core.decode_runs.DecodeRuns.plan_batch` allow;
+        False (nothing done) when they do not."""
+        runs = self._decode_runs[rid]
         assert runs is not None  # the caller checked
-        if not batch.num_prefill_seqs and capability(policy, "decode_runs"):  # the policy's word, read every step
-            run, varying = runs.plan(batch, state.kv, now, self._next_arrival_time_s), "decode_context_tokens"
-        elif (len(batch.requests) == batch.num_prefill_seqs == 1 and not state.waiting
-                and capability(policy, "prefill_runs")):
-            run, varying = runs.plan_prefill(batch, state.kv, now, self._next_arrival_time_s), "prefill_context_tokens"
-        else:
-            return False
+        run = runs.plan_batch(self.schedulers[rid], batch, state, now, self._next_arrival_time_s)
         if run is None:
             return False
-        ends, durations, ctx = run
+        ends, durations, ctx, varying = run
         if not ends[-1] < math.inf:
             not_finite_step(rid, now, float(ends[-1] - now))
         k = len(ends)
@@ -375,24 +360,39 @@ class Engine:
             for req in done:
                 self.on_request_done(req, now)
 
-    def _end_step(self, rid: int, now: float) -> None:
-        state = self.replicas[rid]
-        batch = self._batches[rid]
+    def _close_step(self, rid: int, end: float) -> Batch | None:
+        """End replica ``rid``'s step at ``end`` (seconds). When its implicit decoders, alone in it and all of
+        ``running``, can decode again in place (:meth:`LazyDecodes.repeat`) and :attr:`on_step_end` would change
+        nothing (:meth:`_quiet_step_end`), the same batch is the next step: returned. Else the tokens are emitted
+        (:mod:`replay.core.step_end`), the finished requests leave ``running``, the next decoders join the implicit
+        ones, the hook is called, and None returned (the next step is to be scheduled)."""
+        state, batch, hook = self.replicas[rid], self._batches[rid], self.on_step_end
         assert batch is not None  # a step end is pending only for a started step (set by _start_step)
-        kv = state.kv
         lazy = state.lazy
-        # requests that emit their last token in this step (implicit decoders come back freed)
-        done = lazy.end_step(state, batch, now) if lazy is not None else []
+        if lazy is not None:
+            if (not batch.requests and not state.waiting and lazy.count == len(state.running)
+                    and (hook is None or self._quiet_step_end(rid)) and lazy.repeat(state.kv, batch, end)):
+                return batch
+            done = lazy.end_step(state, batch, end)  # implicit decoders that emitted their last token, freed
+        else:
+            done = []
         if batch.run_end_times_s is not None:  # a closed-form run of identical steps
-            end_run(batch, kv, now, done)
+            end_run(batch, state.kv, end, done)
         elif batch.requests and self.spec_tokens:
-            end_spec_step(batch, kv, now, done, partial(self.accept_drafts, rid), self.spec_counts)
+            end_spec_step(batch, state.kv, end, done, partial(self.accept_drafts, rid), self.spec_counts)
         elif batch.requests:
-            end_step(batch, kv, now, done)
+            end_step(batch, state.kv, end, done)
         if done:
-            self._finish(state, done, now)
+            self._finish(state, done, end)
         if lazy is not None and lazy.count < len(state.running):
             lazy.admit_decoders(state)
+        if hook is not None:
+            hook(rid, end)
+        return None
+
+    def _quiet_step_end(self, rid: int) -> bool:
+        """Whether :attr:`on_step_end` at replica ``rid``'s step end would change nothing now (a subclass knows)."""
+        return False
 
     def sample_accepted_drafts(self, rid: int, drafts: list) -> list:
         """Accepted draft tokens of the decodes of one step of replica ``rid``

@@ -152,9 +152,10 @@ class PipelineMixin(_EngineBase):
         super().arrive(req, now)
         req.replica_id = self.group_of[req.replica_id]  # the replica, not its virtual engine
 
-    def _start_step(self, rid: int, now: float) -> None:
+    def _start_step(self, rid: int, now: float, batch=None) -> None:
         """Schedule virtual engine ``rid``'s next micro-batch at ``now`` and push its exit from
-        the last stage (module docstring); when stage 1 is busy, try again when it frees."""
+        the last stage (module docstring); when stage 1 is busy, try again when it frees. ``batch``
+        is always None (the exact path has no implicit decoders to repeat)."""
         g = self.group_of[rid]
         free = self._stage_free[g]
         if free[0] > now:  # stage 1 holds another virtual engine's micro-batch

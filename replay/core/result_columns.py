@@ -1,5 +1,5 @@
 """The tables a replay returns: the predicted columns of each request, the speculative-decoding
-counts, the simulated step trace (:func:`replay.simulate.replay_frame` builds them)."""
+counts and disaggregation's transfers, the simulated step trace (:func:`replay.simulate.replay_frame` builds them)."""
 from __future__ import annotations
 
 import math
@@ -34,6 +34,40 @@ def spec_columns(engine: Engine, num_rows: int) -> dict[str, np.ndarray]:
     for i, (steps, d, a) in engine.spec_counts.items():
         drafts[i], accepted[i], length[i] = d, a, 1.0 + a / steps
     return {"pred_num_draft_tokens": drafts, "pred_num_accepted_tokens": accepted, "pred_acceptance_length": length}
+
+
+def transfer_columns(transfers: dict, handoff_wait_s: dict, num_rows: int) -> dict[str, np.ndarray]:
+    """Per-request disaggregation columns of the replay result, by trace row.
+
+    Parameters
+    ----------
+    transfers : dict[int, replay.core.disagg.Transfer]
+        By trace row, every request whose KV moved (:attr:`replay.core.disagg.DisaggEngine.transfers`).
+    handoff_wait_s : dict[int, float]
+        By trace row, the hand-off wait, seconds (absent: 0).
+    num_rows : int
+        Rows of the trace.
+
+    Returns
+    -------
+    dict
+        ``pred_decode_replica_id`` (int64, -1 when the KV never moved),
+        ``pred_kv_transfer_s`` (float64, seconds, NaN when it never moved),
+        ``pred_decode_queue_wait_s`` (float64, transfer end to decode admission, seconds) and
+        ``pred_handoff_wait_s`` (float64, seconds: with ``pull`` the prompt's end to the start of
+        its migration: a decode instance's acceptance, then its earlier migrations; with
+        ``prealloc`` the arrival to the decode reservation, a part of the queue wait; 0 with
+        ``push``; NaN when the KV never moved).
+    """
+    dec = np.full(num_rows, -1, np.int64)
+    xfer, dq, hw = np.full(num_rows, np.nan), np.full(num_rows, np.nan), np.full(num_rows, np.nan)
+    for i, t in transfers.items():
+        dec[i] = t.decode_replica_id
+        xfer[i] = t.end_time_s - t.start_time_s
+        dq[i] = t.decode_admitted_time_s - t.end_time_s
+        hw[i] = handoff_wait_s.get(i, 0.0)
+    return {"pred_decode_replica_id": dec, "pred_kv_transfer_s": xfer, "pred_decode_queue_wait_s": dq,
+            "pred_handoff_wait_s": hw}
 
 
 def spec_decode_stats(engine: Engine) -> dict:

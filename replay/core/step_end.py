@@ -1,6 +1,6 @@
 """A step's end, request by request: the tokens each emits, the requests it completes.
 
-The engine (:meth:`~replay.core.engine.Engine._end_step`) calls one of these for the explicit
+The engine (:meth:`~replay.core.engine.Engine._close_step`) calls one of these for the explicit
 requests of the batch that ended (the implicit decoders advance by themselves,
 :mod:`replay.schedulers.implicit_decoders`; speculative decodes in
 :func:`replay.core.spec_decode.end_spec_step`). Requests that emit their last token get status

@@ -267,7 +267,13 @@ def _folded(terms: tuple, shape: ReplicaShape, params: CostParams) -> Coefficien
 
 
 def kv_transfer_time_s(num_prompt_tokens: int, model: ModelSpec, link: Link) -> float:
-    """Time to move a prompt's KV cache between instances, seconds.
+    """Time to move a prompt's KV cache between instances, seconds (:func:`kv_transfer_time_function`)."""
+    return kv_transfer_time_function(model, link)(num_prompt_tokens)
+
+
+def kv_transfer_time_function(model: ModelSpec, link: Link) -> Callable[[int], float]:
+    """The KV transfer time over ``link`` of ``model``'s prompts: ``f(L_prompt tokens) -> seconds``,
+    the model's bytes per token read (and checked) once, not at every transfer.
 
     Notes
     -----
@@ -275,8 +281,13 @@ def kv_transfer_time_s(num_prompt_tokens: int, model: ModelSpec, link: Link) -> 
     what a sequence holds whatever its length (its window's KV in windowed layers, its linear-attention
     state: :meth:`schemas.spec_types.ModelSpec.seq_state_bytes_per_rank` at TP 1; 0 for full attention).
     """
-    state_bytes = model.seq_state_bytes_per_rank(1)
-    return (num_prompt_tokens * model.kv_bytes_per_token + state_bytes) / link.bandwidth_bytes_per_s + link.latency_s
+    state_bytes, kv_bytes_per_token = model.seq_state_bytes_per_rank(1), model.kv_bytes_per_token
+    bandwidth_bytes_per_s, latency_s = link.bandwidth_bytes_per_s, link.latency_s
+
+    def transfer_time_s(num_prompt_tokens: int) -> float:
+        return (num_prompt_tokens * kv_bytes_per_token + state_bytes) / bandwidth_bytes_per_s + latency_s
+
+    return transfer_time_s
 
 
 def cost_model_from_calibration(cal: Calibration, model: ModelSpec | None = None, tp: int | None = None,

@@ -61,7 +61,7 @@ class PrefillScheduler(ChunkedScheduler):
         done = []
         hold_last = self.first_token_from == "decode"
         for i, (req, n) in enumerate(zip(batch.requests, batch.num_new_tokens)):
-            if req.num_computed_tokens + n == req.num_tokens:  # the prompt's last chunk
+            if req.num_computed_tokens + n == req.num_prompt_tokens + req.num_generated_tokens:  # the last chunk
                 done.append(req)
                 if hold_last:  # charged for n tokens (the aggregates), n - 1 handed over
                     batch.num_new_tokens[i] = n - 1
