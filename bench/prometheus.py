@@ -236,7 +236,7 @@ def write(table: pd.DataFrame, losses: pd.DataFrame, out: Path, num_scrapes: int
                      + " | ".join(f"{100 * d[c]:+.1f}%" for c in cols) + " |")
     lines += ["", f"({num_scrapes} scrapes, every {SCRAPE_S:g} s; relative errors of predicted vs measured "
               "percentiles, run@15:)", "", "Attribution (whole run, in sample; scored on run@15:; a synthesized "
-              f"loss: mean ± standard deviation over its seeds):", "",
+              "loss: mean ± standard deviation over its seeds):", "",
               "| loss, alone | seeds | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
     for _, d in losses.iterrows():
         cells = [f"{100 * d[c]:+.1f}%" + (f" ± {100 * d[c + '_sd']:.1f}" if d["seeds"] > 1 else "") for c in cols]
