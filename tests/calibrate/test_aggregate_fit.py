@@ -64,6 +64,21 @@ def test_synthesized_lengths_follow_the_reported_percentiles():
     assert abs(o.mean() - 150) < 3 * 30 / np.sqrt(1000) + 0.5 and o.std() == pytest.approx(30, rel=0.1)
 
 
+def test_synthesized_lengths_have_the_reported_mean_and_keep_its_percentiles():
+    """The same points with a mean of 500: the piecewise-uniform sample's mean would be
+    0.25 * (150 + 300 + 600 + 1200) = 562.5; the maximum-entropy one has 500, each quarter
+    of the requests still between its two points."""
+    points = [("num_prompt_tokens", "quantile", q, v) for q, v in ((25.0, 200), (50.0, 400), (75.0, 800))] + \
+             [("num_prompt_tokens", "min", np.nan, 100), ("num_prompt_tokens", "max", np.nan, 1600),
+              ("num_output_tokens", "mean", np.nan, 150)]
+    uniform = level_trace(_level(lengths=points), "x", seed=0)["num_prompt_tokens"].to_numpy()
+    p = level_trace(_level(lengths=points + [("num_prompt_tokens", "mean", np.nan, 500)]), "x", seed=0)[
+        "num_prompt_tokens"].to_numpy()
+    assert uniform.mean() == pytest.approx(562.5, abs=1) and p.mean() == pytest.approx(500, abs=0.5)
+    assert np.mean(p <= 200) == pytest.approx(0.25, abs=0.002) and np.mean(p <= 400) == pytest.approx(0.5, abs=0.002)
+    assert np.mean(p <= 800) == pytest.approx(0.75, abs=0.002) and p.min() >= 100 and p.max() <= 1600
+
+
 def test_lengths_known_by_their_mean_alone_are_that_mean_and_the_fit_says_so():
     lengths = [("num_prompt_tokens", "mean", np.nan, 512.4), ("num_output_tokens", "mean", np.nan, 64)]
     frame = _level("constant_rate", 2.5, 40, lengths)
