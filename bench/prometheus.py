@@ -182,15 +182,16 @@ def attribution(req, scrape, whole: Path, score, cost) -> pd.DataFrame:
     from calibrate.runs import score_runs
     from fidelity import errors
     from replay.analysis.metrics import statistics
-    from traces.aggregate_workload import SEED, level_trace
+    from traces.aggregate_workload import SEED, arrival_counts, level_trace
     from traces.io import read_trace
 
     pcts = scrape.targets["ttft_s"][0]
     exact = {m: (pcts, statistics(req.trace[m].dropna().to_numpy(float), pcts)) for m in scrape.targets}
     hist = scrape.targets
     order = req.trace.sort_values("arrival_time_s").reset_index(drop=True)
-    _, frame, _ = read_trace(whole)
-    synthesized = [level_trace(frame[frame["level"] == 0], f"{whole}#0", SEED + k) for k in range(SEEDS)]
+    _, frame, meta = read_trace(whole)
+    synthesized = [level_trace(frame[frame["level"] == 0], f"{whole}#0", SEED + k, 0, arrival_counts(meta, whole, 0))
+                   for k in range(SEEDS)]
     assert all(len(t) == len(order) for t in synthesized), "the synthesized level holds another count of requests"
 
     def fitted(run) -> dict:

@@ -21,7 +21,15 @@ Workload of a level (seeded: the same file gives the same runs):
   the exact mean of a real run's outputs); otherwise a normal of
   the reported mean and std (std unknown: every request at the mean), clipped to
   [max(1, min), max]; rounded to whole tokens, at least 1;
-* arrivals: ``poisson_rate`` r, exponential gaps of mean 1/r from 0; ``constant_rate`` r, one
+* arrivals: at an open-loop level whose arrivals were counted over intervals (the file's
+  metadata ``arrival_counts``: :func:`arrival_counts`; ``traces import prometheus`` counts them
+  between scrapes), a Poisson process conditioned on those counts: each interval's requests
+  uniform over it (the arrival times of a Poisson process given their number in an interval
+  are uniform order statistics, whatever its rate: Ross, *Stochastic Processes*, 2nd ed.,
+  Thm 2.3.1), from the start of the first interval with an arrival; the level's first
+  ``n`` of them, and when it finished more requests than arrived in its time, the others at
+  0 (they arrived before it: the server held them when it began). Otherwise
+  ``poisson_rate`` r, exponential gaps of mean 1/r from 0; ``constant_rate`` r, one
   request every 1/r s; ``concurrency`` N, every request at 0 (the closed loop of N clients that
   sends them is the replay's: :class:`replay.core.closed_loop.ClosedLoop`). When every
   synthesized request has the same lengths (the aggregate gives only means), the clients would
@@ -77,7 +85,19 @@ def _lengths(stats: pd.DataFrame, n: int, rng: np.random.Generator, metric: str,
     return np.maximum(np.rint(v), 1).astype(np.int64)
 
 
-def level_trace(level: pd.DataFrame, where: str, seed: int, shared_prefix_tokens: int = 0) -> pd.DataFrame:
+def _scheduled(counts: list, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` arrival times (seconds from the first counted arrival's interval) of a Poisson process
+    conditioned on ``counts``, ``(start_s, end_s, requests)`` per interval (module docstring);
+    the counts are rounded to whole requests keeping their running total."""
+    start, end, req = (np.asarray(c, float) for c in zip(*counts))
+    whole = np.diff(np.rint(np.concatenate([[0.0], np.cumsum(req)]))).astype(np.int64)
+    times = np.sort(np.concatenate([rng.uniform(a, b, k) for a, b, k in zip(start, end, whole)]))
+    times = times - start[np.argmax(whole > 0)]
+    return times[:n] if n <= times.size else np.concatenate([np.zeros(n - times.size), times])
+
+
+def level_trace(level: pd.DataFrame, where: str, seed: int, shared_prefix_tokens: int = 0,
+                counts: list | None = None) -> pd.DataFrame:
     """The synthesized request trace of one level.
 
     Parameters
@@ -90,6 +110,9 @@ def level_trace(level: pd.DataFrame, where: str, seed: int, shared_prefix_tokens
         Seed of the draws (the fit uses ``SEED + K`` for level ``K``).
     shared_prefix_tokens : int
         Tokens every prompt of the level opens with (:func:`shared_prefix_tokens`).
+    counts : list of (start_s, end_s, requests), optional
+        The level's arrivals counted over intervals (:func:`arrival_counts`): used at an open-loop
+        level when they hold an arrival.
 
     Returns
     -------
@@ -107,7 +130,9 @@ def level_trace(level: pd.DataFrame, where: str, seed: int, shared_prefix_tokens
     rng = np.random.default_rng(seed)
     prompt = _lengths(level, n, rng, "num_prompt_tokens", where)
     output = _lengths(level, n, rng, "num_output_tokens", where)
-    if kind == "poisson_rate":
+    if kind in OPEN_LOOP and counts and np.rint(sum(c[2] for c in counts)) >= 1:
+        arrival = _scheduled(counts, n, rng)
+    elif kind == "poisson_rate":
         arrival = np.concatenate([[0.0], np.cumsum(rng.exponential(1.0 / value, n - 1))])
     elif kind == "constant_rate":
         arrival = np.arange(n) / value
@@ -135,6 +160,39 @@ def shared_prefix_tokens(meta: dict, path) -> int:
     if not (text.isascii() and text.isdigit()):
         raise TraceError(f"{path}: metadata shared_prefix_tokens {text[:40]!r} is not a whole number of tokens >= 0")
     return int(text)
+
+
+def arrival_counts(meta: dict, path, level: int) -> list | None:
+    """The arrivals of level ``level`` counted over intervals, as a file's metadata states them
+    (``arrival_counts``: JSON, level number -> list of ``[start_s, end_s, requests]``, seconds
+    from the level's start, intervals in time order; ``traces import prometheus`` writes it):
+    that list, or None when the file or the level has none.
+
+    Raises
+    ------
+    TraceError
+        Naming the file and the key: not JSON, or a level's entry not a list of three numbers
+        each (start < end, requests >= 0, intervals in order).
+    """
+    import json
+
+    text = meta.get("arrival_counts")
+    if not text:
+        return None
+    try:
+        counts = json.loads(text).get(str(level))
+    except (ValueError, AttributeError):
+        counts = "?"
+    if counts is None:
+        return None
+    ok = isinstance(counts, list) and all(
+        isinstance(c, list) and len(c) == 3 and all(isinstance(x, (int, float)) and np.isfinite(x) for x in c)
+        and c[0] < c[1] and c[2] >= 0 for c in counts)
+    if not ok or any(a[1] > b[0] + 1e-9 for a, b in zip(counts, counts[1:])):
+        raise TraceError(wrap_error(f"{path}: metadata arrival_counts, level {level}: expected JSON "
+                                    '{"<level>": [[start_s, end_s, requests], ...]} with start < end, requests >= 0 '
+                                    "and the intervals in time order"))
+    return counts
 
 
 def busiest_level(frame: pd.DataFrame, path, level: int | None = None) -> int:
@@ -204,13 +262,16 @@ def level_workload(frame: pd.DataFrame, level: int, meta: dict, path) -> tuple[p
     """Level ``level`` of an ``aggregate_targets/1`` table read from ``path`` (its ``meta``) as the
     fit, ``replay`` and ``servecal plan`` replay it: ``(rows, trace, metadata)``, the level's rows,
     its synthesized request trace (:func:`level_trace`, seed ``SEED + level``, the file's shared
-    prefix) and the metadata it is replayed with (:func:`level_metadata`).
+    prefix and the level's arrival counts) and the metadata it is replayed with
+    (:func:`level_metadata`).
 
     Raises
     ------
     TraceError
-        A bad ``shared_prefix_tokens``, or a length with neither a mean nor percentiles.
+        A bad ``shared_prefix_tokens`` or ``arrival_counts``, or a length with neither a mean nor
+        percentiles.
     """
     rows = frame[frame["level"] == level]
-    trace = level_trace(rows, f"{path}#{level}", SEED + int(level), shared_prefix_tokens(meta, path))
+    trace = level_trace(rows, f"{path}#{level}", SEED + int(level), shared_prefix_tokens(meta, path),
+                        arrival_counts(meta, path, int(level)))
     return rows, trace, level_metadata(rows, meta, trace)

@@ -90,6 +90,44 @@ def test_lengths_known_by_their_mean_alone_are_that_mean_and_the_fit_says_so():
     assert "same lengths" in said and "one load level" in said and "prefix-cache hits are unknown" in said
 
 
+def test_arrivals_counted_over_intervals_are_uniform_within_each_and_the_first_n():
+    """Counted arrivals (metadata arrival_counts): 4 in 15-30 s, none in 30-45 s, 6 in 45-60 s.
+    From the first counted interval's start: 4 in [0, 15], 6 in [30, 45]; with 12 finished, 2
+    more at 0 (held when the level began); with 7, the first 7 of the 10."""
+    from traces.aggregate_workload import arrival_counts
+
+    lengths = [("num_prompt_tokens", "mean", np.nan, 100), ("num_output_tokens", "mean", np.nan, 10)]
+    meta = {"arrival_counts": json.dumps({"0": [[0, 15, 0], [15, 30, 4], [30, 45, 0], [45, 60, 6]]})}
+    counts = arrival_counts(meta, "agg.parquet", 0)
+    for n, at_0, early, late in ((10, 0, 4, 6), (12, 2, 4, 6), (7, 0, 4, 3)):
+        t = level_trace(_level("poisson_rate", 1 / 6, n, lengths), "x", 0, 0, counts)["arrival_time_s"].to_numpy()
+        assert np.all(np.diff(t) >= 0) and len(t) == n
+        assert np.sum(t == 0) == at_0 and np.sum((t > 0) & (t <= 15)) == early
+        assert np.sum((t >= 30) & (t <= 45)) == late and not np.any((t > 15) & (t < 30))
+    # the mean of 6 uniforms on [30, 45] over many seeds: 37.5 (the order statistics' mean is the interval's middle)
+    late_mean = np.mean([level_trace(_level("poisson_rate", 1 / 6, 10, lengths), "x", s, 0, counts)[
+        "arrival_time_s"].to_numpy()[4:].mean() for s in range(400)])
+    assert late_mean == pytest.approx(37.5, abs=0.3)  # 4.33 s / sqrt(2400) = 0.09 s standard error
+    # a closed loop keeps its clients' sends at 0; a level without counts keeps its Poisson gaps
+    assert set(level_trace(_level("concurrency", 4, 10, lengths), "x", 0, 0, counts)["arrival_time_s"]) == {0.0}
+    assert arrival_counts({}, "agg.parquet", 0) is None and arrival_counts(meta, "agg.parquet", 1) is None
+
+
+@pytest.mark.parametrize("text", ["{", "[1]", '{"0": [[15, 0, 3]]}', '{"0": [[0, 15, -1]]}',
+                                  '{"0": [[15, 30, 1], [0, 15, 1]]}', '{"0": [[0, 15]]}'])
+def test_bad_arrival_counts_are_one_error_naming_the_file_and_key(tmp_path, text):
+    from traces.io import write_trace
+
+    lengths = [("num_prompt_tokens", "mean", np.nan, 100), ("num_output_tokens", "mean", np.nan, 10)]
+    path = tmp_path / "agg.parquet"
+    write_trace(_level("poisson_rate", 1.0, 10, lengths), "aggregate_targets/1", path, {"arrival_counts": text})
+    res = invoke_servecal("calibrate", "fit", path, "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "-o",
+                          tmp_path / "cal.json")
+    said = " ".join(res.output.split())
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert f"{path}: metadata arrival_counts, level 0" in said and "[[start_s, end_s, requests], ...]" in said
+
+
 def test_a_stated_shared_prefix_is_hit_in_the_prefix_cache():
     """--shared-prefix-tokens 1024 at import: every prompt opens with the level's 64 blocks, the
     rest unique; the replay then finds 1024 cached tokens for every request after the first."""

@@ -37,8 +37,11 @@ Read per window (``vllm:`` names of v0 and v1, ``sglang:`` names; vLLM's histogr
   num_requests_waiting`` (SGLang: ``num_running_reqs + num_queue_reqs``) (flow balance: the
   servers count no arrivals), and the rate is their sum over the time of the intervals in
   which some arrived (a burst and its drain in one window read as the burst's rate); without
-  both gauges at every scrape, the finished requests over the window. Poisson is assumed.
-  Each window is taken as a steady state: its synthesized workload starts from an idle server;
+  both gauges at every scrape, the finished requests over the window. The arrivals of each
+  scrape interval are kept (metadata ``arrival_counts``): the synthesized workload's arrivals
+  are a Poisson process conditioned on them (:mod:`traces.aggregate_workload`), not one at the
+  window's mean rate. Each window is taken as a steady state: its synthesized workload starts
+  from an idle server;
 * for the report, in the metadata (``windows``, JSON, one object per level): the window's
   start and end, queue time (``request_queue_time_seconds``, SGLang ``queue_time_seconds``)
   mean and percentiles, the means of prefill, decode and inference time, of tokens per step
@@ -202,25 +205,28 @@ def _gauges(scrapes: list[Scrape], prefix: str, group, by_label: str | None) -> 
     return out
 
 
-def _arrivals(n: float, finished: list[float], times: list[float], gauges: dict) -> tuple[float, float]:
-    """(requests arrived, their rate per second) over a window of scrapes at ``times`` with
-    ``finished`` requests per interval: per interval, finished plus the increase of running +
-    waiting (flow balance, at least 0); the rate over the intervals in which requests arrived.
-    Without both gauges at every scrape: the finished requests over the window."""
+def _arrivals(n: float, finished: list[float], times: list[float], gauges: dict) -> tuple[float, float, list | None]:
+    """(requests arrived, their rate per second, their counts per interval) over a window of
+    scrapes at ``times`` with ``finished`` requests per interval: per interval, finished plus
+    the increase of running + waiting (flow balance, at least 0), as ``[start_s, end_s,
+    requests]`` from the window's start; the rate over the intervals in which requests arrived.
+    Without both gauges at every scrape: the finished requests over the window, no counts."""
     running, waiting = gauges.get("running", []), gauges.get("waiting", [])
     if len(running) != len(times) or len(waiting) != len(times):
-        return n, n / (times[-1] - times[0])
+        return n, n / (times[-1] - times[0]), None
     held = [r + w for r, w in zip(running, waiting)]
     per = [max(f + b - a, 0.0) for f, a, b in zip(finished, held, held[1:])]
     active = sum(t1 - t0 for t0, t1, x in zip(times, times[1:], per) if x > 0)
     if sum(per) <= 0:
-        return n, n / (times[-1] - times[0])
-    return sum(per), sum(per) / active
+        return n, n / (times[-1] - times[0]), None
+    counts = [[t0 - times[0], t1 - times[0], x] for t0, t1, x in zip(times, times[1:], per)]
+    return sum(per), sum(per) / active, counts
 
 
 def _level(engine: str, inc: dict, window: list[Scrape], finished: list[float], gauges: dict,
-           where: str) -> tuple[Level, dict] | None:
-    """The level of one window and group (None: no finished request), and its report."""
+           where: str) -> tuple[Level, dict, list | None] | None:
+    """The level of one window and group (None: no finished request), its report and its
+    arrivals counted per scrape interval (:func:`_arrivals`)."""
     p = f"{engine}:"
     e2e = histogram_stats(inc, p + "e2e_request_latency_seconds", where)
     if e2e is None:
@@ -229,7 +235,7 @@ def _level(engine: str, inc: dict, window: list[Scrape], finished: list[float], 
     if n < 0.5:
         return None
     first, last = window[0], window[-1]
-    arrivals, rate = _arrivals(n, finished, [s.time_s for s in window], gauges)
+    arrivals, rate, counts = _arrivals(n, finished, [s.time_s for s in window], gauges)
     level = Level("poisson_rate", rate, int(round(n)))
     report: dict = {"start_unix_s": first.time_s, "end_unix_s": last.time_s, "finished_requests": n,
                     "arrived_requests": arrivals, "resolution_s": {}}
@@ -253,7 +259,7 @@ def _level(engine: str, inc: dict, window: list[Scrape], finished: list[float], 
             if total > 0:
                 level.add(metric, "mean", None, total / n)
     report.update(_report(inc, p, gauges, where))
-    return level, report
+    return level, report, counts
 
 
 def _report(inc: dict, p: str, gauges: dict, where: str) -> dict:
@@ -330,7 +336,9 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
         and group), ``windows`` (JSON list, one object per level: module docstring),
         ``counter_resets`` (count; the series and scrapes listed in ``counter_reset_series``),
         ``metrics_not_read``, ``by_label``, ``windows_left_out`` (the windows in which no request
-        finished, seconds after the first scrape: no level).
+        finished, seconds after the first scrape: no level), ``arrival_counts`` (JSON: level ->
+        ``[start_s, end_s, requests]`` per scrape interval, seconds from the window's start; the
+        levels whose arrivals the gauges give: :func:`traces.aggregate_workload.arrival_counts`).
 
     Raises
     ------
@@ -351,7 +359,7 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
     groups = _groups(scrapes, engine, by_label)
     resets: list[str] = []
     increases = _increases(scrapes, resets)
-    levels, reports, names, idle = [], [], [], []
+    levels, reports, names, idle, counts = [], [], [], [], {}
     t0 = scrapes[0].time_s
     for group in groups:
         for a, b in _windows(scrapes, window_s):
@@ -371,6 +379,8 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
             if found is None:
                 idle.append(span)
                 continue
+            if found[2] is not None:
+                counts[str(len(levels))] = found[2]
             levels.append(found[0])
             reports.append({**found[1], **({by_label: group} if by_label else {})})
             names.append(span)
@@ -382,7 +392,7 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
     meta.update(engine=engine, window_s=f"{window_s:g}", levels=", ".join(names),
                 windows=json.dumps(reports, separators=(",", ":")), counter_resets=str(len(resets)),
                 metrics_not_read=", ".join(_not_read(scrapes)), by_label=by_label or "",
-                windows_left_out=", ".join(idle))
+                windows_left_out=", ".join(idle), arrival_counts=json.dumps(counts, separators=(",", ":")))
     if resets:
         meta["counter_reset_series"] = "; ".join(resets[:20]) + (f"; ... ({len(resets)})" if len(resets) > 20 else "")
     return frame, meta
