@@ -25,10 +25,11 @@ Workload of a level (seeded: the same file gives the same runs):
   metadata ``arrival_counts``: :func:`arrival_counts`; ``traces import prometheus`` counts them
   between scrapes), a Poisson process conditioned on those counts: each interval's requests
   uniform over it (the arrival times of a Poisson process given their number in an interval
-  are uniform order statistics, whatever its rate: Ross, *Stochastic Processes*, 2nd ed.,
-  Thm 2.3.1), from the start of the first interval with an arrival; the level's first
-  ``n`` of them, and when it finished more requests than arrived in its time, the others at
-  0 (they arrived before it: the server held them when it began). Otherwise
+  are uniform order statistics, whatever its rate, constant inside the interval: Ross,
+  *Stochastic Processes*, 2nd ed., Thm 2.3.1), from the start of the first interval with an
+  arrival; the level's first ``n`` of them, and when it finished more requests than arrived in
+  its time, the others at 0 (they arrived before it: the server held them when it began).
+  Otherwise
   ``poisson_rate`` r, exponential gaps of mean 1/r from 0; ``constant_rate`` r, one
   request every 1/r s; ``concurrency`` N, every request at 0 (the closed loop of N clients that
   sends them is the replay's: :class:`replay.core.closed_loop.ClosedLoop`). When every
