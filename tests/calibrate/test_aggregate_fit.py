@@ -64,19 +64,37 @@ def test_synthesized_lengths_follow_the_reported_percentiles():
     assert abs(o.mean() - 150) < 3 * 30 / np.sqrt(1000) + 0.5 and o.std() == pytest.approx(30, rel=0.1)
 
 
-def test_synthesized_lengths_have_the_reported_mean_and_keep_its_percentiles():
-    """The same points with a mean of 500: the piecewise-uniform sample's mean would be
-    0.25 * (150 + 300 + 600 + 1200) = 562.5; the maximum-entropy one has 500, each quarter
-    of the requests still between its two points."""
+def test_lengths_between_bucket_bounds_have_the_reported_mean_and_keep_its_percentiles():
+    """The same points with a mean of 500. Read as a summary's percentiles, linearly between
+    them: the sample's mean is 0.25 * (150 + 300 + 600 + 1200) = 562.5. Read as histogram
+    bucket bounds (metadata length_points, traces import prometheus): the maximum-entropy
+    density with the mean, 500, each quarter of the requests still between its two points."""
     points = [("num_prompt_tokens", "quantile", q, v) for q, v in ((25.0, 200), (50.0, 400), (75.0, 800))] + \
              [("num_prompt_tokens", "min", np.nan, 100), ("num_prompt_tokens", "max", np.nan, 1600),
-              ("num_output_tokens", "mean", np.nan, 150)]
+              ("num_prompt_tokens", "mean", np.nan, 500), ("num_output_tokens", "mean", np.nan, 150)]
     uniform = level_trace(_level(lengths=points), "x", seed=0)["num_prompt_tokens"].to_numpy()
-    p = level_trace(_level(lengths=points + [("num_prompt_tokens", "mean", np.nan, 500)]), "x", seed=0)[
-        "num_prompt_tokens"].to_numpy()
+    p = level_trace(_level(lengths=points), "x", 0, bucket_bounds=True)["num_prompt_tokens"].to_numpy()
     assert uniform.mean() == pytest.approx(562.5, abs=1) and p.mean() == pytest.approx(500, abs=0.5)
     assert np.mean(p <= 200) == pytest.approx(0.25, abs=0.002) and np.mean(p <= 400) == pytest.approx(0.5, abs=0.002)
     assert np.mean(p <= 800) == pytest.approx(0.75, abs=0.002) and p.min() >= 100 and p.max() <= 1600
+
+
+def test_a_length_in_one_bucket_is_spread_over_it_with_its_mean():
+    """Every output in vLLM's 500-1000 bucket, mean 653: between the bounds with that mean
+    (scipy's truncexpon of the same mean, on [500, 1000], has the same median); a summary's min,
+    max and mean alone keep every request at the mean."""
+    from scipy import stats
+
+    from traces.binned import segment_tilt
+
+    lengths = [("num_prompt_tokens", "mean", np.nan, 100), ("num_output_tokens", "min", np.nan, 500),
+               ("num_output_tokens", "max", np.nan, 1000), ("num_output_tokens", "mean", np.nan, 653)]
+    o = level_trace(_level(lengths=lengths), "x", 0, bucket_bounds=True)["num_output_tokens"].to_numpy()
+    scale = -1 / segment_tilt(np.array([500.0, 1000.0]), np.array([1.0]), 653.0)
+    d = stats.truncexpon(b=500 / scale, loc=500, scale=scale)
+    assert d.mean() == pytest.approx(653) and o.mean() == pytest.approx(653, abs=0.5)
+    assert np.median(o) == pytest.approx(d.median(), abs=1) and o.min() >= 500 and o.max() <= 1000
+    assert set(level_trace(_level(lengths=lengths), "x", 0)["num_output_tokens"]) == {653}
 
 
 def test_lengths_known_by_their_mean_alone_are_that_mean_and_the_fit_says_so():
@@ -126,6 +144,18 @@ def test_bad_arrival_counts_are_one_error_naming_the_file_and_key(tmp_path, text
     said = " ".join(res.output.split())
     assert res.exit_code != 0 and "Traceback" not in res.output
     assert f"{path}: metadata arrival_counts, level 0" in said and "[[start_s, end_s, requests], ...]" in said
+
+
+def test_a_bad_length_points_is_one_error_naming_the_file_and_key(tmp_path):
+    from traces.io import write_trace
+
+    lengths = [("num_prompt_tokens", "mean", np.nan, 100), ("num_output_tokens", "mean", np.nan, 10)]
+    path = tmp_path / "agg.parquet"
+    write_trace(_level("poisson_rate", 1.0, 10, lengths), "aggregate_targets/1", path, {"length_points": "buckets"})
+    res = invoke_servecal("calibrate", "fit", path, "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "-o",
+                          tmp_path / "cal.json")
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert f"{path}: metadata length_points 'buckets': expected 'bucket bounds' or none" in " ".join(res.output.split())
 
 
 def test_a_stated_shared_prefix_is_hit_in_the_prefix_cache():

@@ -45,6 +45,7 @@ def test_windows_are_levels_of_the_histograms_increases(tmp_path):
     # and per scrape interval, from the window's start: what the synthesized arrivals are conditioned on
     counts = json.loads(meta["arrival_counts"])
     assert [c[:2] for c in counts["0"]] == [[0, 15], [15, 30]] and sum(c[2] for c in counts["0"]) == 28 + 7
+    assert meta["length_points"] == "bucket bounds"  # the synthesized lengths fill the buckets with the mean
     assert abs(df[df["level"] == 0]["level_value"].iloc[0] - 35 / 30) < 1e-9
     assert windows[0]["prefix_cache_hit_rate"] == pytest.approx(0.2)
     assert windows[1]["preemptions"] == 1 + 1  # the counter's increases at 45 and 60 s

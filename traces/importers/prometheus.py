@@ -62,6 +62,7 @@ from collections import defaultdict
 
 import pandas as pd
 
+from ..aggregate_workload import BUCKET_BOUNDS
 from ..errors import TraceFormatError
 from .prometheus_histograms import histogram_percentiles, histogram_stats
 from .prometheus_scrapes import Scrape, read_scrapes
@@ -225,8 +226,7 @@ def _arrivals(n: float, finished: list[float], times: list[float], gauges: dict)
 
 def _level(engine: str, inc: dict, window: list[Scrape], finished: list[float], gauges: dict,
            where: str) -> tuple[Level, dict, list | None] | None:
-    """The level of one window and group (None: no finished request), its report and its
-    arrivals counted per scrape interval (:func:`_arrivals`)."""
+    """The level of one window and group (None: none finished), its report and :func:`_arrivals`' counts."""
     p = f"{engine}:"
     e2e = histogram_stats(inc, p + "e2e_request_latency_seconds", where)
     if e2e is None:
@@ -337,8 +337,9 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
         ``counter_resets`` (count; the series and scrapes listed in ``counter_reset_series``),
         ``metrics_not_read``, ``by_label``, ``windows_left_out`` (the windows in which no request
         finished, seconds after the first scrape: no level), ``arrival_counts`` (JSON: level ->
-        ``[start_s, end_s, requests]`` per scrape interval, seconds from the window's start; the
-        levels whose arrivals the gauges give: :func:`traces.aggregate_workload.arrival_counts`).
+        ``[start_s, end_s, requests]`` per scrape interval from the window's start, where the
+        gauges give them) and ``length_points`` (``bucket bounds``), read by
+        :func:`traces.aggregate_workload.level_options`.
 
     Raises
     ------
@@ -392,7 +393,8 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
     meta.update(engine=engine, window_s=f"{window_s:g}", levels=", ".join(names),
                 windows=json.dumps(reports, separators=(",", ":")), counter_resets=str(len(resets)),
                 metrics_not_read=", ".join(_not_read(scrapes)), by_label=by_label or "",
-                windows_left_out=", ".join(idle), arrival_counts=json.dumps(counts, separators=(",", ":")))
+                windows_left_out=", ".join(idle), arrival_counts=json.dumps(counts, separators=(",", ":")),
+                length_points=BUCKET_BOUNDS)
     if resets:
         meta["counter_reset_series"] = "; ".join(resets[:20]) + (f"; ... ({len(resets)})" if len(resets) > 20 else "")
     return frame, meta
