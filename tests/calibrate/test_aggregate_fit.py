@@ -158,6 +158,22 @@ def test_a_bad_length_points_is_one_error_naming_the_file_and_key(tmp_path):
     assert f"{path}: metadata length_points 'buckets': expected 'bucket bounds' or none" in " ".join(res.output.split())
 
 
+def test_an_aggregate_of_one_statistic_is_one_clear_error(tmp_path):
+    """One mean: one residual, its sampling covariance 1 x 1 (was a bare IndexError), and the fit
+    says it needs more statistics than parameters."""
+    from traces.io import write_trace
+
+    lengths = [("num_prompt_tokens", "mean", np.nan, 500), ("num_output_tokens", "mean", np.nan, 100)]
+    frame = _level("poisson_rate", 1.0, 30, lengths)
+    frame = frame[(frame["metric"] != "ttft_s")]  # the e2e mean alone
+    path = tmp_path / "one.parquet"
+    write_trace(frame, "aggregate_targets/1", path, {})
+    res = invoke_servecal("calibrate", "fit", path, "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--jobs", "1",
+                          "-o", tmp_path / "cal.json")
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "1 quantile residuals; need more than" in res.output
+
+
 def test_a_stated_shared_prefix_is_hit_in_the_prefix_cache():
     """--shared-prefix-tokens 1024 at import: every prompt opens with the level's 64 blocks, the
     rest unique; the replay then finds 1024 cached tokens for every request after the first."""
