@@ -22,6 +22,23 @@ as bench/fidelity.py's "first 15 s -> rest"):
   request (in sample for run@15:): what the histograms' resolution and the synthesized workload
   cost against the per-request log with the same data.
 
+The attribution (:func:`attribution`) separates what the whole-run scrape fit loses, each loss
+alone on the per-request log: its exact summary statistics (the mean and p10-p90 of TTFT, TPOT
+and E2E, as scrapes with infinitely fine buckets would give them) against the per-request
+quantiles; the latency statistics from the histograms (TTFT and E2E, TPOT, all three); the
+requests' arrival times replaced by the scrape level's synthesized ones, and their lengths by
+the synthesized ones (each over ``SEEDS`` seeds of the synthesized workload, the product's seed
+0 first: one realization of 300 requests is itself a draw), the prompts' and the outputs' apart,
+and the outputs all at their exact mean (the other extreme of what one bucket allows); the real
+lengths shuffled among the requests (what the order alone costs, the noise under the lengths'
+loss); and the scrape fit with all of them.
+
+The lengths' mean fills only bucket bounds (``length_points``, :mod:`traces.aggregate_workload`):
+:func:`summaries` measures what it would do to the summaries the docs' aggregate fits use (the
+GuideLLM sweep's levels 0, 2, 3 with their 1,024 shared prefix tokens, scored on its benchmarks
+1 and 4; the LLMPerf summary, scored on its own requests), each read as it is and as if its
+length percentiles were bucket bounds.
+
     python bench/prometheus.py [--data ../shared/data/real] [--out bench/PROMETHEUS.md]
 """
 from __future__ import annotations
@@ -46,6 +63,8 @@ INTER_TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.
                                20.0, 40.0, 80.0)
 MAX_MODEL_LEN = 131072
 SCRAPE_S = 15.0
+#: Seeds of the synthesized workload over which each synthesized loss is measured (0: the product's).
+SEEDS = 5
 RUN = "lss_vllm_rtxpro6000_llama31_8b_requests.jsonl"
 
 
@@ -151,10 +170,129 @@ def main() -> None:
         table = score_runs(score, llama.with_params(fit.cost_params()))
         rows.append({"calibrated from": name, "scored on": "run@15: (141 requests)", **errors(table)})
         print(name, rows[-1], flush=True)
-    write(pd.DataFrame(rows), Path(args.out), len(files))
+    losses = attribution(runs(run)[0], runs(whole)[0], whole, score, llama)
+    write(pd.DataFrame(rows), losses, summaries(Path(args.data), tmp), Path(args.out), len(files))
 
 
-def write(table: pd.DataFrame, out: Path, num_scrapes: int) -> None:
+def attribution(req, scrape, whole: Path, score, cost) -> pd.DataFrame:
+    """The whole-run scrape fit's losses, each alone (module docstring): one row per loss, the
+    p50/p90 relative errors on ``score`` of the calibration fitted with it, for the synthesized
+    ones the mean and the standard deviation over :data:`SEEDS` seeds (columns ``<stat>`` and
+    ``<stat>_sd``; 0 for the others).
+
+    ``req`` is the per-request run of the whole log, ``scrape`` the run of the whole-run scrapes'
+    level 0 (read from ``whole``), ``cost`` the cost model fitted.
+    """
+    from dataclasses import replace
+
+    from calibrate.aggregate_runs import fit_runs
+    from calibrate.runs import score_runs
+    from fidelity import errors
+    from replay.analysis.metrics import statistics
+    from traces.aggregate_workload import SEED, level_options, level_trace
+    from traces.io import read_trace
+
+    pcts = scrape.targets["ttft_s"][0]
+    exact = {m: (pcts, statistics(req.trace[m].dropna().to_numpy(float), pcts)) for m in scrape.targets}
+    hist = scrape.targets
+    order = req.trace.sort_values("arrival_time_s").reset_index(drop=True)
+    _, frame, meta = read_trace(whole)
+    synthesized = [level_trace(frame[frame["level"] == 0], f"{whole}#0", SEED + k, **level_options(meta, whole, 0))
+                   for k in range(SEEDS)]
+    assert all(len(t) == len(order) for t in synthesized), "the synthesized level holds another count of requests"
+
+    def fitted(run) -> dict:
+        fit = fit_runs([run], cost, jobs=1)[0]
+        return errors(score_runs(score, cost.with_params(fit.cost_params())))
+
+    cases = [("per-request quantiles (the requests, whole run)", [req]),
+             ("exact summary statistics (mean, p10-p90) of the requests", [replace(req, targets=exact)]),
+             ("TTFT and E2E statistics from their buckets", [replace(req, targets={**exact, "ttft_s": hist["ttft_s"],
+                                                                                  "e2e_s": hist["e2e_s"]})]),
+             ("TPOT statistics from its buckets", [replace(req, targets={**exact, "tpot_s": hist["tpot_s"]})]),
+             ("all latency statistics from their buckets", [replace(req, targets=hist)]),
+             ("arrivals synthesized (exact statistics, real lengths)",
+              [replace(req, targets=exact, trace=order.assign(arrival_time_s=t["arrival_time_s"].to_numpy()))
+               for t in synthesized]),
+             ("lengths synthesized (exact statistics, real arrivals)",
+              [replace(req, targets=exact, trace=order.assign(num_prompt_tokens=t["num_prompt_tokens"].to_numpy(),
+                                                              num_output_tokens=t["num_output_tokens"].to_numpy()))
+               for t in synthesized]),
+             ("prompts synthesized (real outputs)",
+              [replace(req, targets=exact, trace=order.assign(num_prompt_tokens=t["num_prompt_tokens"].to_numpy()))
+               for t in synthesized]),
+             ("outputs synthesized (real prompts)",
+              [replace(req, targets=exact, trace=order.assign(num_output_tokens=t["num_output_tokens"].to_numpy()))
+               for t in synthesized]),
+             ("outputs all at their exact mean (real prompts)",
+              [replace(req, targets=exact, trace=order.assign(
+                  num_output_tokens=int(round(order["num_output_tokens"].mean()))))]),
+             ("lengths the real ones, shuffled (the order alone)",
+              [replace(req, targets=exact, trace=order.assign(**{c: rng.permutation(order[c].to_numpy()) for c in
+                                                                 ("num_prompt_tokens", "num_output_tokens")}))
+               for rng in map(np.random.default_rng, range(SEEDS))]),
+             ("all three (the scrape fit)", [replace(scrape, trace=t) for t in synthesized])]
+    rows = []
+    for name, variants in cases:
+        got = pd.DataFrame([fitted(r) for r in variants])
+        rows.append({"loss": name, "seeds": len(variants), **got.mean().to_dict(),
+                     **{f"{c}_sd": float(got[c].std()) if len(got) > 1 else 0.0 for c in got}})
+        print(name, rows[-1], flush=True)
+    return pd.DataFrame(rows)
+
+
+def summaries(data: Path, tmp: Path) -> pd.DataFrame:
+    """Held-out errors of ``calibrate validate`` on the docs' two summaries (module docstring),
+    their lengths read as the product reads them and filled with their mean as bucket bounds
+    are: one row per summary and reading, the median and worst |p50/p90 error| of TTFT, TPOT
+    and E2E on the scored requests (fractions)."""
+    from click.testing import CliRunner
+
+    from calibrate.umbrella import main as servecal
+    from traces.aggregate_workload import BUCKET_BOUNDS
+    from traces.io import read_trace, write_trace
+
+    def cli(*args) -> None:
+        res = CliRunner().invoke(servecal, [str(a) for a in args])
+        assert res.exit_code == 0, res.output
+
+    guidellm, llmperf = data / "guidellm_results_codellama34b_prefill_sweep.json", \
+        data / "llmperf_leaderboard_anyscale_llama2_70b_summary.json"
+    cli("traces", "import", "summary", "guidellm", guidellm, "--shared-prefix-tokens", "1024", "-o",
+        tmp / "sweep_agg.parquet")
+    cli("traces", "import", "guidellm", guidellm, "-o", tmp / "sweep.parquet")
+    cli("traces", "import", "summary", "llmperf", llmperf, "-o", tmp / "llmperf_agg.parquet")
+    cli("traces", "import", "llmperf", data / "llmperf_leaderboard_anyscale_llama2_70b_individual.json",
+        "--concurrency", "5", "-o", tmp / "llmperf.parquet")
+    cases = {"GuideLLM sweep, levels 0, 2, 3 -> benchmarks 1, 4": (
+                 "sweep_agg", ["--fit-on", "{agg}#0", "--fit-on", "{agg}#2", "--fit-on", "{agg}#3", "--score-on",
+                               f"{tmp}/sweep.parquet#1", "--score-on", f"{tmp}/sweep.parquet#4", "--model",
+                               "codellama-34b", "--gpu", "h100-80gb", "--vllm-log",
+                               str(data / "blis_eval_codellama34b_prefill_sweep_vllm.log")]),
+             "LLMPerf summary -> its requests": (
+                 "llmperf_agg", ["--fit-on", "{agg}", "--score-on", f"{tmp}/llmperf.parquet", "--concurrency", "5",
+                                 "--model", "llama-2-70b", "--gpu", "h100-80gb", "--tp", "4"])}
+    rows = []
+    for name, (stem, args) in cases.items():
+        kind, frame, meta = read_trace(tmp / f"{stem}.parquet")
+        write_trace(frame, kind, tmp / f"{stem}_buckets.parquet", {**meta, "length_points": BUCKET_BOUNDS})
+        for reading, agg in (("linear between percentiles (as imported)", stem),
+                             ("filled with the mean (as bucket bounds)", f"{stem}_buckets")):
+            cli("calibrate", "validate", *[a.format(agg=tmp / f"{agg}.parquet") for a in args], "--jobs", "1",
+                "--table-out", tmp / "table.csv")
+            t = pd.read_csv(tmp / "table.csv")
+            t = t[(t["sample"] == "out") & t["metric"].isin(["ttft", "tpot", "e2e"])]
+            errs = t[["rel_err_p50", "rel_err_p90"]].abs().to_numpy()
+            rows.append({"summary": name, "lengths": reading, "median": float(np.nanmedian(errs)),
+                         "worst": float(np.nanmax(errs))})
+            print(rows[-1], flush=True)
+    return pd.DataFrame(rows)
+
+
+def write(table: pd.DataFrame, losses: pd.DataFrame, others: pd.DataFrame, out: Path, num_scrapes: int) -> None:
+    """Write the calibrations' ``table``, the attribution ``losses`` and the summaries' errors
+    ``others`` (:func:`summaries`) after the ``<!-- table -->`` marker of ``out`` (the text
+    above it is kept)."""
     cols = [c for c in table.columns if c.endswith(("p50", "p90"))]
     lines = ["| calibrated from | scored on | " + " | ".join(cols) + " |",
              "|---|---|" + "---|" * len(cols)]
@@ -162,12 +300,21 @@ def write(table: pd.DataFrame, out: Path, num_scrapes: int) -> None:
         d = dict(zip(table.columns, r))
         lines.append(f"| {d['calibrated from']} | {d['scored on']} | "
                      + " | ".join(f"{100 * d[c]:+.1f}%" for c in cols) + " |")
+    lines += ["", f"({num_scrapes} scrapes, every {SCRAPE_S:g} s; relative errors of predicted vs measured "
+              "percentiles, run@15:)", "", "Attribution (whole run, in sample; scored on run@15:; a synthesized "
+              "loss: mean ± standard deviation over its seeds):", "",
+              "| loss, alone | seeds | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for _, d in losses.iterrows():
+        cells = [f"{100 * d[c]:+.1f}%" + (f" ± {100 * d[c + '_sd']:.1f}" if d["seeds"] > 1 else "") for c in cols]
+        lines.append(f"| {d['loss']} | {d['seeds']:g} | " + " | ".join(cells) + " |")
+    lines += ["", "The lengths' mean on summaries (held-out |p50/p90 error| of TTFT, TPOT and E2E, `calibrate "
+              "validate`):", "", "| summary | lengths | median | worst |", "|---|---|---|---|"]
+    lines += [f"| {d['summary']} | {d['lengths']} | {100 * d['median']:.1f}% | {100 * d['worst']:.1f}% |"
+              for _, d in others.iterrows()]
     text = out.read_text() if out.exists() else ""
     marker = "<!-- table -->"
     head = text.split(marker)[0] if marker in text else "# Prometheus scrapes vs per-request log\n\n"
-    out.write_text(head + marker + "\n" + "\n".join(lines) + f"\n\n({num_scrapes} scrapes, every {SCRAPE_S:g} s; "
-                   "relative errors of predicted vs measured percentiles, run@15:)\n")
-
+    out.write_text(head + marker + "\n" + "\n".join(lines) + "\n")
 
 if __name__ == "__main__":
     main()

@@ -125,7 +125,8 @@ class QuantileResidual:
                 draws.append((q - q_meas) / np.maximum(q_meas, 1e-3))
             draws = np.hstack(draws)
             draws = draws[np.all(np.isfinite(draws), axis=1)]  # resamples with no measured value of a metric
-            blocks.append(np.cov(draws, rowvar=False) if len(draws) > 1 else np.zeros((draws.shape[1],) * 2))
+            n_stats = draws.shape[1]  # np.cov of one statistic is 0-d: at least 2-d, 1 x 1
+            blocks.append(np.atleast_2d(np.cov(draws, rowvar=False)) if len(draws) > 1 else np.zeros((n_stats,) * 2))
         out = np.zeros((sum(b.shape[0] for b in blocks),) * 2)
         k = 0
         for b in blocks:

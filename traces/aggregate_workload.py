@@ -9,14 +9,34 @@ same file gives the same requests everywhere.
 Workload of a level (seeded: the same file gives the same runs):
 
 * ``min(num_requests, MAX_REQUESTS)`` requests;
-* lengths: where percentiles of a length are reported, the piecewise-linear inverse CDF
-  through (0, min), the reported (percentile, value) points and (100, max) (the lowest and
-  highest reported percentile stand in for a missing min and max), at stratified uniform
-  points (one in each 1/n of the CDF, in random order: the sample's percentiles are the
-  reported ones to within a request); otherwise a normal of
+* lengths: where percentiles of a length are reported, the inverse CDF through (0, min), the
+  reported (percentile, value) points and (100, max) (the lowest and highest reported
+  percentile stand in for a missing min and max), at stratified uniform points (one in each
+  1/n of the CDF, in random order: the sample's percentiles are the reported ones to within a
+  request), piecewise linear between two points. When the file's metadata states
+  ``length_points: bucket bounds`` (``traces import prometheus``: the points are histogram
+  bucket bounds, min and max those of the first and last bucket with a request, so a length
+  known by min, max and mean alone is one bucket's), the density between two points is
+  instead the one of maximum entropy with the reported mean
+  (:func:`traces.binned.tilted_quantiles`: ``exp(λ x)`` inside every segment, one ``λ``), so
+  that the sample has the exact mean: inside a bucket nothing else is known of the lengths,
+  and a uniform one can put the mean half a bucket off (bench/PROMETHEUS.md: vLLM's 1-2-5
+  buckets put a real run's outputs 15 % above their exact mean, the scrape fit's largest
+  loss). A summary's percentiles are its sample's own order statistics, between which the
+  linear reading stands (filling them with the mean moved the held-out errors of the LLMPerf
+  summary and the GuideLLM sweep both ways: bench/PROMETHEUS.md). Otherwise a normal of
   the reported mean and std (std unknown: every request at the mean), clipped to
   [max(1, min), max]; rounded to whole tokens, at least 1;
-* arrivals: ``poisson_rate`` r, exponential gaps of mean 1/r from 0; ``constant_rate`` r, one
+* arrivals: at an open-loop level whose arrivals were counted over intervals (the file's
+  metadata ``arrival_counts``: :func:`arrival_counts`; ``traces import prometheus`` counts them
+  between scrapes), a Poisson process conditioned on those counts: each interval's requests
+  uniform over it (the arrival times of a Poisson process given their number in an interval
+  are uniform order statistics, whatever its rate, constant inside the interval: Ross,
+  *Stochastic Processes*, 2nd ed., Thm 2.3.1), from the start of the first interval with an
+  arrival; the level's first ``n`` of them, and when it finished more requests than arrived in
+  its time, the others at 0 (they arrived before it: the server held them when it began).
+  Otherwise
+  ``poisson_rate`` r, exponential gaps of mean 1/r from 0; ``constant_rate`` r, one
   request every 1/r s; ``concurrency`` N, every request at 0 (the closed loop of N clients that
   sends them is the replay's: :class:`replay.core.closed_loop.ClosedLoop`). When every
   synthesized request has the same lengths (the aggregate gives only means), the clients would
@@ -37,6 +57,7 @@ import pandas as pd
 from schemas.tables import AGGREGATE_LATENCIES
 from schemas.text import wrap_error
 
+from .binned import tilted_quantiles
 from .errors import TraceError
 
 #: Requests synthesized per level at most (a replay per level per evaluation of the fit).
@@ -47,21 +68,27 @@ SEED = 0
 BLOCK_TOKENS = 16
 #: The level kinds of an open loop (requests arrive at a rate, whatever the server does).
 OPEN_LOOP = ("poisson_rate", "constant_rate")
+#: The metadata ``length_points`` of a file whose length points are histogram bucket bounds.
+BUCKET_BOUNDS = "bucket bounds"
 
 
-def _lengths(stats: pd.DataFrame, n: int, rng: np.random.Generator, metric: str, where: str) -> np.ndarray:
-    """``n`` lengths of ``metric`` from its statistics rows (see the module's docstring)."""
+def _lengths(stats: pd.DataFrame, n: int, rng: np.random.Generator, metric: str, where: str,
+             bucket_bounds: bool) -> np.ndarray:
+    """``n`` lengths of ``metric`` from its statistics rows (see the module's docstring);
+    ``bucket_bounds``: its points are histogram bucket bounds, filled with the mean."""
     rows = stats[stats["metric"] == metric]
     one = {s: float(v) for s, v in zip(rows["statistic"], rows["value_tokens"]) if s != "quantile"}
     q = rows[rows["statistic"] == "quantile"].sort_values("quantile_pct")
     lo, hi = one.get("min"), one.get("max")
-    if len(q):
-        pct, val = q["quantile_pct"].to_numpy(float), q["value_tokens"].to_numpy(float)
-        pct = np.concatenate([[0.0], pct, [100.0]])
-        val = np.maximum.accumulate(np.concatenate([[val[0] if lo is None else min(lo, val[0])], val,
-                                                    [val[-1] if hi is None else max(hi, val[-1])]]))
-        u = (rng.permutation(n) + rng.uniform(size=n)) * (100.0 / n)  # stratified: one draw per 1/n of the CDF
-        v = np.interp(u, pct, val)
+    one_bucket = bucket_bounds and "mean" in one and lo is not None and hi is not None and lo < hi
+    if len(q) or one_bucket:
+        qp, qv = q["quantile_pct"].to_numpy(float), q["value_tokens"].to_numpy(float)
+        first = lo if not qv.size else (qv[0] if lo is None else min(lo, qv[0]))
+        last = hi if not qv.size else (qv[-1] if hi is None else max(hi, qv[-1]))
+        pct = np.concatenate([[0.0], qp, [100.0]])
+        val = np.maximum.accumulate(np.concatenate([[first], qv, [last]]))
+        u = (rng.permutation(n) + rng.uniform(size=n)) / n  # stratified: one draw per 1/n of the CDF
+        v = tilted_quantiles(val, pct / 100.0, one.get("mean") if bucket_bounds else None, u)
     elif "mean" in one:
         v = rng.normal(one["mean"], one.get("std", 0.0), n)
         v = np.clip(v, max(1.0, lo or 1.0), hi if hi is not None else np.inf)
@@ -71,7 +98,19 @@ def _lengths(stats: pd.DataFrame, n: int, rng: np.random.Generator, metric: str,
     return np.maximum(np.rint(v), 1).astype(np.int64)
 
 
-def level_trace(level: pd.DataFrame, where: str, seed: int, shared_prefix_tokens: int = 0) -> pd.DataFrame:
+def _scheduled(counts: list, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` arrival times (seconds from the first counted arrival's interval) of a Poisson process
+    conditioned on ``counts``, ``(start_s, end_s, requests)`` per interval (module docstring);
+    the counts are rounded to whole requests keeping their running total."""
+    start, end, req = (np.asarray(c, float) for c in zip(*counts))
+    whole = np.diff(np.rint(np.concatenate([[0.0], np.cumsum(req)]))).astype(np.int64)
+    times = np.sort(np.concatenate([rng.uniform(a, b, k) for a, b, k in zip(start, end, whole)]))
+    times = times - start[np.argmax(whole > 0)]
+    return times[:n] if n <= times.size else np.concatenate([np.zeros(n - times.size), times])
+
+
+def level_trace(level: pd.DataFrame, where: str, seed: int, shared_prefix_tokens: int = 0,
+                counts: list | None = None, bucket_bounds: bool = False) -> pd.DataFrame:
     """The synthesized request trace of one level.
 
     Parameters
@@ -84,6 +123,11 @@ def level_trace(level: pd.DataFrame, where: str, seed: int, shared_prefix_tokens
         Seed of the draws (the fit uses ``SEED + K`` for level ``K``).
     shared_prefix_tokens : int
         Tokens every prompt of the level opens with (:func:`shared_prefix_tokens`).
+    counts : list of (start_s, end_s, requests), optional
+        The level's arrivals counted over intervals (:func:`arrival_counts`): used at an open-loop
+        level when they hold an arrival.
+    bucket_bounds : bool
+        The lengths' points are histogram bucket bounds (:func:`length_points_are_buckets`).
 
     Returns
     -------
@@ -99,9 +143,11 @@ def level_trace(level: pd.DataFrame, where: str, seed: int, shared_prefix_tokens
     kind, value = level["level_kind"].iloc[0], float(level["level_value"].iloc[0])
     n = int(min(level["num_requests"].iloc[0], MAX_REQUESTS))
     rng = np.random.default_rng(seed)
-    prompt = _lengths(level, n, rng, "num_prompt_tokens", where)
-    output = _lengths(level, n, rng, "num_output_tokens", where)
-    if kind == "poisson_rate":
+    prompt = _lengths(level, n, rng, "num_prompt_tokens", where, bucket_bounds)
+    output = _lengths(level, n, rng, "num_output_tokens", where, bucket_bounds)
+    if kind in OPEN_LOOP and counts and np.rint(sum(c[2] for c in counts)) >= 1:
+        arrival = _scheduled(counts, n, rng)
+    elif kind == "poisson_rate":
         arrival = np.concatenate([[0.0], np.cumsum(rng.exponential(1.0 / value, n - 1))])
     elif kind == "constant_rate":
         arrival = np.arange(n) / value
@@ -129,6 +175,60 @@ def shared_prefix_tokens(meta: dict, path) -> int:
     if not (text.isascii() and text.isdigit()):
         raise TraceError(f"{path}: metadata shared_prefix_tokens {text[:40]!r} is not a whole number of tokens >= 0")
     return int(text)
+
+
+def length_points_are_buckets(meta: dict, path) -> bool:
+    """Whether a file's metadata states ``length_points: bucket bounds`` (module docstring).
+
+    Raises
+    ------
+    TraceError
+        Another value, naming the file and the key.
+    """
+    text = meta.get("length_points")
+    if text is not None and text != BUCKET_BOUNDS:
+        raise TraceError(f"{path}: metadata length_points {str(text)[:40]!r}: expected {BUCKET_BOUNDS!r} or none")
+    return text == BUCKET_BOUNDS
+
+
+def level_options(meta: dict, path, level: int) -> dict:
+    """The options of :func:`level_trace` a file's metadata ``meta`` gives its level ``level``:
+    ``shared_prefix_tokens``, ``counts`` and ``bucket_bounds``; raises what their readers raise."""
+    return {"shared_prefix_tokens": shared_prefix_tokens(meta, path), "counts": arrival_counts(meta, path, level),
+            "bucket_bounds": length_points_are_buckets(meta, path)}
+
+
+def arrival_counts(meta: dict, path, level: int) -> list | None:
+    """The arrivals of level ``level`` counted over intervals, as a file's metadata states them
+    (``arrival_counts``: JSON, level number -> list of ``[start_s, end_s, requests]``, seconds
+    from the level's start, intervals in time order; ``traces import prometheus`` writes it):
+    that list, or None when the file or the level has none.
+
+    Raises
+    ------
+    TraceError
+        Naming the file and the key: not JSON, or a level's entry not a list of three numbers
+        each (start < end, requests >= 0, intervals in order).
+    """
+    import json
+
+    text = meta.get("arrival_counts")
+    if not text:
+        return None
+    try:
+        counts = json.loads(text).get(str(level))
+    except (ValueError, AttributeError):
+        counts = "?"
+    if counts is None:
+        return None
+    ok = isinstance(counts, list) and all(
+        isinstance(c, list) and len(c) == 3 and all(isinstance(x, (int, float)) and np.isfinite(x) for x in c)
+        and c[0] < c[1] and c[2] >= 0 for c in counts)
+    if not ok or any(a[1] > b[0] + 1e-9 for a, b in zip(counts, counts[1:])):
+        raise TraceError(wrap_error(f"{path}: metadata arrival_counts, level {level}: expected JSON "
+                                    '{"<level>": [[start_s, end_s, requests], ...]} with start < end, requests >= 0 '
+                                    "and the intervals in time order"))
+    return counts
 
 
 def busiest_level(frame: pd.DataFrame, path, level: int | None = None) -> int:
@@ -197,14 +297,16 @@ def level_metadata(level: pd.DataFrame, meta: dict, trace: pd.DataFrame) -> dict
 def level_workload(frame: pd.DataFrame, level: int, meta: dict, path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """Level ``level`` of an ``aggregate_targets/1`` table read from ``path`` (its ``meta``) as the
     fit, ``replay`` and ``servecal plan`` replay it: ``(rows, trace, metadata)``, the level's rows,
-    its synthesized request trace (:func:`level_trace`, seed ``SEED + level``, the file's shared
-    prefix) and the metadata it is replayed with (:func:`level_metadata`).
+    its synthesized request trace (:func:`level_trace`, seed ``SEED + level``, the options the
+    file's metadata gives, :func:`level_options`) and the metadata it is replayed with
+    (:func:`level_metadata`).
 
     Raises
     ------
     TraceError
-        A bad ``shared_prefix_tokens``, or a length with neither a mean nor percentiles.
+        A bad ``shared_prefix_tokens``, ``arrival_counts`` or ``length_points``, or a length with
+        neither a mean nor percentiles.
     """
     rows = frame[frame["level"] == level]
-    trace = level_trace(rows, f"{path}#{level}", SEED + int(level), shared_prefix_tokens(meta, path))
+    trace = level_trace(rows, f"{path}#{level}", SEED + int(level), **level_options(meta, path, int(level)))
     return rows, trace, level_metadata(rows, meta, trace)

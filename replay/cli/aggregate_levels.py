@@ -9,7 +9,7 @@ beside the same statistic of the replay's completed requests (numpy's linear per
 p99 (:mod:`replay.analysis.bands`). The reported values are those of another sample of
 requests than the synthesized one, so the band includes the sampling noise of a new run's
 percentiles (:attr:`replay.analysis.band_basis.BandBasis.new_sample`). A percentile read from
-Prometheus histograms is known only to its bucket (``histogram_quantile`` interpolates inside it;
+Prometheus histograms is known only to its bucket (the import interpolates inside it;
 the import keeps each one's bucket width, ``resolution_s`` in the metadata's ``windows``): its
 band also holds half that width, in quadrature with the band's other parts.
 """
@@ -120,7 +120,7 @@ def replay_levels(run, level: int | None, wide: bool, report: str | None = None)
         table += [{"level": k, "load": meta["aggregate_level"], **r} for r in printed]
         if band.has_band and k < len(resolutions) and resolutions[k]:
             click.echo(wrap("  each band also holds half its percentile's histogram bucket (the resolution of the "
-                            "scrapes' histogram_quantile)"))
+                            "scrapes' histograms)"))
         if run.points is not None and not band.has_band:
             click.echo(wrap(f"  {NO_BAND_POINTS}"))
         for note in band.notes if wide else [w for w in band.warnings if w not in warned]:

@@ -64,6 +64,39 @@ def test_synthesized_lengths_follow_the_reported_percentiles():
     assert abs(o.mean() - 150) < 3 * 30 / np.sqrt(1000) + 0.5 and o.std() == pytest.approx(30, rel=0.1)
 
 
+def test_lengths_between_bucket_bounds_have_the_reported_mean_and_keep_its_percentiles():
+    """The same points with a mean of 500. Read as a summary's percentiles, linearly between
+    them: the sample's mean is 0.25 * (150 + 300 + 600 + 1200) = 562.5. Read as histogram
+    bucket bounds (metadata length_points, traces import prometheus): the maximum-entropy
+    density with the mean, 500, each quarter of the requests still between its two points."""
+    points = [("num_prompt_tokens", "quantile", q, v) for q, v in ((25.0, 200), (50.0, 400), (75.0, 800))] + \
+             [("num_prompt_tokens", "min", np.nan, 100), ("num_prompt_tokens", "max", np.nan, 1600),
+              ("num_prompt_tokens", "mean", np.nan, 500), ("num_output_tokens", "mean", np.nan, 150)]
+    uniform = level_trace(_level(lengths=points), "x", seed=0)["num_prompt_tokens"].to_numpy()
+    p = level_trace(_level(lengths=points), "x", 0, bucket_bounds=True)["num_prompt_tokens"].to_numpy()
+    assert uniform.mean() == pytest.approx(562.5, abs=1) and p.mean() == pytest.approx(500, abs=0.5)
+    assert np.mean(p <= 200) == pytest.approx(0.25, abs=0.002) and np.mean(p <= 400) == pytest.approx(0.5, abs=0.002)
+    assert np.mean(p <= 800) == pytest.approx(0.75, abs=0.002) and p.min() >= 100 and p.max() <= 1600
+
+
+def test_a_length_in_one_bucket_is_spread_over_it_with_its_mean():
+    """Every output in vLLM's 500-1000 bucket, mean 653: between the bounds with that mean
+    (scipy's truncexpon of the same mean, on [500, 1000], has the same median); a summary's min,
+    max and mean alone keep every request at the mean."""
+    from scipy import stats
+
+    from traces.binned import segment_tilt
+
+    lengths = [("num_prompt_tokens", "mean", np.nan, 100), ("num_output_tokens", "min", np.nan, 500),
+               ("num_output_tokens", "max", np.nan, 1000), ("num_output_tokens", "mean", np.nan, 653)]
+    o = level_trace(_level(lengths=lengths), "x", 0, bucket_bounds=True)["num_output_tokens"].to_numpy()
+    scale = -1 / segment_tilt(np.array([500.0, 1000.0]), np.array([1.0]), 653.0)
+    d = stats.truncexpon(b=500 / scale, loc=500, scale=scale)
+    assert d.mean() == pytest.approx(653) and o.mean() == pytest.approx(653, abs=0.5)
+    assert np.median(o) == pytest.approx(d.median(), abs=1) and o.min() >= 500 and o.max() <= 1000
+    assert set(level_trace(_level(lengths=lengths), "x", 0)["num_output_tokens"]) == {653}
+
+
 def test_lengths_known_by_their_mean_alone_are_that_mean_and_the_fit_says_so():
     lengths = [("num_prompt_tokens", "mean", np.nan, 512.4), ("num_output_tokens", "mean", np.nan, 64)]
     frame = _level("constant_rate", 2.5, 40, lengths)
@@ -73,6 +106,72 @@ def test_lengths_known_by_their_mean_alone_are_that_mean_and_the_fit_says_so():
     assert run.config.closed_loop.concurrency is None
     said = " ".join(not_identified([run]))
     assert "same lengths" in said and "one load level" in said and "prefix-cache hits are unknown" in said
+
+
+def test_arrivals_counted_over_intervals_are_uniform_within_each_and_the_first_n():
+    """Counted arrivals (metadata arrival_counts): 4 in 15-30 s, none in 30-45 s, 6 in 45-60 s.
+    From the first counted interval's start: 4 in [0, 15], 6 in [30, 45]; with 12 finished, 2
+    more at 0 (held when the level began); with 7, the first 7 of the 10."""
+    from traces.aggregate_workload import arrival_counts
+
+    lengths = [("num_prompt_tokens", "mean", np.nan, 100), ("num_output_tokens", "mean", np.nan, 10)]
+    meta = {"arrival_counts": json.dumps({"0": [[0, 15, 0], [15, 30, 4], [30, 45, 0], [45, 60, 6]]})}
+    counts = arrival_counts(meta, "agg.parquet", 0)
+    for n, at_0, early, late in ((10, 0, 4, 6), (12, 2, 4, 6), (7, 0, 4, 3)):
+        t = level_trace(_level("poisson_rate", 1 / 6, n, lengths), "x", 0, 0, counts)["arrival_time_s"].to_numpy()
+        assert np.all(np.diff(t) >= 0) and len(t) == n
+        assert np.sum(t == 0) == at_0 and np.sum((t > 0) & (t <= 15)) == early
+        assert np.sum((t >= 30) & (t <= 45)) == late and not np.any((t > 15) & (t < 30))
+    # the mean of 6 uniforms on [30, 45] over many seeds: 37.5 (the order statistics' mean is the interval's middle)
+    late_mean = np.mean([level_trace(_level("poisson_rate", 1 / 6, 10, lengths), "x", s, 0, counts)[
+        "arrival_time_s"].to_numpy()[4:].mean() for s in range(400)])
+    assert late_mean == pytest.approx(37.5, abs=0.3)  # 4.33 s / sqrt(2400) = 0.09 s standard error
+    # a closed loop keeps its clients' sends at 0; a level without counts keeps its Poisson gaps
+    assert set(level_trace(_level("concurrency", 4, 10, lengths), "x", 0, 0, counts)["arrival_time_s"]) == {0.0}
+    assert arrival_counts({}, "agg.parquet", 0) is None and arrival_counts(meta, "agg.parquet", 1) is None
+
+
+@pytest.mark.parametrize("text", ["{", "[1]", '{"0": [[15, 0, 3]]}', '{"0": [[0, 15, -1]]}',
+                                  '{"0": [[15, 30, 1], [0, 15, 1]]}', '{"0": [[0, 15]]}'])
+def test_bad_arrival_counts_are_one_error_naming_the_file_and_key(tmp_path, text):
+    from traces.io import write_trace
+
+    lengths = [("num_prompt_tokens", "mean", np.nan, 100), ("num_output_tokens", "mean", np.nan, 10)]
+    path = tmp_path / "agg.parquet"
+    write_trace(_level("poisson_rate", 1.0, 10, lengths), "aggregate_targets/1", path, {"arrival_counts": text})
+    res = invoke_servecal("calibrate", "fit", path, "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "-o",
+                          tmp_path / "cal.json")
+    said = " ".join(res.output.split())
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert f"{path}: metadata arrival_counts, level 0" in said and "[[start_s, end_s, requests], ...]" in said
+
+
+def test_a_bad_length_points_is_one_error_naming_the_file_and_key(tmp_path):
+    from traces.io import write_trace
+
+    lengths = [("num_prompt_tokens", "mean", np.nan, 100), ("num_output_tokens", "mean", np.nan, 10)]
+    path = tmp_path / "agg.parquet"
+    write_trace(_level("poisson_rate", 1.0, 10, lengths), "aggregate_targets/1", path, {"length_points": "buckets"})
+    res = invoke_servecal("calibrate", "fit", path, "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "-o",
+                          tmp_path / "cal.json")
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert f"{path}: metadata length_points 'buckets': expected 'bucket bounds' or none" in " ".join(res.output.split())
+
+
+def test_an_aggregate_of_one_statistic_is_one_clear_error(tmp_path):
+    """One mean: one residual, its sampling covariance 1 x 1 (was a bare IndexError), and the fit
+    says it needs more statistics than parameters."""
+    from traces.io import write_trace
+
+    lengths = [("num_prompt_tokens", "mean", np.nan, 500), ("num_output_tokens", "mean", np.nan, 100)]
+    frame = _level("poisson_rate", 1.0, 30, lengths)
+    frame = frame[(frame["metric"] != "ttft_s")]  # the e2e mean alone
+    path = tmp_path / "one.parquet"
+    write_trace(frame, "aggregate_targets/1", path, {})
+    res = invoke_servecal("calibrate", "fit", path, "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--jobs", "1",
+                          "-o", tmp_path / "cal.json")
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "1 quantile residuals; need more than" in res.output
 
 
 def test_a_stated_shared_prefix_is_hit_in_the_prefix_cache():

@@ -3,6 +3,7 @@ levels of ``aggregate_targets/1``, and one clear error per kind of bad input (is
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from helpers import flat, invoke_servecal
@@ -41,6 +42,10 @@ def test_windows_are_levels_of_the_histograms_increases(tmp_path):
     windows = json.loads(meta["windows"])
     # arrivals: finished + increase of running + waiting (0 -> 6 + 1)
     assert windows[0]["arrived_requests"] == 28 + 7
+    # and per scrape interval, from the window's start: what the synthesized arrivals are conditioned on
+    counts = json.loads(meta["arrival_counts"])
+    assert [c[:2] for c in counts["0"]] == [[0, 15], [15, 30]] and sum(c[2] for c in counts["0"]) == 28 + 7
+    assert meta["length_points"] == "bucket bounds"  # the synthesized lengths fill the buckets with the mean
     assert abs(df[df["level"] == 0]["level_value"].iloc[0] - 35 / 30) < 1e-9
     assert windows[0]["prefix_cache_hit_rate"] == pytest.approx(0.2)
     assert windows[1]["preemptions"] == 1 + 1  # the counter's increases at 45 and 60 s
@@ -52,6 +57,38 @@ def test_quantile_interpolates_inside_its_bucket_as_histogram_quantile():
     assert _quantile(cum, 25.0) == (0.1 * 10 / 1.0, 1.0)  # rank 10 at the top of the first bucket: 1.0
     assert _quantile(cum, 50.0) == (1.5, 1.0)
     assert _quantile(cum, 99.0)[0] == 2.0  # the +Inf bucket: the highest finite bound
+
+
+def test_percentiles_inside_a_bucket_have_the_exact_mean(tmp_path):
+    """1,000 TPOTs at the quantiles of a density ∝ exp(-(x - 25 ms) / 8 ms) on vLLM's 25-50 ms
+    bucket (scipy's truncexpon): every one in that bucket, their mean the density's. Linear
+    interpolation (histogram_quantile) reads p50 37.5 ms and p90 47.5 ms; the import reads the
+    density's own percentiles, scipy's truncexpon.ppf."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+    from scipy import stats
+
+    from traces.importers.prometheus_histograms import histogram_percentiles
+
+    d = stats.truncexpon(b=25 / 8, loc=25e-3, scale=8e-3)
+    reg = CollectorRegistry()
+    tpot = Histogram("vllm:request_time_per_output_token_seconds", "", buckets=(0.01, 0.025, 0.05, 0.075),
+                     registry=reg)
+    e2e = Histogram("vllm:e2e_request_latency_seconds", "", buckets=(1.0, 10.0), registry=reg)
+    parts = [f"# scrape at 1718000000\n{generate_latest(reg).decode()}"]
+    for v in d.ppf((np.arange(1000) + 0.5) / 1000):
+        tpot.observe(v)
+        e2e.observe(5.0)
+    parts.append(f"# scrape at 1718000015\n{generate_latest(reg).decode()}")
+    src = tmp_path / "scrapes.txt"
+    src.write_text("".join(parts))
+    df, meta = import_prometheus([src], window_s=60)
+    assert _value(df, 0, "tpot_s", "mean") == pytest.approx(d.mean(), rel=1e-6)
+    for q in (10, 50, 90):
+        assert _value(df, 0, "tpot_s", "quantile", q) == pytest.approx(d.ppf(q / 100), rel=1e-5)
+    assert json.loads(meta["windows"])[0]["resolution_s"]["tpot_s"]["p50"] == pytest.approx(0.025)
+    # with an observation in the +Inf bucket, which no bound holds: histogram_quantile's values
+    cum = [(0.025, 0.0), (0.05, 9.0), (float("inf"), 10.0)]
+    assert histogram_percentiles(cum, 0.04, [50.0]) == [_quantile(cum, 50.0)]
 
 
 def test_a_counter_reset_counts_from_zero_and_is_stated(tmp_path):

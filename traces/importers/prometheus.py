@@ -16,9 +16,11 @@ Read per window (``vllm:`` names of v0 and v1, ``sglang:`` names; vLLM's histogr
 * latencies (``ttft_s``: ``time_to_first_token_seconds``; ``e2e_s``:
   ``e2e_request_latency_seconds``; ``tpot_s``: vLLM's per-request
   ``request_time_per_output_token_seconds``): the mean (``_sum / _count``, exact) and the
-  percentiles 10, 25, 50, 75, 90, 95, 99 interpolated linearly inside their bucket as
-  Prometheus' ``histogram_quantile`` does (a percentile in the ``+Inf`` bucket is the highest
-  finite bound). Such a percentile is known only to its bucket's width: the widths are kept
+  percentiles 10, 25, 50, 75, 90, 95, 99, each in the bucket Prometheus' ``histogram_quantile``
+  puts it in but not linearly inside it: with the density of maximum entropy that has the
+  buckets' counts and the exact mean (:func:`.prometheus_histograms.histogram_percentiles`;
+  bench/PROMETHEUS.md: linear interpolation put a real run's TPOT p90 30 % and TTFT p75 27 %
+  high). Such a percentile is known only to its bucket's width: the widths are kept
   in the metadata (``windows``, ``resolution_s``), as ``aggregate_targets/1`` has no column for
   an uncertainty. ``inter_token_latency_seconds`` and ``time_per_output_token_seconds`` (vLLM
   v0/v1, SGLang) are observed once per output token, not per request (their count is the
@@ -27,7 +29,7 @@ Read per window (``vllm:`` names of v0 and v1, ``sglang:`` names; vLLM's histogr
 * lengths (``num_prompt_tokens``: ``request_prompt_tokens``; ``num_output_tokens``:
   ``request_generation_tokens``): the mean and, at each finite bucket bound inside the
   distribution, the percentile of requests at or below it (exact points of the CDF, which the
-  fit's workload interpolates between: :mod:`calibrate.aggregate_runs`), with min and max the
+  fit's workload fills with the exact mean: :mod:`traces.aggregate_workload`), with min and max the
   bounds of the first and last non-empty buckets. SGLang has no length histogram: the means
   come from ``prompt_tokens_total`` and ``generation_tokens_total`` per finished request;
 * load: ``poisson_rate``, the arrival rate (requests/s): per scrape interval, the requests that
@@ -35,8 +37,11 @@ Read per window (``vllm:`` names of v0 and v1, ``sglang:`` names; vLLM's histogr
   num_requests_waiting`` (SGLang: ``num_running_reqs + num_queue_reqs``) (flow balance: the
   servers count no arrivals), and the rate is their sum over the time of the intervals in
   which some arrived (a burst and its drain in one window read as the burst's rate); without
-  both gauges at every scrape, the finished requests over the window. Poisson is assumed.
-  Each window is taken as a steady state: its synthesized workload starts from an idle server;
+  both gauges at every scrape, the finished requests over the window. The arrivals of each
+  scrape interval are kept (metadata ``arrival_counts``): the synthesized workload's arrivals
+  are a Poisson process conditioned on them (:mod:`traces.aggregate_workload`), not one at the
+  window's mean rate. Each window is taken as a steady state: its synthesized workload starts
+  from an idle server;
 * for the report, in the metadata (``windows``, JSON, one object per level): the window's
   start and end, queue time (``request_queue_time_seconds``, SGLang ``queue_time_seconds``)
   mean and percentiles, the means of prefill, decode and inference time, of tokens per step
@@ -57,8 +62,9 @@ from collections import defaultdict
 
 import pandas as pd
 
+from ..aggregate_workload import BUCKET_BOUNDS
 from ..errors import TraceFormatError
-from .prometheus_histograms import histogram_quantile, histogram_stats
+from .prometheus_histograms import histogram_percentiles, histogram_stats
 from .prometheus_scrapes import Scrape, read_scrapes
 from .summaries import Level, levels_frame
 
@@ -200,25 +206,27 @@ def _gauges(scrapes: list[Scrape], prefix: str, group, by_label: str | None) -> 
     return out
 
 
-def _arrivals(n: float, finished: list[float], times: list[float], gauges: dict) -> tuple[float, float]:
-    """(requests arrived, their rate per second) over a window of scrapes at ``times`` with
-    ``finished`` requests per interval: per interval, finished plus the increase of running +
-    waiting (flow balance, at least 0); the rate over the intervals in which requests arrived.
-    Without both gauges at every scrape: the finished requests over the window."""
+def _arrivals(n: float, finished: list[float], times: list[float], gauges: dict) -> tuple[float, float, list | None]:
+    """(requests arrived, their rate per second, their counts per interval) over a window of
+    scrapes at ``times`` with ``finished`` requests per interval: per interval, finished plus
+    the increase of running + waiting (flow balance, at least 0), as ``[start_s, end_s,
+    requests]`` from the window's start; the rate over the intervals in which requests arrived.
+    Without both gauges at every scrape: the finished requests over the window, no counts."""
     running, waiting = gauges.get("running", []), gauges.get("waiting", [])
     if len(running) != len(times) or len(waiting) != len(times):
-        return n, n / (times[-1] - times[0])
+        return n, n / (times[-1] - times[0]), None
     held = [r + w for r, w in zip(running, waiting)]
     per = [max(f + b - a, 0.0) for f, a, b in zip(finished, held, held[1:])]
     active = sum(t1 - t0 for t0, t1, x in zip(times, times[1:], per) if x > 0)
     if sum(per) <= 0:
-        return n, n / (times[-1] - times[0])
-    return sum(per), sum(per) / active
+        return n, n / (times[-1] - times[0]), None
+    counts = [[t0 - times[0], t1 - times[0], x] for t0, t1, x in zip(times, times[1:], per)]
+    return sum(per), sum(per) / active, counts
 
 
 def _level(engine: str, inc: dict, window: list[Scrape], finished: list[float], gauges: dict,
-           where: str) -> tuple[Level, dict] | None:
-    """The level of one window and group (None: no finished request), and its report."""
+           where: str) -> tuple[Level, dict, list | None] | None:
+    """The level of one window and group (None: none finished), its report and :func:`_arrivals`' counts."""
     p = f"{engine}:"
     e2e = histogram_stats(inc, p + "e2e_request_latency_seconds", where)
     if e2e is None:
@@ -227,7 +235,7 @@ def _level(engine: str, inc: dict, window: list[Scrape], finished: list[float], 
     if n < 0.5:
         return None
     first, last = window[0], window[-1]
-    arrivals, rate = _arrivals(n, finished, [s.time_s for s in window], gauges)
+    arrivals, rate, counts = _arrivals(n, finished, [s.time_s for s in window], gauges)
     level = Level("poisson_rate", rate, int(round(n)))
     report: dict = {"start_unix_s": first.time_s, "end_unix_s": last.time_s, "finished_requests": n,
                     "arrived_requests": arrivals, "resolution_s": {}}
@@ -237,8 +245,7 @@ def _level(engine: str, inc: dict, window: list[Scrape], finished: list[float], 
             continue
         level.add(metric, "mean", None, h["mean"])
         widths = {}
-        for pct in PERCENTILES:
-            value, width = histogram_quantile(h["cum"], pct)
+        for pct, (value, width) in zip(PERCENTILES, histogram_percentiles(h["cum"], h["mean"], PERCENTILES)):
             level.add(metric, "quantile", pct, value)
             widths[f"p{pct:g}"] = width if math.isfinite(width) else None
         report["resolution_s"][metric] = widths
@@ -252,7 +259,7 @@ def _level(engine: str, inc: dict, window: list[Scrape], finished: list[float], 
             if total > 0:
                 level.add(metric, "mean", None, total / n)
     report.update(_report(inc, p, gauges, where))
-    return level, report
+    return level, report, counts
 
 
 def _report(inc: dict, p: str, gauges: dict, where: str) -> dict:
@@ -264,7 +271,8 @@ def _report(inc: dict, p: str, gauges: dict, where: str) -> dict:
         if h is not None:
             report[f"{key}_mean"] = h["mean"]
             if key == "queue_time_s":
-                report["queue_time_s"] = {f"p{q:g}": histogram_quantile(h["cum"], q)[0] for q in PERCENTILES}
+                report["queue_time_s"] = {f"p{q:g}": v for q, (v, _) in
+                                          zip(PERCENTILES, histogram_percentiles(h["cum"], h["mean"], PERCENTILES))}
     counters = defaultdict(float)
     for (s, _), v in inc.items():
         if s.startswith(p) and s[len(p):] in _COUNTERS:
@@ -328,7 +336,10 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
         and group), ``windows`` (JSON list, one object per level: module docstring),
         ``counter_resets`` (count; the series and scrapes listed in ``counter_reset_series``),
         ``metrics_not_read``, ``by_label``, ``windows_left_out`` (the windows in which no request
-        finished, seconds after the first scrape: no level).
+        finished, seconds after the first scrape: no level), ``arrival_counts`` (JSON: level ->
+        ``[start_s, end_s, requests]`` per scrape interval from the window's start, where the
+        gauges give them) and ``length_points`` (``bucket bounds``), read by
+        :func:`traces.aggregate_workload.level_options`.
 
     Raises
     ------
@@ -349,7 +360,7 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
     groups = _groups(scrapes, engine, by_label)
     resets: list[str] = []
     increases = _increases(scrapes, resets)
-    levels, reports, names, idle = [], [], [], []
+    levels, reports, names, idle, counts = [], [], [], [], {}
     t0 = scrapes[0].time_s
     for group in groups:
         for a, b in _windows(scrapes, window_s):
@@ -369,6 +380,8 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
             if found is None:
                 idle.append(span)
                 continue
+            if found[2] is not None:
+                counts[str(len(levels))] = found[2]
             levels.append(found[0])
             reports.append({**found[1], **({by_label: group} if by_label else {})})
             names.append(span)
@@ -380,7 +393,8 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
     meta.update(engine=engine, window_s=f"{window_s:g}", levels=", ".join(names),
                 windows=json.dumps(reports, separators=(",", ":")), counter_resets=str(len(resets)),
                 metrics_not_read=", ".join(_not_read(scrapes)), by_label=by_label or "",
-                windows_left_out=", ".join(idle))
+                windows_left_out=", ".join(idle), arrival_counts=json.dumps(counts, separators=(",", ":")),
+                length_points=BUCKET_BOUNDS)
     if resets:
         meta["counter_reset_series"] = "; ".join(resets[:20]) + (f"; ... ({len(resets)})" if len(resets) > 20 else "")
     return frame, meta

@@ -4,16 +4,22 @@ The series of one histogram are the ``<name>_bucket`` series (label ``le``: the 
 ``+Inf`` the last; each counts the observations <= its bound), ``<name>_count`` and
 ``<name>_sum``. :func:`bucket_counts` sums them over label sets, :func:`histogram_quantile`
 interpolates a percentile as Prometheus' ``histogram_quantile`` does (linearly inside the
-bucket; the lowest bucket from 0; one in the ``+Inf`` bucket is the highest finite bound).
+bucket; the lowest bucket from 0; one in the ``+Inf`` bucket is the highest finite bound), and
+:func:`histogram_percentiles` inside the bucket with the density of maximum entropy that has
+the histogram's exact mean (``_sum / _count``, which ``histogram_quantile`` does not use:
+:mod:`traces.binned`).
 """
 from __future__ import annotations
 
 import math
 from collections import defaultdict
 
+import numpy as np
+
+from ..binned import tilted_quantiles
 from ..errors import TraceFormatError
 
-__all__ = ["bucket_counts", "histogram_quantile", "histogram_stats"]
+__all__ = ["bucket_counts", "histogram_percentiles", "histogram_quantile", "histogram_stats"]
 
 
 def bucket_counts(inc: dict, name: str, where: str) -> tuple[list[tuple[float, float]], float, float] | None:
@@ -79,6 +85,29 @@ def histogram_quantile(cum: list[tuple[float, float]], pct: float) -> tuple[floa
         else:
             lower = bound if not math.isinf(bound) else lower
     return lower, math.inf
+
+
+def histogram_percentiles(cum: list[tuple[float, float]], mean: float, pcts) -> list[tuple[float, float]]:
+    """Percentiles ``pcts`` (0-100) of a histogram of values >= 0 with cumulative counts ``cum``
+    ((upper bound, count) pairs, ``+Inf`` last, as :func:`bucket_counts`) and exact ``mean``:
+    per percentile (value, width of its bucket), in the unit of the bounds.
+
+    The value lies in the bucket ``histogram_quantile`` puts it in; inside it, the density is the
+    one of maximum entropy with every bucket's count and the mean (``exp(λ x)`` with one ``λ``:
+    :func:`traces.binned.tilted_quantiles`), where ``histogram_quantile`` takes it uniform and its
+    values' mean is not the measured one (bench/PROMETHEUS.md: vLLM's TPOT buckets put a run's
+    p90 30 % high). With observations in the ``+Inf`` bucket, whose values the mean includes but
+    no bound holds, the values are ``histogram_quantile``'s (the width of one there is inf).
+    """
+    out = [histogram_quantile(cum, pct) for pct in pcts]
+    finite = [(b, c) for b, c in cum if not math.isinf(b)]
+    n = cum[-1][1]
+    if not finite or finite[-1][1] < n or n <= 0:
+        return out
+    edges = np.array([0.0] + [b for b, _ in finite])
+    counts = np.array([0.0] + [c for _, c in finite])
+    values = tilted_quantiles(edges, counts, mean, np.asarray(pcts, float) / 100.0)
+    return [(float(v), width) for v, (_, width) in zip(values, out)]
 
 
 def histogram_stats(inc: dict, name: str, where: str) -> dict | None:
