@@ -60,7 +60,7 @@ def short(key) -> str:
     f, line, fn = key
     if f == "~":
         return fn
-    for root in ("/wt-prof/", "site-packages/", "/lib/python3"):
+    for root in (f"{HERE.parent}/", "site-packages/", "/lib/python3"):  # this checkout's root, wherever it is
         if root in f:
             f = f.split(root, 1)[1]
             break
