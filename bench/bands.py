@@ -103,6 +103,8 @@ def case_rows(case) -> tuple[list[dict], list[str]]:
     # the transfer part is added later, from the other carried cases (leave one case out)
     basis = BandBasis(fit.stats.get("model_error", {}), fit.stats.get("holdout", {}),
                       grade=fit_grade(fit.stats)[0]) if fit is not None else BandBasis()
+    held_out = [abs(e["rel_err"]) for e in basis.holdout.get("errors", [])]
+    holdout_max = max(held_out) if held_out else np.nan
     for run in case.score:
         job = ScoredBandJob(run.trace, run.metadata, cm, replace(run.config, record=RecordOptions()), points,
                             basis, scored=run.scored)
@@ -116,7 +118,7 @@ def case_rows(case) -> tuple[list[dict], list[str]]:
                          "not identified": ", ".join(unknown), "stat": s, "measured": meas[s],
                          "point": band.point[s], "low": band.low[s], "high": band.high[s],
                          "inside": band.holds(s, meas[s]), "half_width": band.half_width(s),
-                         "distance": band.distance, "grade": basis.grade,
+                         "distance": band.distance, "grade": basis.grade, "holdout_max": holdout_max,
                          **{f"part_{k}_{side}": v[i] for k, v in parts.items() for i, side in enumerate(("lo", "hi"))}})
     print(f"{case.name}: {len(points)} band points, {time.perf_counter() - t0:.1f} s", flush=True)
     return rows, why
@@ -131,6 +133,21 @@ def cell(r) -> str:
     err = (r["point"] - r["measured"]) / r["measured"]
     lo, hi = (r["point"] - r["low"]) / r["point"], (r["high"] - r["point"]) / r["point"]
     return f"{err:+.1%} (band -{lo:.1%}..+{hi:.1%}) {'in' if r['inside'] else 'OUT'}"
+
+
+#: Issue #36's median half width of same-deployment bands.
+WIDTH_TARGET = 0.10
+
+
+def scaled_coverage(df: pd.DataFrame, width: float) -> str:
+    """The coverage of ``df``'s bands with both sides of each scaled about its point by the one
+    factor that makes their median half width ``width``."""
+    if not len(df):
+        return "none (no such case)"
+    k = width / np.nanmedian(df["half_width"])
+    low, high = df["point"] - k * (df["point"] - df["low"]), df["point"] + k * (df["high"] - df["point"])
+    inside = (low <= df["measured"]) & (df["measured"] <= high)
+    return f"{int(inside.sum())}/{len(df)} ({inside.mean():.0%})"
 
 
 def coverage(df: pd.DataFrame) -> str:
@@ -248,7 +265,7 @@ def score_line(df: pd.DataFrame, before: pd.DataFrame) -> str:
     text = f"median {np.nanmedian(after):.3f}, mean {np.nanmean(after):.3f} over {len(df)} statistics"
     if len(before):
         b = interval_score(before["low"], before["high"], before["measured"])
-        text += (f"; before (the bands of the parameters alone, the committed table): median {np.nanmedian(b):.3f}, "
+        text += (f"; before (the bands of the committed table this run replaces): median {np.nanmedian(b):.3f}, "
                  f"mean {np.nanmean(b):.3f} over {len(before)}")
     return text
 
@@ -294,7 +311,21 @@ def write(df: pd.DataFrame, why: dict, out: Path, seconds: float, transfer: dict
         f"- Calibrations graded poor: {', '.join(sorted(df.loc[df['grade'] == 'poor', 'case'].unique())) or 'none'}.",
         f"- Run time: {seconds / 60:.1f} min (bench/bands.py, every case, one process, on 2 shared cores).",
     ]
-    notes = ["", "## What each calibration did not identify", ""]
+    notes = ["", "## Same-deployment calibrations one by one", "",
+             "The width a band of a same-deployment calibration needs is what its own held-out parts "
+             "(`calibrate.holdout`) say its error is; the last line scales every same-deployment band "
+             f"by one factor so that their median half width is {WIDTH_TARGET:.0%} (issue #36's target) and counts "
+             "what it would hold.", "",
+             "| calibration | statistics | inside | out-of-sample median abs(err) | median half width | "
+             "largest held-out abs(err) |", "|---|---|---|---|---|---|"]
+    for case, g in same.groupby("case", sort=False):
+        e = (g["point"] / g["measured"] - 1).abs()
+        notes.append(f"| {case} | {len(g)} | {coverage(g)} | {np.nanmedian(e):.1%} | "
+                     f"{np.nanmedian(g['half_width']):.1%} | "
+                     + (f"{g['holdout_max'].iloc[0]:.1%} |" if np.isfinite(g["holdout_max"].iloc[0]) else "none |"))
+    notes += ["", f"- Every same-deployment band scaled to a {WIDTH_TARGET:.0%} median half width: "
+              f"{scaled_coverage(same, WIDTH_TARGET)} inside.", "",
+              "## What each calibration did not identify", ""]
     for case, reasons in why.items():
         notes.append(f"- {case}: " + ("; ".join(reasons) if reasons else "every parameter identified") + ".")
     detail = ["", "## Every statistic", "",
