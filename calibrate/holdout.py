@@ -85,12 +85,11 @@ def _refit_and_predict(shared, split) -> tuple[list[dict], int]:
     for run in held:
         res, _ = replay_frame(run.trace, cm, run.config, run.metadata)
         d, _ = distance(run_features(run, cm, res), fitted_range)
-        res = run.scored_rows(res)
         for m in HOLDOUT_METRICS:
             if not run.measures(m):
                 continue
             pcts, meas = run.measured(m, HOLDOUT_PCTS)
-            pred = finite_values(res[f"pred_{m}"])
+            pred = finite_values(run.predicted(res, m))
             if not pred.size:
                 continue
             q = statistics(pred, pcts)
