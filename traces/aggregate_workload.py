@@ -298,6 +298,8 @@ def level_workload(frame: pd.DataFrame, level: int, meta: dict, path) -> tuple[p
     out = level_metadata(rows, meta, trace)
     counts, held = options["counts"], options["held"]
     if _windowed(rows["level_kind"].iloc[0], counts, held):
-        until = observed_until_s(counts, trace["arrival_time_s"].to_numpy(), len(trace) == replayed_requests(counts, held))
-        out[OBSERVED_UNTIL] = f"{until:.9g}"
+        until = observed_until_s(counts, held, trace["arrival_time_s"].to_numpy(),
+                                 len(trace) == replayed_requests(counts, held))
+        if until is not None:
+            out[OBSERVED_UNTIL] = f"{until:.9g}"
     return rows, trace, out

@@ -27,7 +27,10 @@ and only the requests the replay observes by the window's end (:func:`observed`:
 out for TTFT, finished for TPOT and E2E) are matched, a set that moves with the cost model's
 parameters, as the histograms' does with the server's speed. The window's end on the
 synthesized workload's clock (:func:`observed_until_s`) is the replay's metadata
-:data:`OBSERVED_UNTIL`.
+:data:`OBSERVED_UNTIL`. A window at whose last scrape the server held no request (a run
+drained inside it) observed every request it saw: all of them are matched, as for a level
+without the gauges, and a slow candidate's requests that finish after the window's end are
+not dropped from the match.
 """
 from __future__ import annotations
 
@@ -123,11 +126,16 @@ def replayed_requests(counts: list, held: list) -> int:
     return int(np.rint(held[0][1] + held[0][2])) + int(whole_counts(counts).sum())
 
 
-def observed_until_s(counts: list, arrival_s: np.ndarray, all_replayed: bool) -> float:
+def observed_until_s(counts: list, held: list, arrival_s: np.ndarray, all_replayed: bool) -> float | None:
     """The window's end on its synthesized workload's clock (seconds after :func:`origin_s`): its
     last interval's end; when the workload holds only the first of the arrivals
     (``all_replayed`` False: more than ``MAX_REQUESTS``), the last replayed arrival's time
-    instead (the later ones, not replayed, would have loaded the server until the end)."""
+    instead (the later ones, not replayed, would have loaded the server until the end). None
+    when the server held no request at the window's last scrape (``held[-1]``: running +
+    waiting below 1/2): then every replayed request finished inside the window and the
+    histograms counted them all, whenever the replay finishes them."""
+    if held[-1][1] + held[-1][2] < 0.5:
+        return None
     end = float(counts[-1][1]) - origin_s(counts)
     return end if all_replayed else min(end, float(np.max(arrival_s)))
 
