@@ -38,9 +38,7 @@ def score_aggregates(runs: list[Run], cost_model) -> pd.DataFrame:
         One row per run, metric and statistic: ``run``, ``metric`` (``ttft``, ``tpot``, ``e2e``),
         ``statistic`` (``mean``, ``p50``, ``p99``, ...), ``meas_s`` (reported, seconds),
         ``pred_s`` (the replay's, seconds), ``rel_err`` ((pred - meas) / meas; NaN for a
-        reported 0), ``n`` (replayed requests completed whose ``metric`` is scored: for a window
-        of scrapes those its histograms would have counted, :meth:`Run.predicted`). Empty for
-        no runs.
+        reported 0), ``n`` (replayed requests completed). Empty for no runs.
 
     Raises
     ------
@@ -65,7 +63,7 @@ def score_aggregates(runs: list[Run], cost_model) -> pd.DataFrame:
             for pct, m, p in zip(pcts, meas, pred):
                 rows.append({"run": run.name, "metric": metric.removesuffix("_s"), "statistic": stat_label(pct),
                              "meas_s": float(m), "pred_s": float(p),
-                             "rel_err": float((p - m) / m) if m > 0 else np.nan, "n": len(values)})
+                             "rel_err": float((p - m) / m) if m > 0 else np.nan, "n": len(done)})
     return pd.DataFrame(rows)
 
 
