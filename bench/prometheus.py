@@ -229,7 +229,8 @@ def window_losses(req, scrape, agg: Path, score, cost) -> pd.DataFrame:
               [[replace(scrape, trace=t.assign(**{c: rng.permutation(order[c].to_numpy()) for c in
                                                    ("num_prompt_tokens", "num_output_tokens")}))]
                for t, rng in zip(synthesized, map(np.random.default_rng, range(SEEDS)))]),
-             ("the real requests (arrivals and lengths), latencies from the buckets", [[replace(scrape, trace=requests)]]),
+             ("the real requests (arrivals and lengths), latencies from the buckets",
+              [[replace(scrape, trace=requests)]]),
              ("the real requests, exact statistics of those finished by 30 s",
               [[replace(scrape, trace=requests, targets=exact)]])]
     rows = []

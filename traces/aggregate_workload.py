@@ -63,8 +63,8 @@ from schemas.text import wrap_error
 
 from .binned import tilted_quantiles
 from .errors import TraceError
-from .scrape_window import (OBSERVED_UNTIL, arrival_counts, observed_until_s, origin_s, replayed_requests, requests_held,
-                           whole_counts)
+from .scrape_window import (OBSERVED_UNTIL, arrival_counts, observed_until_s, origin_s, replayed_requests,
+                            requests_held, whole_counts)
 
 #: Requests synthesized per level at most (a replay per level per evaluation of the fit).
 MAX_REQUESTS = 1000

@@ -73,7 +73,6 @@ def test_plan_of_closed_loop_levels_only_is_one_error(tmp_path):
 def test_plan_of_one_chosen_window_and_of_a_level_it_has_not(tmp_path):
     agg = tmp_path / "prod.parquet"
     assert invoke_servecal("traces", "import", "prometheus", SCRAPES, "--window-s", "30", "-o", agg).exit_code == 0
-    frame = pd.read_parquet(agg)
     cal = _calibration(tmp_path)
     res = invoke_servecal("plan", f"{agg}#0", "--calibration", cal, "--slo", "ttft_p90=2s", "--confidence", "point")
     assert res.exit_code == 0, res.output
