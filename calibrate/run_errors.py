@@ -120,7 +120,8 @@ class QuantileResidual:
         move together; Kuensch 1989), each resample's quantiles relative to the measured ones.
         Runs are resampled independently, so the matrix is block diagonal. A run of targets
         (an aggregate) has no measured requests: its replay at the cost model's values stands
-        for them, with the level's count of requests (a parametric bootstrap)."""
+        for them, with the level's count of requests (a parametric bootstrap; for a window of
+        scrapes, the requests the replay finishes inside it: :meth:`Run.predicted`)."""
         rng = np.random.default_rng(seed)
         blocks = []
         for r, trace_rows, meas in zip(self.runs, self.rows, self.meas):
