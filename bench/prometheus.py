@@ -346,9 +346,10 @@ def summaries(data: Path, tmp: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _loss_table(losses: pd.DataFrame, cols: list[str]) -> list[str]:
-    """The markdown rows of a table of losses (:func:`_fitted`'s columns and ``loss``), in percent."""
-    lines = ["| loss, alone | seeds | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+def _loss_table(losses: pd.DataFrame, cols: list[str], head: str) -> list[str]:
+    """The markdown rows of a table of losses (:func:`_fitted`'s columns and ``loss``, headed
+    ``head``), in percent."""
+    lines = [f"| {head} | seeds | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
     for _, d in losses.iterrows():
         cells = [f"{100 * d[c]:+.1f}%" + (f" ± {100 * d[c + '_sd']:.1f}" if d["seeds"] > 1 else "") for c in cols]
         lines.append(f"| {d['loss']} | {d['seeds']:g} | " + " | ".join(cells) + " |")
@@ -369,9 +370,10 @@ def write(table: pd.DataFrame, window: pd.DataFrame, losses: pd.DataFrame, other
                      + " | ".join(f"{100 * d[c]:+.1f}%" for c in cols) + " |")
     lines += ["", f"({num_scrapes} scrapes, every {SCRAPE_S:g} s; relative errors of predicted vs measured "
               "percentiles, run@15:)", "", "Out of sample (scrapes 0-30 s as one window; scored on run@15:; a "
-              "synthesized workload: mean ± standard deviation over its seeds):", "", *_loss_table(window, cols),
+              "synthesized workload: mean ± standard deviation over its seeds):", "",
+              *_loss_table(window, cols, "fitted on"),
               "", "Attribution (whole run, in sample; scored on run@15:; a synthesized loss: mean ± standard "
-              "deviation over its seeds):", "", *_loss_table(losses, cols)]
+              "deviation over its seeds):", "", *_loss_table(losses, cols, "loss, alone")]
     lines += ["", "The lengths' mean on summaries (held-out |p50/p90 error| of TTFT, TPOT and E2E, `calibrate "
               "validate`):", "", "| summary | lengths | median | worst |", "|---|---|---|---|"]
     lines += [f"| {d['summary']} | {d['lengths']} | {100 * d['median']:.1f}% | {100 * d['worst']:.1f}% |"
