@@ -99,3 +99,14 @@ def test_the_requests_matched_are_those_the_replay_finishes_inside_the_window():
     assert window.predicted(faster, "e2e_s") == pytest.approx([0.1, 0.25, 0.2])  # the set moves with the speed
     drained = Run("agg#0", trace, ReplayConfig(), {}, targets={})  # no window end: every request
     assert drained.predicted(columns, "e2e_s") == pytest.approx([0.2, 0.5, 0.5])
+
+
+def test_a_fit_on_a_window_that_ended_busy_says_what_it_assumed_of_the_unfinished():
+    from calibrate.aggregate_runs import not_identified
+
+    trace, _ = _columns(0.1)
+    busy = Run("agg#0", trace, ReplayConfig(), {OBSERVED_UNTIL: "0.45"}, targets={"ttft_s": ([50.0], [0.1])})
+    drained = Run("agg#1", trace, ReplayConfig(), {}, targets={"ttft_s": ([50.0], [0.1])})
+    said = " ".join(not_identified([busy, drained]))
+    assert "agg#0: windows of scrapes whose server still held requests at their end" in said
+    assert "the finished ones' lengths" in said and "agg#1:" not in said
