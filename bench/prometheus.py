@@ -17,10 +17,19 @@ as bench/fidelity.py's "first 15 s -> rest"):
 
 * ``requests``: ``calibrate fit`` on the requests that arrived in the first 15 s (``run@0:15``);
 * ``scrapes 0-30 s``: ``calibrate fit`` on the scrapes of the first 30 s as one window (the
-  histograms hold requests when they finish, and none of this run finished in its first 15 s);
+  histograms hold requests when they finish, and none of this run finished in its first 15 s):
+  every arrival the scrapes count up to 30 s replayed, and only the requests the replay
+  finishes by 30 s matched (:mod:`traces.scrape_window`);
 * ``requests, whole run`` and ``scrapes, whole run`` (one window of every scrape): both see every
   request (in sample for run@15:): what the histograms' resolution and the synthesized workload
   cost against the per-request log with the same data.
+
+Out of sample, :func:`window_losses` sets the window's fit (over ``SEEDS`` seeds of its
+synthesized workload) beside what it was before (the first 78 arrivals replayed alone from an
+idle server, all matched), and beside the fit with more than the scrapes give: the run's real
+lengths (all 300, shuffled, as against the finished requests' lengths assumed for the
+unfinished ones), the real requests with the latencies from the buckets, and the real requests
+with the exact statistics of those finished by 30 s (what the window's requests tell at best).
 
 The attribution (:func:`attribution`) separates what the whole-run scrape fit loses, each loss
 alone on the per-request log: its exact summary statistics (the mean and p10-p90 of TTFT, TPOT
@@ -170,8 +179,65 @@ def main() -> None:
         table = score_runs(score, llama.with_params(fit.cost_params()))
         rows.append({"calibrated from": name, "scored on": "run@15: (141 requests)", **errors(table)})
         print(name, rows[-1], flush=True)
+    window = window_losses(runs(run)[0], runs(agg)[0], agg, score, llama)
     losses = attribution(runs(run)[0], runs(whole)[0], whole, score, llama)
-    write(pd.DataFrame(rows), losses, summaries(Path(args.data), tmp), Path(args.out), len(files))
+    write(pd.DataFrame(rows), window, losses, summaries(Path(args.data), tmp), Path(args.out), len(files))
+
+
+def _fitted(variants, score, cost) -> dict:
+    """The calibrations fitted on each run of ``variants`` (each a list of runs) scored on ``score``:
+    ``seeds`` and per p50/p90 column the mean and (``<stat>_sd``) the standard deviation over the
+    variants (0 for one)."""
+    from calibrate.aggregate_runs import fit_runs
+    from calibrate.runs import score_runs
+    from fidelity import errors
+
+    got = pd.DataFrame([errors(score_runs(score, cost.with_params(fit_runs(v, cost, jobs=1)[0].cost_params())))
+                        for v in variants])
+    return {"seeds": len(got), **got.mean().to_dict(),
+            **{f"{c}_sd": float(got[c].std()) if len(got) > 1 else 0.0 for c in got}}
+
+
+def window_losses(req, scrape, agg: Path, score, cost) -> pd.DataFrame:
+    """What the 0-30 s window's scrape fit loses out of sample (module docstring): one row per
+    case, :func:`_fitted`'s columns. ``req`` is the per-request run of the whole log, ``scrape``
+    the run of the window's level 0 (read from ``agg``), ``cost`` the cost model fitted."""
+    from dataclasses import replace
+
+    from replay.analysis.metrics import statistics
+    from traces.aggregate_workload import SEED, level_options, level_trace
+    from traces.io import read_trace
+    from traces.scrape_window import OBSERVED_UNTIL
+
+    _, frame, meta = read_trace(agg)
+    level, options = frame[frame["level"] == 0], level_options(meta, agg, 0)
+    until_s = float(scrape.metadata[OBSERVED_UNTIL])
+    order = req.trace.sort_values("arrival_time_s").reset_index(drop=True)
+    requests = order[["request_id", "arrival_time_s", "num_prompt_tokens", "num_output_tokens"]]
+    pcts = scrape.targets["ttft_s"][0]
+    a = order["arrival_time_s"]
+    exact = {m: (pcts, statistics(order[m][a + order["ttft_s" if m == "ttft_s" else "e2e_s"] <= until_s]
+                                  .dropna().to_numpy(float), pcts)) for m in scrape.targets}
+    synthesized = [level_trace(level, f"{agg}#0", SEED + k, **options) for k in range(SEEDS)]
+    first_only = {k: v for k, v in scrape.metadata.items() if k != OBSERVED_UNTIL}
+    cases = [("before: the first 78 arrivals replayed alone, all matched",
+              [[replace(scrape, trace=level_trace(level, f"{agg}#0", SEED + k, **{**options, "held": None}),
+                        metadata=first_only)] for k in range(SEEDS)]),
+             ("the scrape fit: every arrival replayed, those finished by 30 s matched",
+              [[replace(scrape, trace=t)] for t in synthesized]),
+             ("the real lengths (all 300, shuffled) on the synthesized arrivals",
+              [[replace(scrape, trace=t.assign(**{c: rng.permutation(order[c].to_numpy()) for c in
+                                                   ("num_prompt_tokens", "num_output_tokens")}))]
+               for t, rng in zip(synthesized, map(np.random.default_rng, range(SEEDS)))]),
+             ("the real requests (arrivals and lengths), latencies from the buckets",
+              [[replace(scrape, trace=requests)]]),
+             ("the real requests, exact statistics of those finished by 30 s",
+              [[replace(scrape, trace=requests, targets=exact)]])]
+    rows = []
+    for name, variants in cases:
+        rows.append({"loss": name, **_fitted(variants, score, cost)})
+        print(name, rows[-1], flush=True)
+    return pd.DataFrame(rows)
 
 
 def attribution(req, scrape, whole: Path, score, cost) -> pd.DataFrame:
@@ -185,9 +251,6 @@ def attribution(req, scrape, whole: Path, score, cost) -> pd.DataFrame:
     """
     from dataclasses import replace
 
-    from calibrate.aggregate_runs import fit_runs
-    from calibrate.runs import score_runs
-    from fidelity import errors
     from replay.analysis.metrics import statistics
     from traces.aggregate_workload import SEED, level_options, level_trace
     from traces.io import read_trace
@@ -200,10 +263,6 @@ def attribution(req, scrape, whole: Path, score, cost) -> pd.DataFrame:
     synthesized = [level_trace(frame[frame["level"] == 0], f"{whole}#0", SEED + k, **level_options(meta, whole, 0))
                    for k in range(SEEDS)]
     assert all(len(t) == len(order) for t in synthesized), "the synthesized level holds another count of requests"
-
-    def fitted(run) -> dict:
-        fit = fit_runs([run], cost, jobs=1)[0]
-        return errors(score_runs(score, cost.with_params(fit.cost_params())))
 
     cases = [("per-request quantiles (the requests, whole run)", [req]),
              ("exact summary statistics (mean, p10-p90) of the requests", [replace(req, targets=exact)]),
@@ -234,9 +293,7 @@ def attribution(req, scrape, whole: Path, score, cost) -> pd.DataFrame:
              ("all three (the scrape fit)", [replace(scrape, trace=t) for t in synthesized])]
     rows = []
     for name, variants in cases:
-        got = pd.DataFrame([fitted(r) for r in variants])
-        rows.append({"loss": name, "seeds": len(variants), **got.mean().to_dict(),
-                     **{f"{c}_sd": float(got[c].std()) if len(got) > 1 else 0.0 for c in got}})
+        rows.append({"loss": name, **_fitted([[r] for r in variants], score, cost)})
         print(name, rows[-1], flush=True)
     return pd.DataFrame(rows)
 
@@ -289,10 +346,21 @@ def summaries(data: Path, tmp: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write(table: pd.DataFrame, losses: pd.DataFrame, others: pd.DataFrame, out: Path, num_scrapes: int) -> None:
-    """Write the calibrations' ``table``, the attribution ``losses`` and the summaries' errors
-    ``others`` (:func:`summaries`) after the ``<!-- table -->`` marker of ``out`` (the text
-    above it is kept)."""
+def _loss_table(losses: pd.DataFrame, cols: list[str], head: str) -> list[str]:
+    """The markdown rows of a table of losses (:func:`_fitted`'s columns and ``loss``, headed
+    ``head``), in percent."""
+    lines = [f"| {head} | seeds | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for _, d in losses.iterrows():
+        cells = [f"{100 * d[c]:+.1f}%" + (f" ± {100 * d[c + '_sd']:.1f}" if d["seeds"] > 1 else "") for c in cols]
+        lines.append(f"| {d['loss']} | {d['seeds']:g} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def write(table: pd.DataFrame, window: pd.DataFrame, losses: pd.DataFrame, others: pd.DataFrame, out: Path,
+          num_scrapes: int) -> None:
+    """Write the calibrations' ``table``, the out-of-sample window's losses ``window``
+    (:func:`window_losses`), the attribution ``losses`` and the summaries' errors ``others``
+    (:func:`summaries`) after the ``<!-- table -->`` marker of ``out`` (the text above it is kept)."""
     cols = [c for c in table.columns if c.endswith(("p50", "p90"))]
     lines = ["| calibrated from | scored on | " + " | ".join(cols) + " |",
              "|---|---|" + "---|" * len(cols)]
@@ -301,12 +369,11 @@ def write(table: pd.DataFrame, losses: pd.DataFrame, others: pd.DataFrame, out: 
         lines.append(f"| {d['calibrated from']} | {d['scored on']} | "
                      + " | ".join(f"{100 * d[c]:+.1f}%" for c in cols) + " |")
     lines += ["", f"({num_scrapes} scrapes, every {SCRAPE_S:g} s; relative errors of predicted vs measured "
-              "percentiles, run@15:)", "", "Attribution (whole run, in sample; scored on run@15:; a synthesized "
-              "loss: mean ± standard deviation over its seeds):", "",
-              "| loss, alone | seeds | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
-    for _, d in losses.iterrows():
-        cells = [f"{100 * d[c]:+.1f}%" + (f" ± {100 * d[c + '_sd']:.1f}" if d["seeds"] > 1 else "") for c in cols]
-        lines.append(f"| {d['loss']} | {d['seeds']:g} | " + " | ".join(cells) + " |")
+              "percentiles, run@15:)", "", "Out of sample (scrapes 0-30 s as one window; scored on run@15:; a "
+              "synthesized workload: mean ± standard deviation over its seeds):", "",
+              *_loss_table(window, cols, "fitted on"),
+              "", "Attribution (whole run, in sample; scored on run@15:; a synthesized loss: mean ± standard "
+              "deviation over its seeds):", "", *_loss_table(losses, cols, "loss, alone")]
     lines += ["", "The lengths' mean on summaries (held-out |p50/p90 error| of TTFT, TPOT and E2E, `calibrate "
               "validate`):", "", "| summary | lengths | median | worst |", "|---|---|---|---|"]
     lines += [f"| {d['summary']} | {d['lengths']} | {100 * d['median']:.1f}% | {100 * d['worst']:.1f}% |"

@@ -12,7 +12,9 @@ when every synthesized request has the same lengths (the aggregate gives only me
 clients would complete in the same steps and send again together forever, which real clients,
 staggered by the server's own variation, do not: their first sends are then spread evenly over
 the level's reported mean E2E (the cycle of a client in the steady state;
-``closed_loop_start_spread_s`` in the run's metadata).
+``closed_loop_start_spread_s`` in the run's metadata). A window of Prometheus scrapes replays
+every request it held or saw arrive and is matched on those its replay finishes inside it, as
+its histograms counted them (:mod:`traces.scrape_window`, :meth:`calibrate.run_errors.Run.predicted`).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import pandas as pd
 
 from traces.aggregate_workload import SEED, identical_lengths, level_statistics, level_workload, shared_prefix_tokens
 from traces.errors import TraceError
+from traces.scrape_window import observed_until
 
 from .errors import FitError
 from .run_errors import Run, chosen
@@ -98,6 +101,11 @@ def not_identified(runs: list[Run]) -> list[str]:
         out.append(f"{', '.join(spread)}: every synthesized request has the same lengths (the aggregate gives only "
                    "their means), so terms that grow with the length are told apart only across levels, and a "
                    "closed loop's clients start spread over the level's mean E2E instead of at once")
+    windows = [r.name for r in runs if observed_until(r.metadata) is not None]
+    if windows:
+        out.append(f"{', '.join(windows)}: windows of scrapes whose server still held requests at their end; those "
+                   "requests are replayed with the finished ones' lengths, the only ones the histograms hold (in a "
+                   "burst the earliest finishers are the shorter requests: the fitted costs then run high)")
     if len(runs) == 1:
         out.append("one load level: per-step and per-token costs, and the scheduler's batching, are told apart "
                    "only by the spread of lengths within it; fit several levels (concurrencies or rates)")

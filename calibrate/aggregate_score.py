@@ -5,7 +5,8 @@ An aggregate has no measured requests, so a level is scored as it is fitted
 (:mod:`calibrate.aggregate_runs`): its synthesized workload is replayed at its load with the
 calibrated cost model, and every statistic the benchmark reported of TTFT, TPOT and E2E (means
 and every percentile, the tails too: :attr:`calibrate.run_errors.Run.reported`) is computed
-from the replay's completed requests (numpy's linear percentiles, as
+from the replay's completed requests (for a window of Prometheus scrapes, those its
+histograms would have counted: :meth:`calibrate.run_errors.Run.predicted`; numpy's linear percentiles, as
 :func:`calibrate.run_errors.statistics`) and set beside the reported one.
 """
 from __future__ import annotations
@@ -56,8 +57,9 @@ def score_aggregates(runs: list[Run], cost_model) -> pd.DataFrame:
             if metric not in run.reported:
                 continue
             pcts, meas = run.reported[metric]
-            values = done[f"pred_{metric}"].to_numpy(float)
-            pred = statistics(values[np.isfinite(values)], pcts)
+            values = run.predicted(res, metric)
+            values = values[np.isfinite(values)]
+            pred = statistics(values, pcts)
             for pct, m, p in zip(pcts, meas, pred):
                 rows.append({"run": run.name, "metric": metric.removesuffix("_s"), "statistic": stat_label(pct),
                              "meas_s": float(m), "pred_s": float(p),

@@ -25,7 +25,7 @@ from replay.simulate import replay_frame
 from schemas.cost_params import PARAMS, CostParams
 
 from .fitting import least_squares
-from .run_errors import QuantileResidual, finite_values
+from .run_errors import QuantileResidual
 
 #: Percentiles whose held-out errors are kept.
 HOLDOUT_PCTS = (50, 90)
@@ -85,12 +85,12 @@ def _refit_and_predict(shared, split) -> tuple[list[dict], int]:
     for run in held:
         res, _ = replay_frame(run.trace, cm, run.config, run.metadata)
         d, _ = distance(run_features(run, cm, res), fitted_range)
-        res = run.scored_rows(res)
         for m in HOLDOUT_METRICS:
             if not run.measures(m):
                 continue
             pcts, meas = run.measured(m, HOLDOUT_PCTS)
-            pred = finite_values(res[f"pred_{m}"])
+            pred = run.predicted(res, m)
+            pred = pred[np.isfinite(pred)]
             if not pred.size:
                 continue
             q = statistics(pred, pcts)

@@ -20,6 +20,7 @@ from replay.config import ReplayConfig
 from replay.core.trace_requests import TraceRequests
 from replay.simulate import replay_columns, replay_frame
 from schemas.cost_params import CostParams
+from traces.scrape_window import observed, observed_until
 
 from .errors import FitError
 
@@ -67,6 +68,23 @@ class Run:
         """The rows of ``frame`` (this run's trace or its replay result) that are scored."""
         return frame if self.scored is None else frame[self.scored]
 
+    def predicted(self, columns, metric: str) -> np.ndarray:
+        """The predicted ``metric`` of this run's replay as matched or scored, by trace row: the
+        values of its scored rows and, for a window of Prometheus scrapes (its metadata's
+        :data:`traces.scrape_window.OBSERVED_UNTIL`), of the requests its histograms would have
+        counted, first token or end by the window's end (:func:`traces.scrape_window.observed`);
+        NaN for the others.
+
+        ``columns``: the replay's result or columns (``pred_<metric>``, and ``pred_ttft_s``,
+        ``pred_e2e_s`` for a window; N floats each, seconds, by row of :attr:`trace`). Returns N
+        floats, seconds."""
+        values = np.asarray(columns[f"pred_{metric}"], float)
+        keep = np.ones(values.shape, bool) if self.scored is None else np.asarray(self.scored, bool)
+        until_s = observed_until(self.metadata)
+        if until_s is not None:
+            keep = keep & observed(self.trace["arrival_time_s"].to_numpy(float), columns, metric, until_s)
+        return np.where(keep, values, np.nan)
+
     def measures(self, metric: str) -> bool:
         """Whether the run has a measured value of ``metric`` to match (a target, or a latency in its trace)."""
         if self.targets is not None:
@@ -102,14 +120,15 @@ class QuantileResidual:
         move together; Kuensch 1989), each resample's quantiles relative to the measured ones.
         Runs are resampled independently, so the matrix is block diagonal. A run of targets
         (an aggregate) has no measured requests: its replay at the cost model's values stands
-        for them, with the level's count of requests (a parametric bootstrap)."""
+        for them, with the level's count of requests (a parametric bootstrap; for a window of
+        scrapes, the requests the replay finishes inside it: :meth:`Run.predicted`)."""
         rng = np.random.default_rng(seed)
         blocks = []
         for r, trace_rows, meas in zip(self.runs, self.rows, self.meas):
             rows = r.scored_rows(r.trace)
             if r.targets is not None:
                 res, _ = replay_frame(trace_rows, self.cost_model, r.config, r.metadata)
-                rows = res.assign(**{m: res[f"pred_{m}"] for m in meas})
+                rows = res.assign(**{m: r.predicted(res, m) for m in meas})
             n = len(rows)
             size = max(1, int(round(n ** (1 / 3))))
             starts = rng.integers(0, max(n - size, 0) + 1, (num_samples, -(-n // size)))
@@ -142,7 +161,7 @@ class QuantileResidual:
             columns, _ = replay_columns(rows, cm, run.config, run.metadata)
             errs = {}
             for m, (pcts, q_meas) in meas.items():
-                pv = columns[f"pred_{m}"] if run.scored is None else columns[f"pred_{m}"][run.scored]
+                pv = run.predicted(columns, m)
                 pv = pv[np.isfinite(pv)]
                 q = statistics(pv, pcts) if pv.size else np.full(len(pcts), 1e9)
                 errs[m] = (q - q_meas) / np.maximum(q_meas, 1e-3)

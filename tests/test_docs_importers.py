@@ -86,10 +86,11 @@ def test_the_prometheus_recipe_runs_as_written(real_data_dir, tmp_path, monkeypa
     out = _run(_commands()[11:16], real_data_dir)
     assert "prod.parquet: 2 level(s) (0-30 s, 30-60 s), 72 statistics (aggregate_targets/1)" in out[0]
     assert (tmp_path / "cal_prod.json").exists()
-    # one window scored from the other, level by level; the plan on the busiest window (#1, 1.7 req/s)
-    assert "prod.parquet#1 (out of sample; 44 requests replayed)" in out[2]
+    # one window scored from the other, level by level; the plan on the busiest window (#1, 1.7 req/s); the
+    # 30-60 s window replays its 7 requests held at 30 s and its 44 + 14 - 7 = 51 arrivals (14 held at 60 s)
+    assert "prod.parquet#1 (out of sample; 58 requests replayed)" in out[2]
     assert "18 of 18 reported percentiles inside their 95 % band" in " ".join(out[3].split())
-    assert "the plan replays the busiest, #1 at 1.7 req/s: 44 requests" in " ".join(out[4].split())
+    assert "the plan replays the busiest, #1 at 1.7 req/s: 58 requests" in " ".join(out[4].split())
 
 
 def test_the_inference_perf_and_aiperf_recipes_run_as_written(real_data_dir, tmp_path, monkeypatch):

@@ -8,7 +8,10 @@ same file gives the same requests everywhere.
 
 Workload of a level (seeded: the same file gives the same runs):
 
-* ``min(num_requests, MAX_REQUESTS)`` requests;
+* ``min(num_requests, MAX_REQUESTS)`` requests; for a window of scrapes (an open-loop level
+  with ``arrival_counts`` and ``requests_held``: :mod:`traces.scrape_window`), instead every
+  request the window held or saw arrive, as many of them, since its histograms counted only
+  those that finished in it;
 * lengths: where percentiles of a length are reported, the inverse CDF through (0, min), the
   reported (percentile, value) points and (100, max) (the lowest and highest reported
   percentile stand in for a missing min and max), at stratified uniform points (one in each
@@ -28,13 +31,14 @@ Workload of a level (seeded: the same file gives the same runs):
   the reported mean and std (std unknown: every request at the mean), clipped to
   [max(1, min), max]; rounded to whole tokens, at least 1;
 * arrivals: at an open-loop level whose arrivals were counted over intervals (the file's
-  metadata ``arrival_counts``: :func:`arrival_counts`; ``traces import prometheus`` counts them
+  metadata ``arrival_counts``: :func:`traces.scrape_window.arrival_counts`; ``traces import prometheus`` counts them
   between scrapes), a Poisson process conditioned on those counts: each interval's requests
   uniform over it (the arrival times of a Poisson process given their number in an interval
   are uniform order statistics, whatever its rate, constant inside the interval: Ross,
   *Stochastic Processes*, 2nd ed., Thm 2.3.1), from the start of the first interval with an
   arrival; the level's first ``n`` of them, and when it finished more requests than arrived in
-  its time, the others at 0 (they arrived before it: the server held them when it began).
+  its time (or, for a window of scrapes, the requests held at its first scrape), the others
+  at 0 (they arrived before it: the server held them when it began).
   Otherwise
   ``poisson_rate`` r, exponential gaps of mean 1/r from 0; ``constant_rate`` r, one
   request every 1/r s; ``concurrency`` N, every request at 0 (the closed loop of N clients that
@@ -59,6 +63,8 @@ from schemas.text import wrap_error
 
 from .binned import tilted_quantiles
 from .errors import TraceError
+from .scrape_window import (OBSERVED_UNTIL, arrival_counts, observed_until_s, origin_s, replayed_requests,
+                            requests_held, whole_counts)
 
 #: Requests synthesized per level at most (a replay per level per evaluation of the fit).
 MAX_REQUESTS = 1000
@@ -99,18 +105,23 @@ def _lengths(stats: pd.DataFrame, n: int, rng: np.random.Generator, metric: str,
 
 
 def _scheduled(counts: list, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` arrival times (seconds from the first counted arrival's interval) of a Poisson process
-    conditioned on ``counts``, ``(start_s, end_s, requests)`` per interval (module docstring);
-    the counts are rounded to whole requests keeping their running total."""
-    start, end, req = (np.asarray(c, float) for c in zip(*counts))
-    whole = np.diff(np.rint(np.concatenate([[0.0], np.cumsum(req)]))).astype(np.int64)
-    times = np.sort(np.concatenate([rng.uniform(a, b, k) for a, b, k in zip(start, end, whole)]))
-    times = times - start[np.argmax(whole > 0)]
+    """``n`` arrival times (seconds from the first counted arrival's interval,
+    :func:`traces.scrape_window.origin_s`) of a Poisson process conditioned on ``counts``,
+    ``(start_s, end_s, requests)`` per interval (module docstring); the counts are rounded to
+    whole requests keeping their running total."""
+    times = np.sort(np.concatenate([rng.uniform(c[0], c[1], k) for c, k in zip(counts, whole_counts(counts))]))
+    times = times - origin_s(counts)
     return times[:n] if n <= times.size else np.concatenate([np.zeros(n - times.size), times])
 
 
+def _windowed(kind: str, counts: list | None, held: list | None) -> bool:
+    """Whether a level is replayed as a window of scrapes (module docstring): an open loop with
+    arrivals counted (one at least) and the requests held at its scrapes."""
+    return kind in OPEN_LOOP and bool(counts) and held is not None and int(whole_counts(counts).sum()) >= 1
+
+
 def level_trace(level: pd.DataFrame, where: str, seed: int, shared_prefix_tokens: int = 0,
-                counts: list | None = None, bucket_bounds: bool = False) -> pd.DataFrame:
+                counts: list | None = None, bucket_bounds: bool = False, held: list | None = None) -> pd.DataFrame:
     """The synthesized request trace of one level.
 
     Parameters
@@ -128,6 +139,10 @@ def level_trace(level: pd.DataFrame, where: str, seed: int, shared_prefix_tokens
         level when they hold an arrival.
     bucket_bounds : bool
         The lengths' points are histogram bucket bounds (:func:`length_points_are_buckets`).
+    held : list of (time_s, running, waiting), optional
+        The requests held at the level's scrapes (:func:`traces.scrape_window.requests_held`):
+        with ``counts``, the level is a window of scrapes and its workload every arrival of it
+        (:func:`traces.scrape_window.replayed_requests`), not its count of finished requests.
 
     Returns
     -------
@@ -141,7 +156,8 @@ def level_trace(level: pd.DataFrame, where: str, seed: int, shared_prefix_tokens
         A length with neither a mean nor percentiles.
     """
     kind, value = level["level_kind"].iloc[0], float(level["level_value"].iloc[0])
-    n = int(min(level["num_requests"].iloc[0], MAX_REQUESTS))
+    windowed = _windowed(kind, counts, held)
+    n = int(min(replayed_requests(counts, held) if windowed else level["num_requests"].iloc[0], MAX_REQUESTS))
     rng = np.random.default_rng(seed)
     prompt = _lengths(level, n, rng, "num_prompt_tokens", where, bucket_bounds)
     output = _lengths(level, n, rng, "num_output_tokens", where, bucket_bounds)
@@ -193,42 +209,10 @@ def length_points_are_buckets(meta: dict, path) -> bool:
 
 def level_options(meta: dict, path, level: int) -> dict:
     """The options of :func:`level_trace` a file's metadata ``meta`` gives its level ``level``:
-    ``shared_prefix_tokens``, ``counts`` and ``bucket_bounds``; raises what their readers raise."""
+    ``shared_prefix_tokens``, ``counts``, ``bucket_bounds`` and ``held``; raises what their
+    readers raise."""
     return {"shared_prefix_tokens": shared_prefix_tokens(meta, path), "counts": arrival_counts(meta, path, level),
-            "bucket_bounds": length_points_are_buckets(meta, path)}
-
-
-def arrival_counts(meta: dict, path, level: int) -> list | None:
-    """The arrivals of level ``level`` counted over intervals, as a file's metadata states them
-    (``arrival_counts``: JSON, level number -> list of ``[start_s, end_s, requests]``, seconds
-    from the level's start, intervals in time order; ``traces import prometheus`` writes it):
-    that list, or None when the file or the level has none.
-
-    Raises
-    ------
-    TraceError
-        Naming the file and the key: not JSON, or a level's entry not a list of three numbers
-        each (start < end, requests >= 0, intervals in order).
-    """
-    import json
-
-    text = meta.get("arrival_counts")
-    if not text:
-        return None
-    try:
-        counts = json.loads(text).get(str(level))
-    except (ValueError, AttributeError):
-        counts = "?"
-    if counts is None:
-        return None
-    ok = isinstance(counts, list) and all(
-        isinstance(c, list) and len(c) == 3 and all(isinstance(x, (int, float)) and np.isfinite(x) for x in c)
-        and c[0] < c[1] and c[2] >= 0 for c in counts)
-    if not ok or any(a[1] > b[0] + 1e-9 for a, b in zip(counts, counts[1:])):
-        raise TraceError(wrap_error(f"{path}: metadata arrival_counts, level {level}: expected JSON "
-                                    '{"<level>": [[start_s, end_s, requests], ...]} with start < end, requests >= 0 '
-                                    "and the intervals in time order"))
-    return counts
+            "bucket_bounds": length_points_are_buckets(meta, path), "held": requests_held(meta, path, level)}
 
 
 def busiest_level(frame: pd.DataFrame, path, level: int | None = None) -> int:
@@ -299,14 +283,23 @@ def level_workload(frame: pd.DataFrame, level: int, meta: dict, path) -> tuple[p
     fit, ``replay`` and ``servecal plan`` replay it: ``(rows, trace, metadata)``, the level's rows,
     its synthesized request trace (:func:`level_trace`, seed ``SEED + level``, the options the
     file's metadata gives, :func:`level_options`) and the metadata it is replayed with
-    (:func:`level_metadata`).
+    (:func:`level_metadata`; for a window of scrapes also
+    :data:`traces.scrape_window.OBSERVED_UNTIL`, the window's end on the trace's clock).
 
     Raises
     ------
     TraceError
-        A bad ``shared_prefix_tokens``, ``arrival_counts`` or ``length_points``, or a length with
-        neither a mean nor percentiles.
+        A bad ``shared_prefix_tokens``, ``arrival_counts``, ``requests_held`` or
+        ``length_points``, or a length with neither a mean nor percentiles.
     """
     rows = frame[frame["level"] == level]
-    trace = level_trace(rows, f"{path}#{level}", SEED + int(level), **level_options(meta, path, int(level)))
-    return rows, trace, level_metadata(rows, meta, trace)
+    options = level_options(meta, path, int(level))
+    trace = level_trace(rows, f"{path}#{level}", SEED + int(level), **options)
+    out = level_metadata(rows, meta, trace)
+    counts, held = options["counts"], options["held"]
+    if _windowed(rows["level_kind"].iloc[0], counts, held):
+        until = observed_until_s(counts, held, trace["arrival_time_s"].to_numpy(),
+                                 len(trace) == replayed_requests(counts, held))
+        if until is not None:
+            out[OBSERVED_UNTIL] = f"{until:.9g}"
+    return rows, trace, out

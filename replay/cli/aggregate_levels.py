@@ -84,6 +84,7 @@ def replay_levels(run, level: int | None, wide: bool, report: str | None = None)
     from schemas.status import OK
     from traces.aggregate_workload import level_statistics, level_workload
     from traces.errors import TraceError
+    from traces.scrape_window import observed_until
 
     from ..analysis.band_tables import NO_BAND_POINTS
     from ..simulate import replay_frame
@@ -116,7 +117,12 @@ def replay_levels(run, level: int | None, wide: bool, report: str | None = None)
         if not reported:
             click.echo(wrap(f"  {name} reports no TTFT, TPOT or E2E statistic: nothing to compare"))
             continue
-        printed = _print_level(reported, done, band, resolutions[k] if k < len(resolutions) else {})
+        until_s = observed_until(meta)
+        if until_s is not None:
+            click.echo(wrap(f"  a window of scrapes: its histograms counted the requests finished (TTFT: first token "
+                            f"out) by its end, {until_s:.3g} s into the workload; only those are compared (the band "
+                            "is of every completed request)"))
+        printed = _print_level(reported, done, band, resolutions[k] if k < len(resolutions) else {}, until_s)
         table += [{"level": k, "load": meta["aggregate_level"], **r} for r in printed]
         if band.has_band and k < len(resolutions) and resolutions[k]:
             click.echo(wrap("  each band also holds half its percentile's histogram bucket (the resolution of the "
@@ -138,14 +144,18 @@ def _print_deployment(run, num_levels: int) -> None:
     cfg = replay_config({**run.settings, "concurrency": None})
     click.echo(wrap(f"replaying {num_levels} level(s) of {run.trace}: {deployment_words(run.cost_model, cfg)}"))
 
-def _print_level(reported: dict, done, band, resolution: dict) -> list[dict]:
+def _print_level(reported: dict, done, band, resolution: dict, until_s: float | None) -> list[dict]:
     """The table of one level: each ``reported`` statistic (:func:`traces.aggregate_workload.level_statistics`)
-    beside the same statistic of the completed requests ``done`` and ``band``'s interval where it
-    has one, widened by half the statistic's histogram bucket (``resolution``: metric -> ``{"p50":
-    width in seconds or None}``). Returns a dict per statistic: ``metric``, ``statistic``,
-    ``reported_s``, ``predicted_s``, ``low_s``, ``high_s`` (NaN without a band) and ``inside``
-    (None without a band)."""
+    beside the same statistic of the completed requests ``done`` (for a window of scrapes ending
+    at ``until_s``, seconds on the workload's clock, only those its histograms would have
+    counted: :func:`traces.scrape_window.observed`) and ``band``'s interval where it has one
+    (of every completed request), widened by half the statistic's histogram bucket
+    (``resolution``: metric -> ``{"p50": width in seconds or None}``). Returns a dict per
+    statistic: ``metric``, ``statistic``, ``reported_s``, ``predicted_s``, ``low_s``, ``high_s``
+    (NaN without a band) and ``inside`` (None without a band)."""
     import numpy as np
+
+    from traces.scrape_window import observed
 
     from ..analysis.metrics import stat_label, statistics
 
@@ -154,6 +164,8 @@ def _print_level(reported: dict, done, band, resolution: dict) -> list[dict]:
     click.echo(f"  {'metric':6s} {'stat':>5s} {'reported ms':>12s} {predicted_head:>30s} {'error':>8s}")
     for metric, (pcts, values_meas) in reported.items():
         values = done[f"pred_{metric}"].to_numpy(float)
+        if until_s is not None:
+            values = values[observed(done["arrival_time_s"], done, metric, until_s)]
         predicted = statistics(values[np.isfinite(values)], pcts)
         for pct, meas, pred in zip(pcts, values_meas, predicted):
             stat = f"{metric.removesuffix('_s')}_p{pct:g}_s"

@@ -9,9 +9,9 @@ from replay.cost.cost_model import RooflineCostModel
 from schemas.cost_params import CostParams
 from schemas.specs import get_gpu, get_model
 from schemas.tables import AGGREGATE_TARGETS
-from traces.aggregate_workload import busiest_level, level_trace
+from traces.aggregate_workload import busiest_level, level_workload
 from traces.errors import TraceError
-from traces.io import write_trace
+from traces.io import read_trace, write_trace
 
 from helpers import flat, invoke_servecal, write_calibration
 
@@ -51,7 +51,7 @@ def test_plan_replays_the_busiest_window_of_a_scrape(tmp_path):
     frame = pd.read_parquet(agg)
     rates = frame.drop_duplicates("level").set_index("level")["level_value"]
     assert rates.idxmax() == 1  # the second window is the busier one
-    expected = level_trace(frame[frame["level"] == 1], "x", seed=1)
+    _, expected, _ = level_workload(frame, 1, read_trace(agg)[2], agg)  # every arrival of the window
     res = invoke_servecal("plan", agg, "--calibration", _calibration(tmp_path), "--slo", "ttft_p90=2s",
                           "--replicas", "1:2", "--confidence", "point")
     assert res.exit_code == 0, res.output
@@ -73,12 +73,11 @@ def test_plan_of_closed_loop_levels_only_is_one_error(tmp_path):
 def test_plan_of_one_chosen_window_and_of_a_level_it_has_not(tmp_path):
     agg = tmp_path / "prod.parquet"
     assert invoke_servecal("traces", "import", "prometheus", SCRAPES, "--window-s", "30", "-o", agg).exit_code == 0
-    frame = pd.read_parquet(agg)
-    expected = level_trace(frame[frame["level"] == 0], "x", seed=0)
     cal = _calibration(tmp_path)
     res = invoke_servecal("plan", f"{agg}#0", "--calibration", cal, "--slo", "ttft_p90=2s", "--confidence", "point")
     assert res.exit_code == 0, res.output
-    assert f"the plan replays #0 at 1.17 req/s: {len(expected)} requests" in flat(res.output), res.output
+    # the window's 28 finished and 7 held at its end (none at its start): every arrival of it replayed
+    assert "the plan replays #0 at 1.17 req/s: 35 requests" in flat(res.output), res.output
     res = invoke_servecal("plan", f"{agg}#5", "--calibration", cal, "--slo", "ttft_p90=2s")
     assert res.exit_code == 1 and "prod.parquet#5: no such level (the file has 0, 1)" in flat(res.output)
     conc = tmp_path / "conc.parquet"

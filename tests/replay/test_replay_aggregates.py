@@ -58,7 +58,10 @@ def test_each_level_is_scored_as_calibrate_validate_scores_it(scrape):
         reported, predicted = printed[level, r.metric, r.statistic]
         assert reported == pytest.approx(1e3 * r.meas_s, abs=0.006)
         assert predicted == pytest.approx(1e3 * r.pred_s, abs=0.006)
-    assert "prod.parquet#1: poisson rate 1.7, 44 requests reported; 44 synthesized" in flat(res.output)
+    # the 30-60 s window: 7 held at 30 s (6 running, 1 waiting) and 44 + 14 - 7 = 51 arrived (14 held at 60 s)
+    assert "prod.parquet#1: poisson rate 1.7, 44 requests reported; 58 synthesized" in flat(res.output)
+    assert "a window of scrapes: its histograms counted the requests finished (TTFT: first token out) by its end, " \
+           "30 s into the workload" in flat(res.output)
     means = [abs(e) for e in table.loc[table["statistic"] == "mean", "rel_err"]]
     assert f"median |error| of the reported means: {np.median(means):.1%} over 6" in flat(res.output)
 

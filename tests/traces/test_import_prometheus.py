@@ -45,6 +45,9 @@ def test_windows_are_levels_of_the_histograms_increases(tmp_path):
     # and per scrape interval, from the window's start: what the synthesized arrivals are conditioned on
     counts = json.loads(meta["arrival_counts"])
     assert [c[:2] for c in counts["0"]] == [[0, 15], [15, 30]] and sum(c[2] for c in counts["0"]) == 28 + 7
+    # and the requests held (running, waiting) at each scrape: the window's replay holds the first's and its arrivals
+    held = json.loads(meta["requests_held"])
+    assert held["0"][0] == [0, 0, 0] and held["0"][-1] == [30, 6, 1] and held["1"][0] == [0, 6, 1]
     assert meta["length_points"] == "bucket bounds"  # the synthesized lengths fill the buckets with the mean
     assert abs(df[df["level"] == 0]["level_value"].iloc[0] - 35 / 30) < 1e-9
     assert windows[0]["prefix_cache_hit_rate"] == pytest.approx(0.2)

@@ -38,10 +38,10 @@ Read per window (``vllm:`` names of v0 and v1, ``sglang:`` names; vLLM's histogr
   servers count no arrivals), and the rate is their sum over the time of the intervals in
   which some arrived (a burst and its drain in one window read as the burst's rate); without
   both gauges at every scrape, the finished requests over the window. The arrivals of each
-  scrape interval are kept (metadata ``arrival_counts``): the synthesized workload's arrivals
-  are a Poisson process conditioned on them (:mod:`traces.aggregate_workload`), not one at the
-  window's mean rate. Each window is taken as a steady state: its synthesized workload starts
-  from an idle server;
+  scrape interval are kept (metadata ``arrival_counts``; :mod:`.prometheus_flow`), and so are
+  the requests held (running, waiting) at each scrape (``requests_held``): the fit replays every
+  arrival up to the window's end, those held at its start first, and matches only the requests
+  the replay finishes inside it, as the histograms counted them (:mod:`traces.scrape_window`);
 * for the report, in the metadata (``windows``, JSON, one object per level): the window's
   start and end, queue time (``request_queue_time_seconds``, SGLang ``queue_time_seconds``)
   mean and percentiles, the means of prefill, decode and inference time, of tokens per step
@@ -64,6 +64,7 @@ import pandas as pd
 
 from ..aggregate_workload import BUCKET_BOUNDS
 from ..errors import TraceFormatError
+from .prometheus_flow import flow_balance
 from .prometheus_histograms import histogram_percentiles, histogram_stats
 from .prometheus_scrapes import Scrape, read_scrapes
 from .summaries import Level, levels_frame
@@ -206,27 +207,10 @@ def _gauges(scrapes: list[Scrape], prefix: str, group, by_label: str | None) -> 
     return out
 
 
-def _arrivals(n: float, finished: list[float], times: list[float], gauges: dict) -> tuple[float, float, list | None]:
-    """(requests arrived, their rate per second, their counts per interval) over a window of
-    scrapes at ``times`` with ``finished`` requests per interval: per interval, finished plus
-    the increase of running + waiting (flow balance, at least 0), as ``[start_s, end_s,
-    requests]`` from the window's start; the rate over the intervals in which requests arrived.
-    Without both gauges at every scrape: the finished requests over the window, no counts."""
-    running, waiting = gauges.get("running", []), gauges.get("waiting", [])
-    if len(running) != len(times) or len(waiting) != len(times):
-        return n, n / (times[-1] - times[0]), None
-    held = [r + w for r, w in zip(running, waiting)]
-    per = [max(f + b - a, 0.0) for f, a, b in zip(finished, held, held[1:])]
-    active = sum(t1 - t0 for t0, t1, x in zip(times, times[1:], per) if x > 0)
-    if sum(per) <= 0:
-        return n, n / (times[-1] - times[0]), None
-    counts = [[t0 - times[0], t1 - times[0], x] for t0, t1, x in zip(times, times[1:], per)]
-    return sum(per), sum(per) / active, counts
-
-
 def _level(engine: str, inc: dict, window: list[Scrape], finished: list[float], gauges: dict,
-           where: str) -> tuple[Level, dict, list | None] | None:
-    """The level of one window and group (None: none finished), its report and :func:`_arrivals`' counts."""
+           where: str) -> tuple[Level, dict, list | None, list | None] | None:
+    """The level of one window and group (None: none finished), its report and the counts and
+    requests held of :func:`.prometheus_flow.flow_balance`."""
     p = f"{engine}:"
     e2e = histogram_stats(inc, p + "e2e_request_latency_seconds", where)
     if e2e is None:
@@ -235,7 +219,7 @@ def _level(engine: str, inc: dict, window: list[Scrape], finished: list[float], 
     if n < 0.5:
         return None
     first, last = window[0], window[-1]
-    arrivals, rate, counts = _arrivals(n, finished, [s.time_s for s in window], gauges)
+    arrivals, rate, counts, held = flow_balance(n, finished, [s.time_s for s in window], gauges)
     level = Level("poisson_rate", rate, int(round(n)))
     report: dict = {"start_unix_s": first.time_s, "end_unix_s": last.time_s, "finished_requests": n,
                     "arrived_requests": arrivals, "resolution_s": {}}
@@ -259,7 +243,7 @@ def _level(engine: str, inc: dict, window: list[Scrape], finished: list[float], 
             if total > 0:
                 level.add(metric, "mean", None, total / n)
     report.update(_report(inc, p, gauges, where))
-    return level, report, counts
+    return level, report, counts, held
 
 
 def _report(inc: dict, p: str, gauges: dict, where: str) -> dict:
@@ -338,7 +322,8 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
         ``metrics_not_read``, ``by_label``, ``windows_left_out`` (the windows in which no request
         finished, seconds after the first scrape: no level), ``arrival_counts`` (JSON: level ->
         ``[start_s, end_s, requests]`` per scrape interval from the window's start, where the
-        gauges give them) and ``length_points`` (``bucket bounds``), read by
+        gauges give them), ``requests_held`` (JSON: level -> ``[time_s, running, waiting]`` per
+        scrape, the same levels) and ``length_points`` (``bucket bounds``), read by
         :func:`traces.aggregate_workload.level_options`.
 
     Raises
@@ -360,7 +345,7 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
     groups = _groups(scrapes, engine, by_label)
     resets: list[str] = []
     increases = _increases(scrapes, resets)
-    levels, reports, names, idle, counts = [], [], [], [], {}
+    levels, reports, names, idle, counts, held = [], [], [], [], {}, {}
     t0 = scrapes[0].time_s
     for group in groups:
         for a, b in _windows(scrapes, window_s):
@@ -381,7 +366,7 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
                 idle.append(span)
                 continue
             if found[2] is not None:
-                counts[str(len(levels))] = found[2]
+                counts[str(len(levels))], held[str(len(levels))] = found[2], found[3]
             levels.append(found[0])
             reports.append({**found[1], **({by_label: group} if by_label else {})})
             names.append(span)
@@ -394,6 +379,7 @@ def import_prometheus(paths, window_s: float = 300.0, by_label: str | None = Non
                 windows=json.dumps(reports, separators=(",", ":")), counter_resets=str(len(resets)),
                 metrics_not_read=", ".join(_not_read(scrapes)), by_label=by_label or "",
                 windows_left_out=", ".join(idle), arrival_counts=json.dumps(counts, separators=(",", ":")),
+                requests_held=json.dumps(held, separators=(",", ":")),
                 length_points=BUCKET_BOUNDS)
     if resets:
         meta["counter_reset_series"] = "; ".join(resets[:20]) + (f"; ... ({len(resets)})" if len(resets) > 20 else "")
