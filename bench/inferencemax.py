@@ -150,9 +150,10 @@ def main() -> None:
         for (hw, tp, shape), (path, concurrency) in sorted(files.items()):
             runs = load_runs([str(path)], engine_config(hw), read_trace)
             cm = cost_model(hw, tp, params)
-            table = score_aggregates(runs, cm)
-            table = table[table["statistic"] == "mean"]
-            for conc, run, (_, g) in zip(concurrency, runs, table.groupby("run", sort=False)):
+            scored = score_aggregates(runs, cm)
+            table = scored[scored["statistic"] == "mean"]
+            ttft = scored[scored["metric"] == "ttft"].set_index(["run", "statistic"])["rel_err"]
+            for conc, run, (name, g) in zip(concurrency, runs, table.groupby("run", sort=False)):
                 err = dict(zip(g["metric"], g["rel_err"]))
                 meas = dict(zip(g["metric"], g["meas_s"]))
                 pred = dict(zip(g["metric"], g["pred_s"]))
@@ -160,7 +161,9 @@ def main() -> None:
                              "sample": "in" if (hw, tp, shape) == fit_at else "out",
                              **{f"{m}_meas_ms": meas[m] * 1e3 for m in meas},
                              **{f"{m}_pred_ms": pred[m] * 1e3 for m in pred},
-                             **{f"{m}_err": err[m] for m in err}, **median_band(cal, cm, run)})
+                             **{f"{m}_err": err[m] for m in err},
+                             **{f"ttft_{q}_err": ttft.get((name, q), float("nan")) for q in ("p50", "p99")},
+                             **median_band(cal, cm, run)})
             print(f"{hw} TP{tp} {shape}: {time.perf_counter() - t0:.0f} s", flush=True)
     write(pd.DataFrame(rows), fit, fit_at, args.out, time.perf_counter() - t0)
 
@@ -203,6 +206,15 @@ def write(table: pd.DataFrame, fit, fit_at: tuple, out: Path, seconds: float) ->
               "median of TTFT, TPOT and E2E against the 95 % band `replay` prints for its p50 (parameters, held-out "
               "model error, transfer error where the GPU or TP is not the fitted one, sampling noise of a new "
               "run's median), computed from the calibration alone."]
+    lines += ["", "## TTFT's median and p99, signed: the first requests of a closed loop", "",
+              "At concurrency C every client sends at once, so the level's first C prompts queue behind each "
+              "other: its p99 TTFT is about the time to prefill all of them, the prefill's throughput in full "
+              "token-budget steps, and at C >= 32 that first wave is much of the mean. Its median is one prompt "
+              "among running decodes, the prefill's latency. Median signed error per group (+: predicted "
+              "slower):", "", "| group | points | TTFT mean | TTFT p50 | TTFT p99 |", "|---|---|---|---|---|"]
+    for name, g in groups:
+        lines.append(f"| {name} | {len(g)} | " + " | ".join(
+            f"{g[c].median():+.1%}" for c in ("ttft_err", "ttft_p50_err", "ttft_p99_err")) + " |")
     lines += ["", f"## The plan's question: the fewest GPUs meeting mean TPOT <= {PLAN_TPOT_MS:g} ms at concurrency "
               f"{PLAN_CONC}", "", "Per GPU and shape, the smallest TP whose point at that concurrency meets it, "
               "measured and predicted (- where no TP of the grid does, or the grid has no such point).", "",
