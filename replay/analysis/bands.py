@@ -32,7 +32,7 @@ from .band_basis import BandBasis
 from .band_windows import windowed, windowed_rows
 from .band_parts import ERROR_SOURCE, Z95, distance, growth, load_features, model_error_quantiles, percentile_noise
 from .compare import METRICS, SCHEDULER_TABLE_METRICS, scheduler_table
-from .metrics import PERCENTILES, goodput_rps
+from .metrics import PERCENTILES, goodput_rps, window_percentiles
 from ..simulate import replay_frame
 
 #: Other seeds the optimum is replayed at when the replay draws random numbers.
@@ -345,7 +345,7 @@ class BandJob:
         under the key ``details``."""
         result, _ = replay_frame(self.frame, cost_model, cfg, self.metadata)
         s = cfg.scheduling
-        row = prediction_row(result, s.slo_ttft_s, s.slo_tpot_s)
+        row = {**prediction_row(result, s.slo_ttft_s, s.slo_tpot_s), **window_percentiles(result, self.metadata)}
         if details:
             row["details"] = point_details(result, self.basis.new_sample)
         return row

@@ -120,8 +120,8 @@ def replay_levels(run, level: int | None, wide: bool, report: str | None = None)
         until_s = observed_until(meta)
         if until_s is not None:
             click.echo(wrap(f"  a window of scrapes: its histograms counted the requests finished (TTFT: first token "
-                            f"out) by its end, {until_s:.3g} s into the workload; only those are compared (the band "
-                            "is of every completed request)"))
+                            f"out) by its end, {until_s:.3g} s into the workload; only those are compared, and "
+                            "the band is of the same statistics at each band point"))
         printed = _print_level(reported, done, band, resolutions[k] if k < len(resolutions) else {}, until_s)
         table += [{"level": k, "load": meta["aggregate_level"], **r} for r in printed]
         if band.has_band and k < len(resolutions) and resolutions[k]:
@@ -148,8 +148,9 @@ def _print_level(reported: dict, done, band, resolution: dict, until_s: float | 
     """The table of one level: each ``reported`` statistic (:func:`traces.aggregate_workload.level_statistics`)
     beside the same statistic of the completed requests ``done`` (for a window of scrapes ending
     at ``until_s``, seconds on the workload's clock, only those its histograms would have
-    counted: :func:`traces.scrape_window.observed`) and ``band``'s interval where it has one
-    (of every completed request), widened by half the statistic's histogram bucket
+    counted: :func:`traces.scrape_window.observed`; the band's are of the same requests of each
+    of its replays: :func:`replay.analysis.metrics.window_percentiles`) and ``band``'s interval
+    where it has one, widened by half the statistic's histogram bucket
     (``resolution``: metric -> ``{"p50": width in seconds or None}``). Returns a dict per
     statistic: ``metric``, ``statistic``, ``reported_s``, ``predicted_s``, ``low_s``, ``high_s``
     (NaN without a band) and ``inside`` (None without a band)."""

@@ -57,9 +57,10 @@ def main_band(frame, meta, cost_model, cfg, points: list, result, seconds_each: 
     :func:`band_of_replay` at the calibration's ``points`` and ``basis``; the point alone when
     ``points`` is None (``--no-band``)."""
     from ..analysis.bands import prediction_row
+    from ..analysis.metrics import window_percentiles
 
     s = cfg.scheduling
-    row = prediction_row(result, s.slo_ttft_s, s.slo_tpot_s)
+    row = {**prediction_row(result, s.slo_ttft_s, s.slo_tpot_s), **window_percentiles(result, meta)}
     return band_of_replay(frame, meta, cost_model, cfg, points, row, seconds_each, basis, result)
 
 

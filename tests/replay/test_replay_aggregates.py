@@ -83,6 +83,11 @@ def test_one_level_with_its_band(scrape, tmp_path):
     inside = sum(line.rstrip().endswith(" in") for line in banded)
     assert f"{inside} of 9 reported percentiles inside their 95 % band" in flat(res.output)
     assert "each band also holds half its percentile's histogram bucket" in flat(res.output)
+    # the window's band is of the statistics printed beside it (the requests its histograms counted, at each
+    # band point), so it holds its own point (was: of every completed request, around another value)
+    for line in banded:
+        point, low, high = map(float, re.search(r"([\d.]+) \[([\d.]+), ([\d.]+)\]", line).groups())
+        assert low <= point <= high, line
 
 
 def test_a_histogram_bucket_widens_the_band_in_quadrature():
@@ -174,3 +179,48 @@ def test_describe_with_a_calibration_refuses_aggregates_before_any_output(scrape
     res = invoke_servecal("traces", "describe", agg, "--calibration", cal)
     assert res.exit_code == 1 and res.output.startswith("Error:"), res.output
     assert "prod.parquet: is an aggregate_targets/1; --calibration needs a request trace" in flat(res.output)
+
+
+def test_a_window_s_percentiles_are_of_the_requests_its_histograms_counted():
+    import pandas as pd
+
+    from replay.analysis.metrics import window_percentiles
+    from schemas.status import OK
+    from traces.scrape_window import OBSERVED_UNTIL
+
+    # arrivals 0, 0.2, 0.3 s; first tokens at 0.1, 0.3, 0.6 s; ends at 0.5, 0.7, 1.3 s; a fourth request failed.
+    # A window ending at 0.65 s counted all three first tokens and the first request's end only.
+    result = pd.DataFrame({"arrival_time_s": [0.0, 0.2, 0.3, 0.0], "pred_status": [OK, OK, OK, "rejected"],
+                           "pred_ttft_s": [0.1, 0.1, 0.3, np.nan], "pred_e2e_s": [0.5, 0.5, 1.0, np.nan],
+                           "pred_tpot_s": [0.01, 0.02, 0.03, np.nan]})
+    got = window_percentiles(result, {OBSERVED_UNTIL: "0.65"})
+    assert got["ttft_p50_s"] == pytest.approx(0.1) and got["ttft_p90_s"] == pytest.approx(0.26)
+    assert got["e2e_p50_s"] == got["e2e_p99_s"] == pytest.approx(0.5)  # not 0.5 and 1.0 of every completed one
+    assert got["tpot_p50_s"] == pytest.approx(0.01)
+    assert window_percentiles(result, {}) == {}  # not a window: the prediction row's own statistics stand
+
+
+def test_a_window_s_band_is_around_the_statistics_printed_beside_it(scrape):
+    from replay.analysis.bands import BandJob, predict_with_band
+    from replay.analysis.metrics import statistics
+    from replay.simulate import replay_frame
+    from schemas.status import OK
+    from traces.aggregate_workload import level_workload
+    from traces.scrape_window import observed, observed_until
+
+    agg, _ = scrape
+    kind, frame, meta = read_trace(agg)
+    _, workload, level_meta = level_workload(frame, 1, meta, agg)
+    until_s = observed_until(level_meta)
+    assert until_s is not None
+    band = predict_with_band(BandJob(workload, level_meta, COST, ReplayConfig(), [{"eta_mem": 0.7}]))
+    result, _ = replay_frame(workload, COST, ReplayConfig(), level_meta)
+    done = result[result["pred_status"] == OK]
+    for m in ("ttft", "tpot", "e2e"):
+        values = done[f"pred_{m}_s"].to_numpy(float)
+        seen = values[observed(done["arrival_time_s"], done, f"{m}_s", until_s)]
+        for q, value in zip((50, 90, 99), statistics(seen[np.isfinite(seen)], np.array([50.0, 90.0, 99.0]))):
+            assert band.point[f"{m}_p{q}_s"] == pytest.approx(value)
+            assert band.low[f"{m}_p{q}_s"] <= value <= band.high[f"{m}_p{q}_s"]
+    # the window left requests unfinished: every completed request's E2E p90 is another number
+    assert np.percentile(done["pred_e2e_s"], 90) != pytest.approx(band.point["e2e_p90_s"])
