@@ -168,12 +168,16 @@ def _busiest_window(trace, frame, meta: dict, level: int | None = None) -> tuple
     """
     from traces.aggregate_workload import busiest_level, level_workload
     from traces.errors import TraceError
+    from traces.scrape_window import OBSERVED_UNTIL
 
     try:
         k = busiest_level(frame, trace, level)
         rows, workload, level_meta = level_workload(frame, k, meta, trace)
     except TraceError as exc:
         raise DataError(str(exc)) from None
+    # a plan serves all of the window's traffic (at another rate, too): the requests its histograms
+    # happened to count by its end are what the window is scored on, not what the plan is judged by
+    level_meta = {key: v for key, v in level_meta.items() if key != OBSERVED_UNTIL}
     rate = float(rows["level_value"].iloc[0])
     which = "the busiest, " if level is None else ""
     click.echo(wrap(f"{trace}: aggregates of {frame['level'].nunique()} level(s); the plan replays {which}"

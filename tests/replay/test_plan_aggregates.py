@@ -84,3 +84,17 @@ def test_plan_of_one_chosen_window_and_of_a_level_it_has_not(tmp_path):
     write_trace(_levels(("poisson_rate", 2.0), ("concurrency", 8)), AGGREGATE_TARGETS, conc)
     res = invoke_servecal("plan", f"{conc}#1", "--calibration", cal, "--slo", "ttft_p90=2s")
     assert res.exit_code == 1 and "conc.parquet#1: a closed loop of clients" in flat(res.output), res.output
+
+
+def test_a_plan_judges_all_of_a_window_s_traffic_not_what_its_histograms_counted(tmp_path):
+    from replay.cli.plan import _busiest_window
+    from traces.scrape_window import OBSERVED_UNTIL
+
+    agg = tmp_path / "prod.parquet"
+    assert invoke_servecal("traces", "import", "prometheus", SCRAPES, "--window-s", "30", "-o", agg).exit_code == 0
+    _, frame, meta = read_trace(agg)
+    # the window ended with 7 requests held: its replay is scored on those finished by its end ...
+    assert OBSERVED_UNTIL in level_workload(frame, 0, meta, agg)[2]
+    # ... but a plan's statistics (and its band's) are of every request it serves, at any rate
+    workload, plan_meta, _ = _busiest_window(agg, frame, meta, 0)
+    assert OBSERVED_UNTIL not in plan_meta and len(workload) == 35
