@@ -124,25 +124,33 @@ def stat_label(pct: float) -> str:
     return "mean" if np.isnan(pct) else f"p{pct:g}"
 
 
+def window_values(done, metric: str, until_s: float | None) -> np.ndarray:
+    """``pred_<metric>`` of the completed requests ``done`` (a replay result's rows), seconds: of
+    those a window of Prometheus scrapes ending at ``until_s`` (seconds on the workload's clock)
+    would have counted (:func:`traces.scrape_window.observed`: first token, or end, by then), or
+    of all of them when ``until_s`` is None."""
+    from traces.scrape_window import observed
+
+    values = done[f"pred_{metric}"].to_numpy(float)
+    if until_s is None:
+        return values
+    return values[observed(done["arrival_time_s"].to_numpy(float), done, metric, until_s)]
+
+
 def window_percentiles(result, metadata: dict) -> dict:
     """For the replay of a window of Prometheus scrapes (``metadata`` with
     :data:`traces.scrape_window.OBSERVED_UNTIL`), ``{"ttft_p50_s": ..., ...}``: the :data:`PERCENTILES`
     of TTFT, TPOT and E2E over the completed requests its histograms would have counted
-    (:func:`traces.scrape_window.observed`: first token, or end, by the window's end), seconds;
-    ``{}`` for any other replay. A prediction row updated with it puts a band on the statistics
-    the window's reported ones are compared with.
+    (:func:`window_values`), seconds; ``{}`` for any other replay. A prediction row updated with it
+    puts a band on the statistics the window's reported ones are compared with.
 
     ``result``: a replay result (``arrival_time_s``, ``pred_status``, ``pred_ttft_s``,
     ``pred_tpot_s``, ``pred_e2e_s``; seconds)."""
-    from traces.scrape_window import observed, observed_until
+    from traces.scrape_window import observed_until
 
     until_s = observed_until(metadata or {})
     if until_s is None:
         return {}
     done = result[result["pred_status"] == OK]
-    arrival_s = done["arrival_time_s"].to_numpy(float)
-    out = {}
-    for m in ("ttft", "tpot", "e2e"):
-        values = done[f"pred_{m}_s"].to_numpy(float)[observed(arrival_s, done, f"{m}_s", until_s)]
-        out.update({f"{m}_p{q}_s": percentile(values, q) for q in PERCENTILES})
-    return out
+    return {f"{m}_p{q}_s": percentile(window_values(done, f"{m}_s", until_s), q)
+            for m in ("ttft", "tpot", "e2e") for q in PERCENTILES}

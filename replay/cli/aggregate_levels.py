@@ -148,25 +148,21 @@ def _print_level(reported: dict, done, band, resolution: dict, until_s: float | 
     """The table of one level: each ``reported`` statistic (:func:`traces.aggregate_workload.level_statistics`)
     beside the same statistic of the completed requests ``done`` (for a window of scrapes ending
     at ``until_s``, seconds on the workload's clock, only those its histograms would have
-    counted: :func:`traces.scrape_window.observed`; the band's are of the same requests of each
-    of its replays: :func:`replay.analysis.metrics.window_percentiles`) and ``band``'s interval
+    counted: :func:`replay.analysis.metrics.window_values`; the band's are of the same requests
+    of each of its replays: :func:`replay.analysis.metrics.window_percentiles`) and ``band``'s interval
     where it has one, widened by half the statistic's histogram bucket
     (``resolution``: metric -> ``{"p50": width in seconds or None}``). Returns a dict per
     statistic: ``metric``, ``statistic``, ``reported_s``, ``predicted_s``, ``low_s``, ``high_s``
     (NaN without a band) and ``inside`` (None without a band)."""
     import numpy as np
 
-    from traces.scrape_window import observed
-
-    from ..analysis.metrics import stat_label, statistics
+    from ..analysis.metrics import stat_label, statistics, window_values
 
     out = []
     predicted_head = "predicted ms [95 % band]" if band.has_band else "predicted ms"
     click.echo(f"  {'metric':6s} {'stat':>5s} {'reported ms':>12s} {predicted_head:>30s} {'error':>8s}")
     for metric, (pcts, values_meas) in reported.items():
-        values = done[f"pred_{metric}"].to_numpy(float)
-        if until_s is not None:
-            values = values[observed(done["arrival_time_s"], done, metric, until_s)]
+        values = window_values(done, metric, until_s)
         predicted = statistics(values[np.isfinite(values)], pcts)
         for pct, meas, pred in zip(pcts, values_meas, predicted):
             stat = f"{metric.removesuffix('_s')}_p{pct:g}_s"
