@@ -57,9 +57,9 @@ PARAMS: MappingProxyType = MappingProxyType({p.name: p for p in (
     _p("eta_compute", "", 0.01, 1.0, 0.5, 1.0,
        "fraction of the dense peak FLOP/s reached by large GEMMs (seed section 1)"),
     _p("n_half_tokens", "tokens", 0.0, 8192.0, 0.0, 100.0,
-       "tokens per step at which GEMM efficiency is half of eta_compute: small decode GEMMs "
-       "do not fill the GPU (saturating efficiency eta(N) = eta N / (N + n_half), Williams et al. "
-       "2009 roofline with a latency-bound knee)"),
+       "tokens per step and per GPU (tp x dp) at which GEMM efficiency is half of eta_compute: small "
+       "decode GEMMs do not fill the GPU (saturating efficiency eta(N) = eta N / (N + tp dp n_half), "
+       "Williams et al. 2009 roofline with a latency-bound knee; replay.cost.cost_terms.DenseCompute)"),
     _p("eta_mem", "", 0.01, 1.0, 0.8, 1.0,
        "fraction of the datasheet memory bandwidth reached reading weights and KV (seed section 1)"),
     _p("eta_prefill_kv", "", 0.01, 1.0, 0.5, 1.0,

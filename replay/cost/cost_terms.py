@@ -49,7 +49,16 @@ class DenseCompute(CostTerm):
     (seed section 1 for the FLOPs; the saturating efficiency models GEMMs too small to fill
     the GPU's SMs, which a decode step of a few sequences is), i.e.
     ``2 P_active (N + n_half) / (eta_compute peak)``. The FLOPs spread over the replica's
-    ``tp * dp`` GPUs. ``peak`` is the GPU's dense tensor peak in the model's GEMM precision,
+    ``G = tp * dp`` GPUs, and so does the knee: ``n_half`` is the GEMM size per GPU, the step's
+    knee ``G n_half_tokens`` tokens. Split ``tp`` ways, each GPU's GEMMs are ``tp`` times narrower
+    (fewer output tiles for its SMs) and fill them only at ``tp`` times the tokens; a DP rank
+    sees ``N / dp`` of the tokens. So the time of a step too small to fill the GPUs,
+    ``2 P_active G n_half / (eta_compute peak G)``, does not shrink as the GPUs are added.
+    Vidur's H100 profile of Llama-2-7B's linear layers (``vidur_mlp_h100_llama2_7b.csv``,
+    1-4,096 tokens at TP 1-8) fitted with a knee ``n_half tp^g`` gives ``g`` = 0.91
+    (tests/replay/test_knee_per_gpu.py); InferenceMAX's gpt-oss-120b on H100 shows it: its TPOT at
+    4 clients falls 1.4x from TP 2 to 8, not the 1.8x of a knee fixed in tokens
+    (bench/INFERENCEMAX.md). ``peak`` is the GPU's dense tensor peak in the model's GEMM precision,
     ``gpu.peak_flops_for(model.gemm_precision)``: FP8 for a W8A8 FP8 checkpoint, FP4 for NVFP4,
     BF16 for the rest and where the GPU lacks the precision (vLLM then runs the weights
     dequantised to BF16: :meth:`schemas.gpu_types.GpuSpec.peak_flops_for`). The routed experts'
@@ -65,7 +74,7 @@ class DenseCompute(CostTerm):
     def fold(self, shape, p, coef):
         per_token = _gemm_s_per_token(shape, p)
         coef.compute_per_token_s += per_token
-        coef.compute_s += per_token * p["n_half_tokens"]
+        coef.compute_s += per_token * p["n_half_tokens"] * shape.tp * shape.dp
 
 
 def _gemm_s_per_token(shape: ReplicaShape, p: CostParams) -> float:

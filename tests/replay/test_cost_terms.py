@@ -37,6 +37,19 @@ def test_dense_compute_with_small_gemm_efficiency():
     assert cm.step_time_s(100, 0, 0) == pytest.approx(2 * 8e9 * 100 / (0.5 * 100 / 150 * 1e15), rel=1e-12)
 
 
+@pytest.mark.parametrize("tp,dp", [(2, 1), (8, 1), (2, 2)])
+def test_dense_compute_knee_is_per_gpu(tp, dp):
+    """The knee is per GPU: on G = tp dp GPUs a step of N tokens takes 2 P (N + G n_half) / (eta peak G).
+    n_half 50, N 100: TP 2 -> 2 * 8e9 * (100 + 100) / (0.5e15 * 2) = 3.2 ms; TP 8 -> 2 * 8e9 * 500 /
+    (0.5e15 * 8) = 2.0 ms; TP 2 x DP 2 as TP 4: 2 * 8e9 * 300 / 2e15 = 2.4 ms. The part below the knee,
+    2 P n_half / (eta peak) = 1.6 ms, is the same on any number of GPUs."""
+    cm = RooflineCostModel(LLAMA, GPU, CostParams(eta_compute=0.5, n_half_tokens=50), tp=tp, dp=dp,
+                           terms=("dense_compute",))
+    g = tp * dp
+    assert cm.step_time_s(100, 0, 0) == pytest.approx({2: 3.2e-3, 8: 2.0e-3, 4: 2.4e-3}[g], rel=1e-12)
+    assert cm.coefficients.compute_s == pytest.approx(1.6e-3, rel=1e-12)
+
+
 def test_attention_compute_grows_with_context():
     # F_att = 4 * 32 layers * 32 heads * 128 = 524,288 FLOP per query-key pair.
     # Decode: 16 sequences with 16,000 context tokens in all -> 16,000 pairs;
