@@ -7,7 +7,7 @@
 - ``metrics``: quantities derived from rows, defined once (a request's TPOT, a step's kind).
 - ``status``: the status vocabulary (``ok``, ``failed: ...``, ``rejected: ...``, a request's
   states in a replay), named once.
-- ``calibration``: the calibration file (calibration/2) that ``calibrate`` writes.
+- ``calibration``: the calibration file (calibration/3) that ``calibrate`` writes.
 - ``spec_types``, ``gpu_types``, ``hf_config``, ``dtypes``, ``spec_catalog`` (re-exported by
   ``specs``):
   model, GPU and link specs, Hugging Face configs, the built-in catalog (``catalog/``).

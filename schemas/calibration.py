@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .atomic import write_text_atomic
@@ -14,9 +14,12 @@ from .errors import SchemaError, text_reason
 from .specs import GpuSpec, ModelSpec
 from .text import wrap_error
 
-CALIBRATION = "calibration/2"
-#: Older versions still read (converted on reading).
+CALIBRATION = "calibration/3"
+#: Older versions still read (converted on reading): calibration/1's parameter names, and
+#: calibration/2's ``n_half_tokens``, a knee in the step's tokens where calibration/3's is per
+#: GPU (:class:`replay.cost.cost_terms.DenseCompute`).
 _OLD_CALIBRATION = "calibration/1"
+_KNEE_PER_STEP = "calibration/2"
 #: Terms of a calibration/1 file: the seed's roofline with the TP all-reduce.
 _V1_TERMS = ("step_overhead", "dense_compute", "weight_memory", "kv_memory", "overlap", "tp_comm", "ep_comm")
 
@@ -124,7 +127,7 @@ class Calibration:
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> "Calibration":
-        """Read a calibration JSON (``calibration/2``, or ``calibration/1`` converted).
+        """Read a calibration JSON (``calibration/3``, or ``calibration/1`` or ``/2`` converted).
 
         Raises
         ------
@@ -141,7 +144,7 @@ class Calibration:
             raise SchemaError(wrap_error(f"{path}: not a calibration JSON ({text_reason(path, exc)}); expected a "
                                          "file written by 'calibrate fit'")) from None
         version = d.get("servecal.schema") if isinstance(d, dict) else type(d).__name__
-        if version not in (CALIBRATION, _OLD_CALIBRATION):
+        if version not in (CALIBRATION, _OLD_CALIBRATION, _KNEE_PER_STEP):
             raise SchemaError(f"{path}: 'servecal.schema' is {version!r}; expected {CALIBRATION!r} "
                               "(a file written by 'calibrate fit')")
         problem = _shape_problem(d)
@@ -169,6 +172,8 @@ class Calibration:
         problem = cal.problem()
         if problem:
             raise SchemaError(wrap_error(f"{path}: {problem}"))
+        if version == _KNEE_PER_STEP:
+            _knee_per_gpu(cal)
         return cal
 
     def problem(self) -> str | None:
@@ -313,6 +318,22 @@ def _params_v1(raw: dict, form: str) -> dict:
     out["t_step_s"] = launch
     out["overlap"] = {"value": 0.0 if form == "max" else 1.0, "vary": False, "bound": f"form {form} (calibration/1)"}
     return out
+
+
+def _knee_per_gpu(cal: "Calibration") -> None:
+    """A calibration/2 file's ``n_half_tokens`` (the knee in the step's tokens, on its ``tp x dp``
+    GPUs) as calibration/3's knee per GPU: value, standard error, interval and band points divided
+    by ``tp x dp``, so the file prices every step as it did at its own parallelism."""
+    gpus = cal.tp * cal.dp
+    p = cal.params.get("n_half_tokens")
+    if gpus == 1 or p is None:
+        return
+    cal.params["n_half_tokens"] = replace(
+        p, value=p.value / gpus, stderr=None if p.stderr is None else p.stderr / gpus,
+        ci95=None if p.ci95 is None else (p.ci95[0] / gpus, p.ci95[1] / gpus))
+    for point in cal.band_points:
+        if "n_half_tokens" in point:
+            point["n_half_tokens"] = point["n_half_tokens"] / gpus
 
 
 def sha256_of(path: str | os.PathLike) -> str:

@@ -127,7 +127,7 @@ def test_replay_with_bad_calibration_file(tmp_path):
     cal.write_text('{"servecal.schema": "something/9"}')
     out = tmp_path / "pred.parquet"
     res = invoke("replay", trace, "--calibration", cal, "-o", out)
-    assert_clean_failure(res, out, str(cal), "calibration/2", codes=(1,))
+    assert_clean_failure(res, out, str(cal), "calibration/3", codes=(1,))
 
 
 def test_unknown_scheduler_fails_before_anything_is_printed(tmp_path):

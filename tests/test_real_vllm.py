@@ -47,7 +47,7 @@ def test_import_measured_columns(run_dir):
 
 def test_calibration_file(run_dir):
     cal = json.loads((run_dir / "cal.json").read_text())
-    assert cal["servecal.schema"] == "calibration/2"
+    assert cal["servecal.schema"] == "calibration/3"
     assert cal["gpu"]["name"] == "rtx-pro-6000" and cal["model"]["name"] == "llama-3.1-8b"
     assert len(cal["source"]["sha256"]) == 64
     for k in ("eta_compute", "eta_mem"):

@@ -379,3 +379,29 @@ def test_model_config_option_reads_moe_and_mla(tmp_path, real_data_dir):
         res = CliRunner().invoke(servecal, [str(a) for a in (
             "replay", trace, "--calibration", cal, "-o", tmp_path / f"pred{experts}.parquet")])
         assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("tp,dp", [(1, 1), (2, 1), (4, 2)])
+def test_a_calibration_2_file_keeps_its_step_times(tmp_path, tp, dp):
+    """calibration/2 held the knee in the step's tokens: n_half 96 on tp x dp GPUs. Read as
+    calibration/3 (the knee per GPU) it becomes 96 / (tp dp), with its interval and band points, and
+    prices a 64-token step as before: 2 P (64 + 96) / (eta peak tp dp)."""
+    from replay.cost.cost_model import cost_model_from_calibration
+
+    params = {"eta_compute": FittedParam(0.5), "eta_mem": FittedParam(0.8),
+              "n_half_tokens": FittedParam(96.0, stderr=8.0, ci95=(80.0, 112.0))}
+    model = get_model("qwen3-30b-a3b" if dp > 1 else "llama-3.1-8b")
+    cal = Calibration(model=model, gpu=get_gpu("h100-80gb"), tp=tp, dp=dp, params=params,
+                      terms=["dense_compute"], band_points=[{"n_half_tokens": 120.0, "eta_compute": 0.4}])
+    d = cal.to_dict()
+    d["servecal.schema"] = "calibration/2"
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps(d))
+    old = Calibration.read(path)
+    g = tp * dp
+    knee = old.params["n_half_tokens"]
+    assert (knee.value, knee.stderr, knee.ci95) == (96.0 / g, 8.0 / g, (80.0 / g, 112.0 / g))
+    assert old.band_points == [{"n_half_tokens": 120.0 / g, "eta_compute": 0.4}]
+    step_s = cost_model_from_calibration(old, model, tp, dp).step_time_s(64, 0, 0)
+    expected = 2 * model.num_active_params * (64 + 96) / (0.5 * get_gpu("h100-80gb").peak_flops * g)
+    assert step_s == pytest.approx(expected, rel=1e-12)
