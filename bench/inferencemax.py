@@ -27,8 +27,9 @@ the TPOT of TP 8 at 4 clients 18 % fast (the measured TPOT falls 1.4x from TP 2 
 model's 1.8x). Vidur's H100 profile of Llama-2-7B's linear layers (``vidur_mlp_h100_llama2_7b.csv``)
 puts the knee at ``n_half tp^0.91``. Of the gain on H100 out of sample (mean TTFT / TPOT / E2E
 median 11.8 / 8.2 / 7.8 % before), the knee alone gives 10.6 / 5.4 / 4.9 % with the earlier fit's
-values; the rest is the fit's optimum: the knee changes where its starts fall at TP 2, and the
-fit now reaches a better one in sample too (mean TTFT 1.8 % median, was 9.2 %). The prefill's
+values; the rest is the fit's optimum: it now starts its knee both per GPU and per step
+(:func:`calibrate.fitting.knee_starts`), and the better one in sample is new (mean TTFT 1.8 %
+median in sample, was 9.2 %). The prefill's
 time per extra prompt token still falls less with TP than the model says at 8k prompts (TP 8
 8k/1k -20..-26 %); the all-reduce's bandwidth does not explain it: Vidur's NCCL profile of an
 H100 DGX (``vidur_allreduce_h100_dgx.csv``) gives 0.65-0.83 of NVLink 4 per byte plus 19-43 us a

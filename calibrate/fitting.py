@@ -132,7 +132,8 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
     result_of : callable ``(variant, params, correlations, warnings, lmfit result, info) -> FitResult``.
     residuals : (count, what they are): the fit needs more residuals than free parameters.
     rel_step, starts, kw : of :func:`least_squares` (``starts``: extra start points of the first
-        variant; later ones start from the first one's optimum).
+        variant, each also with its knee as the same knee in the step's tokens on a replica of
+        several GPUs, :func:`knee_starts`; later ones start from the first one's optimum).
     assess_step, robust, data_cov : of :func:`assess`.
 
     Raises
@@ -170,7 +171,8 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
         previous = [{k: f.params[k].value for k in free} for f in fits]
         if VARIANTS[v] is None and previous:  # the blend from the nested variants' optima only
             free, previous = previous[0], previous[1:]
-        extra = [{**free, **{k: x for k, x in st.items() if k in free}} for st in starts] if not fits else previous
+        extra = [{**free, **{k: x for k, x in st.items() if k in free}}
+                 for st in knee_starts(starts, cost_model)] if not fits else previous
         best, info = least_squares(residual, free, hold, rel_step=rel_step, starts=extra, **kw)
         params, corr, warns = assess(best, residual, list(free), hold, assess_step, fixed_reason=why, robust=robust,
                                      data_cov=data_cov)
@@ -197,6 +199,22 @@ def fit_variants(residual: Callable[[CostParams], np.ndarray], cost_model, varia
         fits.append(result_of(v, params, corr, warns, best, info))
     fits.sort(key=lambda r: r.score)
     return fits
+
+
+def knee_starts(starts, cost_model) -> list[dict]:
+    """``starts``, then on a replica of ``G = tp x dp > 1`` GPUs each one with an ``n_half_tokens``
+    again divided by ``G``.
+
+    The knee is per GPU (:class:`replay.cost.cost_terms.DenseCompute`): a start's ``n_half_tokens``
+    of 100 is a knee at ``100 G`` tokens a step. The second copy starts at a knee of 100 tokens a
+    step, so a fit tries both whatever the replica's size (on InferenceMAX's gpt-oss-120b at TP 2 and
+    DeepSeek-R1 at TP 8 the two reach different optima, and the better one in sample differs).
+    """
+    g = cost_model.tp * cost_model.dp
+    starts = list(starts)
+    if g == 1:
+        return starts
+    return starts + [{**st, "n_half_tokens": st["n_half_tokens"] / g} for st in starts if "n_half_tokens" in st]
 
 
 def _held_why(reason: str) -> str:
