@@ -207,8 +207,10 @@ def knee_starts(starts, cost_model) -> list[dict]:
 
     The knee is per GPU (:class:`replay.cost.cost_terms.DenseCompute`): a start's ``n_half_tokens``
     of 100 is a knee at ``100 G`` tokens a step. The second copy starts at a knee of 100 tokens a
-    step, so a fit tries both whatever the replica's size (on InferenceMAX's gpt-oss-120b at TP 2 and
-    DeepSeek-R1 at TP 8 the two reach different optima, and the better one in sample differs).
+    step, as the starts did before the knee was per GPU, so a fit tries both whatever the replica's
+    size and keeps the best in sample (:func:`least_squares`). Started from the first set alone, the
+    fits of InferenceMAX's gpt-oss-120b at TP 2 and DeepSeek-R1 at TP 8 stopped at other optima than
+    they had from the second.
     """
     g = cost_model.tp * cost_model.dp
     starts = list(starts)
